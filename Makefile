@@ -1,0 +1,39 @@
+# tidemq — the two commands a user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit bench proto servers venv clean screenshots
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[all,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Install and run the embedded demo (SQLite + in-process coordination): no servers needed.
+demo: $(STAMP)
+	$(VENV)/bin/tidemq dev --demo
+
+## Install MariaDB, ZooKeeper and the JDBC driver when missing, then run the whole suite.
+servers:
+	bash scripts/install-servers.sh
+
+test: servers $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/conformance -k "not mysql and not zookeeper"
+
+bench: servers $(STAMP)
+	$(PY) -m benchmarks
+
+proto: $(STAMP)
+	PY=$(PY) bash scripts/gen_proto.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info tidemq-dev.sqlite3*

@@ -1,0 +1,98 @@
+"""Turns wire requests into validated rows; trusts nothing a client sent."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Sequence
+
+from tidemq.rpc import tidemq_pb2 as pb
+from tidemq.validation import (
+    MAX_DELAY_SECONDS,
+    MAX_RETRIES,
+    check_batch_size,
+    check_data_text,
+    check_delay,
+    check_topic,
+    check_unique_key,
+    parse_duration,
+)
+
+from . import clock
+from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError
+from .storage import NewRow
+from .topics import TopicCache
+
+__all__ = ["rows_from_request", "check_pull", "MAX_PULL", "MAX_WAIT", "MAX_TTR"]
+
+MAX_PULL = 1000
+MAX_WAIT = 60.0
+MAX_TTR = 7 * 24 * 3600
+
+
+def rows_from_request(request: pb.ProduceRequest, topics: TopicCache, max_data_bytes: int) -> list[NewRow]:
+    """Validate every message of a produce request; the first bad one rejects them all."""
+    check_batch_size(request.messages)
+    now = clock.now()
+    rows = []
+    for index, msg in enumerate(request.messages):
+        try:
+            rows.append(_row(msg, topics, max_data_bytes, now))
+        except ValidationError as exc:
+            prefix = f"message #{index}: " if len(request.messages) > 1 else ""
+            raise type(exc)(prefix + str(exc)) from None
+    return rows
+
+
+def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datetime) -> NewRow:
+    topic = check_topic(msg.topic)
+    settings = topics.get(topic)
+    check_data_text(msg.data, settings.max_data_bytes or max_data_bytes)
+    which = msg.WhichOneof("when")
+    if which == "delay_seconds":
+        effect_time = clock.after(now, check_delay(msg.delay_seconds))
+    elif which == "effect_time_ms":
+        effect_time = clock.from_epoch_ms(msg.effect_time_ms) if msg.effect_time_ms > 0 else now
+        if (effect_time - now).total_seconds() > MAX_DELAY_SECONDS:
+            raise InvalidDelayError(f"effect_time is more than {MAX_DELAY_SECONDS} s (10 years) ahead (the limit)")
+        effect_time = max(effect_time, clock.from_epoch_ms(0))
+    else:
+        effect_time = now
+    schedule = None
+    if msg.retry_schedule:
+        if len(msg.retry_schedule) > MAX_RETRIES:
+            raise InvalidRetryError(f"retry schedule has {len(msg.retry_schedule)} entries; the limit is {MAX_RETRIES}")
+        schedule = [parse_duration(v) for v in msg.retry_schedule]
+        retry = len(schedule)
+    elif msg.retry == -1:
+        retry = settings.retry_count
+    elif 0 <= msg.retry <= MAX_RETRIES:
+        retry = msg.retry
+    else:
+        raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES} (or -1 for the topic's default), got {msg.retry}")
+    return NewRow(topic=topic, data=msg.data, effect_time=effect_time, retry_remaining=retry,
+                  retry_schedule=schedule, unique_key=check_unique_key(msg.unique_key) or None)
+
+
+def check_pull(request: pb.PullRequest) -> None:
+    """Reject pull requests whose numbers make no sense."""
+    check_topic(request.topic)
+    if not 1 <= request.max_messages <= MAX_PULL:
+        raise MalformedRequestError(f"max_messages must be between 1 and {MAX_PULL}, got {request.max_messages}")
+    if not (math.isfinite(request.wait_seconds) and 0 <= request.wait_seconds <= MAX_WAIT):
+        raise MalformedRequestError(f"wait_seconds must be between 0 and {MAX_WAIT}, got {request.wait_seconds}")
+    if not (math.isfinite(request.ttr_seconds) and 0 <= request.ttr_seconds <= MAX_TTR):
+        raise MalformedRequestError(f"ttr_seconds must be between 0 (topic default) and {MAX_TTR}, got {request.ttr_seconds}")
+    if request.total < 1 or not 0 <= request.rank < request.total:
+        raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={request.rank} total={request.total}")
+    if len(request.consumer) > 255:
+        raise MalformedRequestError("consumer name is longer than 255 characters")
+
+
+def check_ids(ids: Sequence[int], what: str = "ids") -> list[int]:
+    """Reject empty, oversized or non-positive id lists."""
+    check_batch_size(ids, what)
+    bad = [i for i in ids if i <= 0]
+    if bad:
+        raise MalformedRequestError(f"{what} must be positive message ids, got {bad[0]}")
+    return list(ids)

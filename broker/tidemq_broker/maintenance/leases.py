@@ -1,0 +1,35 @@
+"""Lease expiry: RUNNING messages whose holder stopped answering go back to NEW."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import clock
+from ..storage import Storage
+
+__all__ = ["LeaseExpiry"]
+
+
+class LeaseExpiry:
+    """Returns expired leases to NEW in batches, then wakes waiting pulls."""
+
+    name = "lease-expiry"
+
+    def __init__(self, storage: Storage, broker: str, on_requeued: Callable[[], None],
+                 interval: float = 0.5, batch: int = 1000) -> None:
+        self._storage = storage
+        self._broker = broker
+        self._on_requeued = on_requeued
+        self.interval = interval
+        self._batch = batch
+
+    def run(self) -> int:
+        total = 0
+        while True:
+            moved = self._storage.expire_leases(clock.now(), self._batch, self._broker)
+            total += moved
+            if moved < self._batch:
+                break
+        if total:
+            self._on_requeued()
+        return total

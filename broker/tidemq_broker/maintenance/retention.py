@@ -1,0 +1,36 @@
+"""Retention: SUCCESS messages older than their topic's retention are deleted in batches."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from .. import clock
+from ..storage import Storage
+
+__all__ = ["Retention"]
+
+
+class Retention:
+    """Deletes finished messages past each topic's ``retention_days`` (FAIL ones are kept:
+    they are the dead letters, left for an operator or the archive pipeline)."""
+
+    name = "retention"
+
+    def __init__(self, storage: Storage, interval: float = 60.0, batch: int = 1000) -> None:
+        self._storage = storage
+        self.interval = interval
+        self._batch = batch
+
+    def run(self) -> int:
+        total = 0
+        now = clock.now()
+        for settings in self._storage.topics():
+            if settings.retention_days <= 0:
+                continue  # 0 keeps everything (the archive pipeline moves it instead)
+            before = now - timedelta(days=settings.retention_days)
+            while True:
+                deleted = self._storage.delete_finished(settings.name, before, self._batch)
+                total += deleted
+                if deleted < self._batch:
+                    break
+        return total

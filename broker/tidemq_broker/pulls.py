@@ -1,0 +1,155 @@
+"""Long-poll pulls: lock what is due now, or sleep until something may be.
+
+A waiting pull sleeps until the earliest of: its deadline, the next due time in its shard, a
+commit by this broker's writer (or an ack) that makes something of its topic due sooner, a
+foreign insert seen by the shared max-id probe, or a periodic re-check. An idle broker with many
+waiting consumers therefore issues a handful of queries per second, and a due message reaches a
+waiting consumer within milliseconds of its commit or its effect_time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import Callable, Optional
+
+from . import clock
+from .storage import Storage, StoredMessage
+
+__all__ = ["PullHub", "Waiter"]
+
+log = logging.getLogger(__name__)
+_FOREVER = datetime.max
+
+
+class Waiter:
+    """One sleeping pull."""
+
+    __slots__ = ("topic", "wake_at", "event")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.wake_at = _FOREVER  # until it sets a time, any notification wakes it
+        self.event = threading.Event()
+
+
+class PullHub:
+    """Where waiting pulls sleep and commits wake them."""
+
+    def __init__(self, storage: Storage, probe_interval: float = 0.25, recheck: float = 2.0,
+                 blocked_recheck: float = 0.5) -> None:
+        self._storage = storage
+        self._probe_interval = probe_interval
+        self.recheck = recheck
+        self.blocked_recheck = blocked_recheck
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[Waiter]] = {}
+        self._own_max_id = 0
+        self._seen_max_id = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Wake every waiter; pulls return what they have (nothing) at once."""
+        self._stopped.set()
+        self._wake(lambda w: True)
+
+    def wake_all(self) -> None:
+        """Wake every waiter to look again (leases expired, something changed in bulk)."""
+        self._wake(lambda w: True)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def register(self, topic: str) -> Waiter:
+        waiter = Waiter(topic)
+        with self._lock:
+            self._waiters.setdefault(topic, set()).add(waiter)
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            group = self._waiters.get(waiter.topic)
+            if group is not None:
+                group.discard(waiter)
+                if not group:
+                    del self._waiters[waiter.topic]
+
+    def notify(self, topic: str, earliest: datetime) -> None:
+        """Messages of ``topic`` became NEW with the earliest effect_time ``earliest``."""
+        with self._lock:
+            waiters = list(self._waiters.get(topic, ()))
+        for waiter in waiters:
+            if earliest <= waiter.wake_at:
+                waiter.event.set()
+
+    def notify_commit(self, earliest: dict[str, datetime], max_id: int) -> None:
+        """Called by the writer after each commit."""
+        with self._lock:
+            self._own_max_id = max(self._own_max_id, max_id)
+        for topic, when in earliest.items():
+            self.notify(topic, when)
+
+    def sleep(self, waiter: Waiter, seconds: float) -> None:
+        """Sleep up to ``seconds`` unless notified (or notified already since registering)."""
+        if seconds > 0 and not self._stopped.is_set():
+            waiter.wake_at = clock.after(clock.now(), seconds)
+            waiter.event.wait(seconds)
+        waiter.event.clear()
+        waiter.wake_at = _FOREVER
+
+    def _wake(self, which: Callable[[Waiter], bool]) -> None:
+        with self._lock:
+            waiters = [w for group in self._waiters.values() for w in group]
+        for waiter in waiters:
+            if which(waiter):
+                waiter.event.set()
+
+    def _probe_forever(self) -> None:
+        # Messages produced through other brokers never pass our writer: one cheap MAX(id)
+        # query for the whole broker notices them.
+        while not self._stopped.wait(self._probe_interval):
+            with self._lock:
+                idle = not self._waiters
+            if idle:
+                continue
+            try:
+                newest = self._storage.max_id()
+            except Exception:
+                log.debug("max-id probe failed", exc_info=True)
+                continue
+            with self._lock:
+                foreign = newest > self._own_max_id and newest > self._seen_max_id
+                self._seen_max_id = max(self._seen_max_id, newest)
+            if foreign:
+                self._wake(lambda w: True)
+
+
+def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[StoredMessage]],
+              next_due: Callable[[], Optional[datetime]], topic: str) -> list[StoredMessage]:
+    """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
+    (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline."""
+    while True:
+        waiter = hub.register(topic)  # before the attempt, so no notification is missed
+        try:
+            found = attempt()
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0 or hub.stopped:
+                return found
+            due = next_due()
+            now = clock.now()
+            if due is None:
+                pause = hub.recheck
+            elif due <= now:
+                pause = hub.blocked_recheck  # due, but not ours to take (serial head busy, raced)
+            else:
+                pause = (due - now) / timedelta(seconds=1)
+            hub.sleep(waiter, min(pause, remaining, hub.recheck))
+        finally:
+            hub.unregister(waiter)

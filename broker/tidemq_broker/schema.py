@@ -1,0 +1,103 @@
+"""The database schema as SQLAlchemy Core metadata.
+
+db/schema.sql is the same schema written for a MySQL DBA; tests/unit/test_schema_sql.py fails
+when the two drift apart.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+
+__all__ = ["metadata", "message", "topic", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+# Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
+Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData()
+
+message = Table(
+    "tidemq_message",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("topic", String(255), nullable=False),
+    Column("data", LongText, nullable=False),
+    Column("status", String(10), nullable=False),
+    # When the message may next run; a retry moves it forward.
+    Column("effect_time", Time, nullable=False),
+    # effect_time as produced; never moves. SERIAL_QUEUE runs in (order_time, id) order.
+    Column("order_time", Time, nullable=False),
+    Column("retry_remaining", Integer, nullable=False),
+    # JSON list of seconds, one per further attempt; NULL: the topic's backoff.
+    Column("retry_schedule", Text, nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("ttr", Integer, nullable=True),
+    Column("lease_token", String(32), nullable=True),
+    Column("lease_expire", Time, nullable=True),
+    Column("consumer", String(255), nullable=True),
+    Column("unique_key", String(255), nullable=True),
+    Column("version", Integer, nullable=False),
+    Column("trace", LongText, nullable=False),
+    Column("add_time", Time, nullable=False),
+    Column("update_time", Time, nullable=False),
+    Column("start_time", Time, nullable=True),
+    Column("finish_time", Time, nullable=True),
+    UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
+    # The pull lock: equality on topic and status, range on effect_time, in index order.
+    Index("idx_message_lock", "topic", "status", "effect_time"),
+    Index("idx_message_lease_token", "lease_token"),
+    # Lease expiry finds RUNNING rows whose lease ran out.
+    Index("idx_message_status_lease", "status", "lease_expire"),
+    # Never reuse the id of a deleted message (SQLite would, without AUTOINCREMENT).
+    sqlite_autoincrement=True,
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+topic = Table(
+    "tidemq_topic",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("retry_count", Integer, nullable=False),
+    Column("retry_base", Float, nullable=False),
+    Column("retry_max", Float, nullable=False),
+    Column("ttr", Integer, nullable=False),
+    Column("retention_days", Integer, nullable=False),
+    Column("max_data_bytes", Integer, nullable=True),
+    Column("paused", Boolean, nullable=False),
+    Column("alarm_backlog", Integer, nullable=True),
+    Column("alarm_failure_rate", Float, nullable=True),
+    Column("alarm_due_age", Integer, nullable=True),
+    Column("description", String(1000), nullable=False),
+    Column("add_time", Time, nullable=False),
+    Column("update_time", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+schema_version = Table(
+    "tidemq_schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("applied_at", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)

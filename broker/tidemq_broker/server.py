@@ -1,0 +1,112 @@
+"""A broker process: the gRPC server and everything it runs, started and stopped in order."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from concurrent import futures
+from typing import Optional
+
+import grpc
+
+from tidemq.config import Settings
+from tidemq.coordinator import Coordinator, open_coordinator
+from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
+
+from .maintenance import Maintainer
+from .maintenance.broadcasts import BroadcastPruner
+from .maintenance.leases import LeaseExpiry
+from .maintenance.retention import Retention
+from .pulls import PullHub
+from .service import BrokerService
+from .storage import Storage, open_storage
+from .topics import TopicCache
+from .writer import GroupCommitWriter
+
+__all__ = ["BrokerServer", "MAX_MESSAGE_BYTES"]
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # largest gRPC request: a big batch of large messages
+
+
+class BrokerServer:
+    """Owns one broker's gRPC server, writer, pull hub and maintenance campaign.
+
+    ``port=0`` picks a free port; ``address`` is then the advertised host:port. ``workers``
+    bounds concurrent RPCs: each waiting long-poll holds one, so size it above the number of
+    consumer threads you expect plus room for producers.
+    """
+
+    def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 0,
+                 advertise: Optional[str] = None, storage: Optional[Storage] = None,
+                 coordinator: Optional[Coordinator] = None, workers: int = 256,
+                 create_schema: bool = True) -> None:
+        self.settings = settings
+        self.create_schema = create_schema
+        self.storage = storage or open_storage(settings.db_url)
+        self._own_storage = storage is None
+        self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root)
+        self._own_coordinator = coordinator is None
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidemq-rpc"),
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=workers * 4,
+        )
+        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {host}:{port}")
+        self.address = advertise or f"{_advertised_host(host)}:{self.port}"
+        self.topics = TopicCache(self.storage)
+        self.hub = PullHub(self.storage)
+        self.writer = GroupCommitWriter(self.storage, self.topics, self.address, self.hub.notify_commit)
+        self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
+                                     settings.max_data_bytes)
+        pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
+        self.maintainer = Maintainer(self.coordinator, self.address, [
+            LeaseExpiry(self.storage, self.address, self._wake_all),
+            Retention(self.storage),
+            BroadcastPruner(self.coordinator),
+        ])
+
+    def _wake_all(self) -> None:
+        self.hub.wake_all()
+
+    def start(self) -> "BrokerServer":
+        """Start serving, then announce the broker so clients only find it ready."""
+        if self.create_schema:
+            self.storage.create_schema()
+        self.storage.ping()
+        self.writer.start()
+        self.hub.start()
+        self._server.start()
+        if self._own_coordinator:
+            self.coordinator.start()
+        self.coordinator.register_broker(self.address)
+        self.maintainer.start()
+        log.info("broker %s serving", self.address)
+        return self
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Leave discovery, refuse new calls, finish running ones, commit queued produces."""
+        self.coordinator.unregister_broker(self.address)
+        self.maintainer.stop()
+        self.hub.stop()
+        done = self._server.stop(grace)
+        done.wait(grace + 1)
+        self.writer.stop()
+        if self._own_coordinator:
+            self.coordinator.stop()
+        if self._own_storage:
+            self.storage.close()
+        log.info("broker %s stopped", self.address)
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+
+def _advertised_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return socket.gethostname()
+    return host

@@ -1,0 +1,163 @@
+"""The gRPC Broker service: produce, pull, ack, touch, cancel, requeue."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, TypeVar
+
+import grpc
+
+from tidemq.rpc import tidemq_pb2 as pb
+from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
+from tidemq.validation import check_topic
+
+from . import clock, trace
+from .errors import (
+    MalformedRequestError,
+    RetriableError,
+    StorageUnavailableError,
+    TidemqError,
+    ValidationError,
+)
+from .intake import MAX_TTR, check_ids, check_pull, rows_from_request
+from .pulls import PullHub, long_poll
+from .retry_policy import next_delay
+from .storage import AckItem, AckOutcome, Storage, StoredMessage
+from .topics import TopicCache
+from .writer import GroupCommitWriter
+
+__all__ = ["BrokerService", "ERROR_KEY"]
+
+log = logging.getLogger(__name__)
+ERROR_KEY = "tidemq-error"  # trailing metadata: the class name of the tidemq error
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _rpc(method: F) -> F:
+    """Map tidemq errors to gRPC status codes, naming the exception class for the client."""
+
+    @functools.wraps(method)
+    def wrapper(self: "BrokerService", request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except ValidationError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, exc)
+        except RetriableError as exc:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, exc)
+        except TidemqError as exc:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, exc)
+        except FutureTimeout:
+            _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   StorageUnavailableError("the commit did not finish before the call's deadline"))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, exc: Exception) -> None:
+    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+    context.abort(code, str(exc))
+
+
+class BrokerService(pb_grpc.BrokerServicer):
+    """Stateless request handling; all state is in the storage and the coordinator."""
+
+    def __init__(self, storage: Storage, topics: TopicCache, writer: GroupCommitWriter, hub: PullHub,
+                 name: str, max_data_bytes: int) -> None:
+        self.storage = storage
+        self.topics = topics
+        self.writer = writer
+        self.hub = hub
+        self.name = name
+        self.max_data_bytes = max_data_bytes
+
+    @_rpc
+    def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceReply:
+        rows = rows_from_request(request, self.topics, self.max_data_bytes)
+        future = self.writer.submit(rows)
+        remaining = context.time_remaining()
+        ids = future.result(timeout=None if remaining is None else max(remaining, 0.001))
+        return pb.ProduceReply(ids=ids)
+
+    @_rpc
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.PullReply:
+        check_pull(request)
+        topic = request.topic
+        settings = self.topics.get(topic)
+        ttr = int(round(request.ttr_seconds)) or settings.ttr
+        ttr = max(1, min(ttr, MAX_TTR))
+        consumer = request.consumer or context.peer()
+        remaining = context.time_remaining()
+        wait = request.wait_seconds if remaining is None else min(request.wait_seconds, max(remaining - 0.2, 0))
+        deadline = time.monotonic() + wait
+        rank, total = (0, 1) if request.serial else (request.rank, request.total)
+
+        def attempt() -> list[StoredMessage]:
+            if self.topics.get(topic).paused or not context.is_active():
+                return []
+            now = clock.now()
+            line = trace.line(now, "LOCKED", consumer=consumer, rank=f"{request.rank}/{request.total}",
+                              broker=self.name, ttr=ttr)
+            if request.serial:
+                return self.storage.lock_serial(topic, ttr, consumer, now, line)
+            return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, line)
+
+        def next_due() -> Any:
+            if request.serial:
+                return self.storage.serial_head_due(topic)
+            return self.storage.next_due(topic, rank, total)
+
+        found = long_poll(self.hub, deadline, attempt, next_due, topic)
+        return pb.PullReply(messages=[_delivery(m) for m in found])
+
+    @_rpc
+    def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
+        check_ids([item.id for item in request.items], "acks")
+        items = [AckItem(i.id, i.lease_token, i.success, i.error) for i in request.items]
+        outcomes = self.storage.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
+                                    self.topics.get, next_delay)
+        stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
+        if stale:
+            log.info("refused %d stale ack(s) from %s", stale, request.consumer)
+        if request.topic:
+            # A success frees a serial topic's head; a failure may make a retry due soon.
+            self.hub.notify(request.topic, clock.now())
+        return pb.AckReply(outcomes=[pb.APPLIED if o is AckOutcome.APPLIED else pb.STALE for o in outcomes])
+
+    @_rpc
+    def Touch(self, request: pb.TouchRequest, context: grpc.ServicerContext) -> pb.TouchReply:
+        check_ids([request.id])
+        ttr = int(round(request.ttr_seconds))
+        if not 1 <= ttr <= MAX_TTR:
+            raise MalformedRequestError(f"ttr_seconds must be between 1 and {MAX_TTR}, got {request.ttr_seconds}")
+        return pb.TouchReply(extended=self.storage.touch(request.id, request.lease_token, ttr, clock.now()))
+
+    @_rpc
+    def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelReply:
+        ids = check_ids(request.ids)
+        return pb.CancelReply(cancelled=self.storage.cancel(ids, clock.now()))
+
+    @_rpc
+    def Requeue(self, request: pb.RequeueRequest, context: grpc.ServicerContext) -> pb.RequeueReply:
+        if bool(request.ids) == bool(request.topic):
+            raise MalformedRequestError("requeue takes either ids or a topic, not both and not neither")
+        ids = check_ids(request.ids) if request.ids else []
+        topic = check_topic(request.topic) if request.topic else None
+        if request.retry < 0:
+            raise MalformedRequestError(f"retry must be 0 or more, got {request.retry}")
+        now = clock.now()
+        line = trace.line(now, "REQUEUED", broker=self.name, retries=request.retry)
+        moved = self.storage.requeue(ids, topic, request.retry, now, line)
+        if topic:
+            self.hub.notify(topic, now)
+        return pb.RequeueReply(requeued=moved)
+
+
+def _delivery(msg: StoredMessage) -> pb.Delivery:
+    return pb.Delivery(
+        id=msg.id, topic=msg.topic, data=msg.data, effect_time_ms=clock.to_epoch_ms(msg.effect_time),
+        retry_remaining=msg.retry_remaining, attempt=msg.attempt, lease_token=msg.lease_token or "",
+        ttr_seconds=float(msg.ttr or 0),
+    )

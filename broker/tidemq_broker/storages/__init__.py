@@ -1,0 +1,1 @@
+"""Implementations of :class:`tidemq_broker.storage.Storage`."""

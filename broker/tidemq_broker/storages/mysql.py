@@ -1,0 +1,121 @@
+"""MySQL / MariaDB storage: the production store.
+
+Run the server with READ COMMITTED (REPEATABLE READ makes concurrent batch locks deadlock and
+blocks producers behind gap locks); the engine asks for it per connection anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.exc import DBAPIError
+
+from .sql import INSERT_COLUMNS, SqlStorage
+
+__all__ = ["MySqlStorage"]
+
+log = logging.getLogger(__name__)
+_TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock: retry the transaction
+_STATEMENT_BYTES = 4 * 1024 * 1024  # keep each INSERT well under max_allowed_packet
+_COLS = ", ".join(INSERT_COLUMNS)
+_ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
+
+
+class MySqlStorage(SqlStorage):
+    """Storage on MySQL 8 / MariaDB 10.5+ through PyMySQL."""
+
+    def __init__(self, url: str, pool_size: int = 16, **engine_options: Any) -> None:
+        engine = create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=pool_size * 2,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+            pool_timeout=5,
+            isolation_level="READ COMMITTED",
+            # Fail fast while the server is down instead of hanging past the caller's deadline.
+            connect_args={"connect_timeout": 3, "read_timeout": 30, "write_timeout": 30, "charset": "utf8mb4"},
+            **engine_options,
+        )
+        super().__init__(engine)
+        self._consecutive_ids: bool | None = None
+        self._id_step = 1
+
+    def _check_autoincrement(self, conn: Connection) -> None:
+        """Multi-row INSERT ids are first, first+step, ... only under lock modes 0 and 1."""
+        mode, step = conn.exec_driver_sql("SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment").one()
+        self._consecutive_ids = int(mode) in (0, 1)
+        self._id_step = int(step)
+        if not self._consecutive_ids:
+            log.warning(
+                "innodb_autoinc_lock_mode=%s: ids of a multi-row INSERT are not consecutive, so each "
+                "message is inserted by its own statement (slower). Set innodb_autoinc_lock_mode=1.", mode)
+
+    def _insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
+        if self._consecutive_ids is None:
+            self._check_autoincrement(conn)
+        ids: list[int] = []
+        if not self._consecutive_ids:
+            for row in values:
+                result = conn.exec_driver_sql(f"INSERT INTO tidemq_message ({_COLS}) VALUES {_ROW}", _params([row]))
+                ids.append(int(result.lastrowid))
+            return ids
+        for chunk in _chunks_by_size(values):
+            sql = f"INSERT INTO tidemq_message ({_COLS}) VALUES " + ", ".join([_ROW] * len(chunk))
+            first = int(conn.exec_driver_sql(sql, _params(chunk)).lastrowid)  # LAST_INSERT_ID(): the first row's id
+            ids.extend(first + k * self._id_step for k in range(len(chunk)))
+        return ids
+
+    def _insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        for chunk in _chunks_by_size(values):
+            sql = (f"INSERT INTO tidemq_message ({_COLS}) VALUES " + ", ".join([_ROW] * len(chunk))
+                   + " ON DUPLICATE KEY UPDATE id = id")
+            conn.exec_driver_sql(sql, _params(chunk))
+
+    def _insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        from sqlalchemy.dialects.mysql import insert
+
+        from ..schema import topic
+
+        stmt = insert(topic).values(values)
+        conn.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
+
+    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int,
+                     sets: dict[str, Any], now: datetime) -> None:
+        # MySQL cannot LIMIT an IN-subquery, but a single-table UPDATE takes ORDER BY ... LIMIT
+        # directly: the index (topic, status, effect_time) is walked in order and stops early.
+        shard = " AND MOD(id, :total) = :rank" if total > 1 else ""
+        sql = text(
+            "UPDATE tidemq_message SET status = 'RUNNING', lease_token = :lease_token, "
+            "lease_expire = :lease_expire, ttr = :ttr, consumer = :consumer, start_time = :start_time, "
+            "update_time = :update_time, attempt = attempt + 1, version = version + 1, "
+            "trace = CONCAT(trace, :trace_line) "
+            "WHERE topic = :topic AND status = 'NEW' AND effect_time <= :now" + shard +
+            " ORDER BY effect_time, id LIMIT :limit"
+        )
+        conn.execute(sql, {**{k: v for k, v in sets.items() if k != "status"}, "topic": topic, "now": now,
+                           "total": total, "rank": rank, "limit": limit})
+
+    def _is_transient(self, exc: DBAPIError) -> bool:
+        args = getattr(exc.orig, "args", ())
+        return bool(args) and args[0] in _TRANSIENT
+
+
+def _params(rows: list[dict[str, Any]]) -> tuple[Any, ...]:
+    return tuple(row[col] for row in rows for col in INSERT_COLUMNS)
+
+
+def _chunks_by_size(values: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    chunks: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for row in values:
+        row_size = len(row["data"]) * 2 + len(row["trace"]) + 512  # escaping may double the data
+        if chunks[-1] and size + row_size > _STATEMENT_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += row_size
+    return chunks

@@ -1,0 +1,1 @@
+"""The ``tidemq`` command: the composition root that may import every tidemq package."""

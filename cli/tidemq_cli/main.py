@@ -1,0 +1,144 @@
+"""``tidemq`` command line: one entry point, one sub-command per component."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Optional, Sequence
+
+from tidemq.config import Settings
+from tidemq.errors import TidemqError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidemq", description="tidemq: durable, delay-precise messages on MySQL and ZooKeeper")
+    p.add_argument("--db-url", help="SQLAlchemy URL of the store (TIDEMQ_DB_URL)")
+    p.add_argument("--zk-hosts", help="ZooKeeper hosts (TIDEMQ_ZK_HOSTS); empty: in-process")
+    p.add_argument("--zk-root", help="ZooKeeper root path (TIDEMQ_ZK_ROOT, default /tidemq)")
+    p.add_argument("--brokers", help="static broker list host:port,... (TIDEMQ_BROKERS)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="everything in one process on SQLite + in-process coordination")
+    dev.add_argument("--db", default="tidemq-dev.sqlite3", help="SQLite file (default ./tidemq-dev.sqlite3)")
+    dev.add_argument("--port", type=int, default=50051, help="broker gRPC port")
+    dev.add_argument("--admin-port", type=int, default=8080, help="admin console port")
+    dev.add_argument("--demo", action="store_true", help="produce and consume a demo set of messages, then exit")
+
+    broker = sub.add_parser("broker", help="run a broker")
+    broker.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    broker.add_argument("--port", type=int, default=50051, help="gRPC port (0: any free port)")
+    broker.add_argument("--advertise", help="host:port clients should use (default host:port)")
+    broker.add_argument("--workers", type=int, default=256, help="concurrent RPCs (each long-poll holds one)")
+    broker.add_argument("--port-file", help="write the bound port to this file once serving")
+
+    worker = sub.add_parser("worker", help="run the consumers declared in modules")
+    worker.add_argument("modules", nargs="+", help="modules to import, e.g. myapp.consumers")
+    worker.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to let handlers finish on SIGTERM")
+
+    db = sub.add_parser("db", help="schema management")
+    db.add_argument("action", choices=["init", "upgrade"], help="init: create the schema; upgrade: migrate it")
+
+    produce = sub.add_parser("produce", help="produce one message")
+    produce.add_argument("topic")
+    produce.add_argument("data", help="JSON text")
+    produce.add_argument("--delay", type=float, help="seconds before it may run")
+    produce.add_argument("--retry", type=int, help="retry count (default: the topic's)")
+    produce.add_argument("--unique-key", help="deduplication key")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        settings = Settings.from_env(db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root, brokers=args.brokers)
+        return _COMMANDS[args.command](args, settings)
+    except TidemqError as exc:
+        print(f"tidemq: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dev(args: argparse.Namespace, settings: Settings) -> int:
+    from .dev import run_dev
+
+    return run_dev(args.db, args.port, args.admin_port, args.demo)
+
+
+def _broker(args: argparse.Namespace, settings: Settings) -> int:
+    from tidemq_broker.server import BrokerServer
+
+    server = BrokerServer(settings, host=args.host, port=args.port, advertise=args.advertise, workers=args.workers)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    if args.port_file:
+        with open(args.port_file + ".tmp", "w") as fh:
+            fh.write(str(server.port))
+        import os
+
+        os.replace(args.port_file + ".tmp", args.port_file)
+    print(f"tidemq broker serving on {server.address}", flush=True)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from tidemq import Client, Worker
+
+    sys.path.insert(0, ".")
+    for module in args.modules:
+        importlib.import_module(module)
+    Worker(client=Client(settings), drain_timeout=args.drain_timeout).run()
+    return 0
+
+
+def _db(args: argparse.Namespace, settings: Settings) -> int:
+    from tidemq_broker.migrations import upgrade
+    from tidemq_broker.storage import open_storage
+
+    storage = open_storage(settings.db_url)
+    try:
+        if args.action == "init":
+            storage.create_schema()
+            print(f"schema created in {settings.db_url.split('@')[-1]}")
+        else:
+            applied = upgrade(storage)
+            print(f"schema upgraded: {', '.join(applied) if applied else 'already current'}")
+    finally:
+        storage.close()
+    return 0
+
+
+def _produce(args: argparse.Namespace, settings: Settings) -> int:
+    from tidemq import Client
+
+    try:
+        data = json.loads(args.data)
+    except ValueError as exc:
+        print(f"tidemq: DATA must be JSON text: {exc}", file=sys.stderr)
+        return 2
+    client = Client(settings)
+    try:
+        msg_id = client.produce(args.topic, data, delay=args.delay, retry=args.retry, unique_key=args.unique_key)
+    finally:
+        client.close()
+    print(msg_id)
+    return 0
+
+
+_COMMANDS = {"dev": _dev, "broker": _broker, "worker": _worker, "db": _db, "produce": _produce}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""BatchConsumer: pull-style consuming for batch jobs."""
+
+from __future__ import annotations
+
+import threading
+from typing import Mapping, Optional, Sequence, Union
+
+from .client import Client
+from .errors import MalformedRequestError
+from .message import Message
+from .queue_runner import delivery_to_message
+from .rpc import tidemq_pb2 as pb
+from .validation import check_topic
+from .worker import default_instance
+
+__all__ = ["BatchConsumer", "AckResult"]
+
+
+class AckResult:
+    """Which outcomes were recorded and which were refused because the lease was lost."""
+
+    def __init__(self, applied: list[int], stale: list[int]) -> None:
+        self.applied = applied
+        self.stale = stale
+
+    def __repr__(self) -> str:
+        return f"AckResult(applied={len(self.applied)}, stale={self.stale})"
+
+
+class BatchConsumer:
+    """Pull many messages, process them your way, report many outcomes in one call.
+
+    >>> consumer = BatchConsumer("report.build", ttr=60)
+    >>> batch = consumer.pull(max_messages=100, wait=5.0)
+    >>> consumer.ack(succeeded=[m.id for m in batch])
+    """
+
+    def __init__(self, topic: str, ttr: float = 60.0, client: Optional[Client] = None,
+                 name: Optional[str] = None) -> None:
+        self.topic = check_topic(topic)
+        self.ttr = ttr
+        self.client = client or _default_client()
+        self.name = name or f"batch-{default_instance()}"
+        self._tokens: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def pull(self, max_messages: int = 100, wait: float = 5.0) -> list[Message]:
+        """Lease up to ``max_messages`` due messages, waiting up to ``wait`` seconds for the first."""
+        deliveries = self.client.pull(self.topic, self.name, max_messages=max_messages, wait=wait, ttr=self.ttr)
+        with self._lock:
+            self._tokens.update((d.id, d.lease_token) for d in deliveries)
+        return [delivery_to_message(d, self.client) for d in deliveries]
+
+    def ack(self, succeeded: Sequence[int] = (), failed: Union[Sequence[int], Mapping[int, str]] = ()) -> AckResult:
+        """Record successes and failures (optionally {id: error text}) in one transaction."""
+        errors = dict(failed) if isinstance(failed, Mapping) else {i: "failed" for i in failed}
+        with self._lock:
+            unknown = [i for i in list(succeeded) + list(errors) if i not in self._tokens]
+            if unknown:
+                raise MalformedRequestError(f"message {unknown[0]} was not pulled by this consumer")
+            items = [pb.AckItem(id=i, lease_token=self._tokens[i], success=True) for i in succeeded]
+            items += [pb.AckItem(id=i, lease_token=self._tokens[i], success=False, error=e) for i, e in errors.items()]
+        outcomes = self.client.ack(self.topic, self.name, items)
+        with self._lock:
+            for item in items:
+                self._tokens.pop(item.id, None)
+        applied = [it.id for it, o in zip(items, outcomes) if o == pb.APPLIED]
+        stale = [it.id for it, o in zip(items, outcomes) if o != pb.APPLIED]
+        return AckResult(applied, stale)
+
+
+def _default_client() -> Client:
+    from . import _default
+
+    return _default()

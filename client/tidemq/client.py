@@ -1,0 +1,161 @@
+"""The Client: produce, broadcast, cancel, requeue, and the pull/ack calls consumers use."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from .config import Settings
+from .coordinator import Coordinator, open_coordinator
+from .errors import ConfigurationError, DataTooLargeError, InvalidDelayError
+from .pool import BrokerPool
+from .rpc import tidemq_pb2 as pb
+from .validation import (
+    MAX_BATCH,
+    check_batch_size,
+    check_delay,
+    check_effect_time,
+    check_topic,
+    check_unique_key,
+    encode_data,
+    parse_retry,
+)
+
+__all__ = ["Client", "BROADCAST_MAX_BYTES", "Retry"]
+
+#: ZooKeeper refuses nodes over about 1 MiB (jute.maxbuffer); leave room for the envelope.
+BROADCAST_MAX_BYTES = 1_000_000
+Retry = Union[None, int, Sequence[Union[int, float, str]]]
+
+
+class Client:
+    """A connection to a tidemq cluster. Thread-safe; share one per process."""
+
+    def __init__(self, settings: Optional[Settings] = None, coordinator: Optional[Coordinator] = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self._coordinator = coordinator
+        self._own_coordinator = coordinator is None
+        self._coordinator_lock = threading.Lock()
+        self._coordinator_started = coordinator is not None
+        static = self.settings.brokers
+        self.pool = BrokerPool(static, None if static else self.coordinator)
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """The coordinator, connected on first use (broker discovery, consumers, broadcasts)."""
+        with self._coordinator_lock:
+            if self._coordinator is None:
+                self._coordinator = open_coordinator(self.settings.zk_hosts, self.settings.zk_root)
+            if not self._coordinator_started:
+                self._coordinator.start()
+                self._coordinator_started = True
+            return self._coordinator
+
+    # -- producing ---------------------------------------------------------------------------
+    def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
+                effect_time: Optional[datetime] = None, retry: Retry = None,
+                unique_key: Optional[str] = None, timeout: Optional[float] = None) -> int:
+        """Store one message and return its id once it is committed.
+
+        ``delay`` (seconds) or ``effect_time`` (a datetime) sets when it may run; ``retry`` is a
+        count or a schedule like ``[0, "2m", "1h"]``; ``unique_key`` makes a repeated produce of
+        the same (topic, key) return the first message's id instead of storing another.
+        """
+        return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
+                                 unique_keys=[unique_key] if unique_key else None, timeout=timeout)[0]
+
+    def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
+                     effect_time: Optional[datetime] = None, retry: Retry = None,
+                     unique_keys: Optional[Sequence[Optional[str]]] = None,
+                     timeout: Optional[float] = None) -> list[int]:
+        """Store many messages of one topic in one transaction (all or none); return their ids."""
+        datas = list(datas)
+        check_batch_size(datas)
+        if unique_keys is not None and len(unique_keys) != len(datas):
+            raise ConfigurationError(f"unique_keys has {len(unique_keys)} entries for {len(datas)} messages")
+        template = self._template(topic, delay, effect_time, retry)
+        messages = []
+        for index, data in enumerate(datas):
+            msg = pb.NewMessage()
+            msg.CopyFrom(template)
+            try:
+                msg.data = encode_data(data, self.settings.max_data_bytes)
+            except ValueError as exc:
+                raise type(exc)(f"message #{index}: {exc}" if len(datas) > 1 else str(exc)) from None
+            if unique_keys is not None:
+                msg.unique_key = check_unique_key(unique_keys[index])
+            messages.append(msg)
+        reply = self._call("Produce", pb.ProduceRequest(messages=messages), timeout)
+        return list(reply.ids)
+
+    def _template(self, topic: str, delay: Optional[float], effect_time: Optional[datetime], retry: Retry) -> pb.NewMessage:
+        msg = pb.NewMessage(topic=check_topic(topic))
+        if delay is not None and effect_time is not None:
+            raise InvalidDelayError("give delay or effect_time, not both")
+        if delay is not None:
+            msg.delay_seconds = check_delay(delay)
+        elif effect_time is not None:
+            msg.effect_time_ms = int(check_effect_time(effect_time).timestamp() * 1000)
+        count, schedule = parse_retry(retry)
+        msg.retry = count
+        if schedule is not None:
+            msg.retry_schedule.extend(schedule)
+        return msg
+
+    def broadcast(self, topic: str, data: Any = None) -> int:
+        """Send ``data`` to every TOPIC consumer of ``topic`` online now; return its sequence."""
+        check_topic(topic)
+        payload = json.dumps({"data": json.loads(encode_data(data, BROADCAST_MAX_BYTES)),
+                              "sent_at": int(time.time() * 1000)}, ensure_ascii=False,
+                             separators=(",", ":")).encode("utf-8")
+        if len(payload) > BROADCAST_MAX_BYTES:
+            raise DataTooLargeError(f"broadcast is {len(payload)} bytes; ZooKeeper's limit leaves {BROADCAST_MAX_BYTES}")
+        return self.coordinator.broadcast(topic, payload)
+
+    # -- managing ----------------------------------------------------------------------------
+    def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
+        """Delete a message that is still pending (NEW). False if it is running, done or gone."""
+        return self.cancel_many([msg_id], timeout)[0]
+
+    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+        """Cancel many messages at once; one bool per id."""
+        check_batch_size(ids, "ids")
+        return list(self._call("Cancel", pb.CancelRequest(ids=list(ids)), timeout).cancelled)
+
+    def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
+                timeout: Optional[float] = None) -> int:
+        """Put dead letters (FAIL) back to NEW, by id or every one of ``topic``; return how many."""
+        request = pb.RequeueRequest(ids=list(ids or ()), topic=topic or "", retry=retry)
+        return int(self._call("Requeue", request, timeout).requeued)
+
+    # -- consuming (used by consumers and BatchConsumer) -------------------------------------
+    def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
+             max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0) -> list[pb.Delivery]:
+        """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds."""
+        request = pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
+                                 max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr)
+        return list(self._call("Pull", request, wait + self.settings.rpc_timeout).messages)
+
+    def ack(self, topic: str, consumer: str, items: Sequence[pb.AckItem], timeout: Optional[float] = None) -> list[int]:
+        """Report outcomes in one call and one transaction; returns the AckOutcome per item."""
+        if len(items) > MAX_BATCH:
+            raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
+        reply = self._call("Ack", pb.AckRequest(consumer=consumer, items=list(items), topic=topic), timeout)
+        return list(reply.outcomes)
+
+    def touch(self, msg_id: int, lease_token: str, ttr: float, timeout: Optional[float] = None) -> bool:
+        """Extend a lease; False when it was already lost."""
+        reply = self._call("Touch", pb.TouchRequest(id=msg_id, lease_token=lease_token, ttr_seconds=ttr), timeout)
+        return bool(reply.extended)
+
+    def _call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
+        return self.pool.call(method, request, timeout if timeout is not None else self.settings.rpc_timeout)
+
+    def close(self) -> None:
+        """Close channels and the coordinator session."""
+        self.pool.close()
+        if self._own_coordinator and self._coordinator is not None and self._coordinator_started:
+            self._coordinator.stop()

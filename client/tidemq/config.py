@@ -1,0 +1,75 @@
+"""Configuration: read from the environment in this one place, overridable by arguments."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional
+
+from .errors import ConfigurationError
+from .validation import DEFAULT_MAX_DATA_BYTES
+
+__all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT"]
+
+DEFAULT_DB_URL = "sqlite:///tidemq-dev.sqlite3"
+DEFAULT_ZK_ROOT = "/tidemq"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting tidemq reads; ``Settings.from_env()`` is the only reader of the environment.
+
+    db_url: SQLAlchemy URL of the message store (TIDEMQ_DB_URL; default a SQLite file).
+    zk_hosts: ZooKeeper connection string (TIDEMQ_ZK_HOSTS); empty means in-process coordination.
+    zk_root: the ZooKeeper path under which tidemq keeps its nodes (TIDEMQ_ZK_ROOT).
+    brokers: static broker addresses (TIDEMQ_BROKERS) used instead of ZooKeeper discovery.
+    max_data_bytes: the largest message data a broker accepts (TIDEMQ_MAX_DATA_BYTES).
+    """
+
+    db_url: str = DEFAULT_DB_URL
+    zk_hosts: str = ""
+    zk_root: str = DEFAULT_ZK_ROOT
+    brokers: tuple[str, ...] = field(default_factory=tuple)
+    admin_user: str = ""
+    admin_password: str = ""
+    max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
+    rpc_timeout: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "Settings":
+        """Build settings from ``env`` (default ``os.environ``), then apply non-None overrides."""
+        env = os.environ if env is None else env
+        try:
+            max_bytes = int(env.get("TIDEMQ_MAX_DATA_BYTES", DEFAULT_MAX_DATA_BYTES))
+            rpc_timeout = float(env.get("TIDEMQ_RPC_TIMEOUT", 10.0))
+        except ValueError as exc:
+            raise ConfigurationError(f"TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT must be numbers: {exc}") from None
+        settings = cls(
+            db_url=env.get("TIDEMQ_DB_URL", "") or DEFAULT_DB_URL,
+            zk_hosts=env.get("TIDEMQ_ZK_HOSTS", ""),
+            zk_root=env.get("TIDEMQ_ZK_ROOT", "") or DEFAULT_ZK_ROOT,
+            brokers=_split(env.get("TIDEMQ_BROKERS", "")),
+            admin_user=env.get("TIDEMQ_ADMIN_USER", ""),
+            admin_password=env.get("TIDEMQ_ADMIN_PASSWORD", ""),
+            max_data_bytes=max_bytes,
+            rpc_timeout=rpc_timeout,
+        )
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        if isinstance(clean.get("brokers"), str):
+            clean["brokers"] = _split(clean["brokers"])  # type: ignore[arg-type]
+        settings = replace(settings, **clean)  # type: ignore[arg-type]
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Raise ConfigurationError for values that cannot work."""
+        if not self.zk_root.startswith("/") or self.zk_root.endswith("/") and self.zk_root != "/":
+            raise ConfigurationError(f"TIDEMQ_ZK_ROOT must be an absolute path like /tidemq, got {self.zk_root!r}")
+        if not 1 <= self.max_data_bytes <= 16 * 1024 * 1024 - 1:
+            raise ConfigurationError(
+                f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"
+            )
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())

@@ -1,0 +1,297 @@
+"""The ZooKeeper coordinator (kazoo): the production implementation."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+from typing import Callable, Optional
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType
+from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.retry import KazooRetry
+
+from ..coordinator import (
+    ConnectionState,
+    Coordinator,
+    Registration,
+    sequence_of,
+    sort_by_sequence,
+)
+from ..errors import CoordinationError
+
+__all__ = ["ZooKeeperCoordinator"]
+
+log = logging.getLogger(__name__)
+_STATES = {
+    KazooState.CONNECTED: ConnectionState.CONNECTED,
+    KazooState.SUSPENDED: ConnectionState.SUSPENDED,
+    KazooState.LOST: ConnectionState.LOST,
+}
+
+
+class ZooKeeperCoordinator(Coordinator):
+    """Coordination through ZooKeeper; ``hosts`` may carry a chroot (``h1:2181,h2:2181/app``)."""
+
+    def __init__(self, hosts: str, root: str = "/tidemq", session_timeout: float = 10.0) -> None:
+        self.hosts = hosts
+        self.root = root.rstrip("/") or "/"
+        self._zk = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=5, max_delay=1.0, deadline=10.0),
+        )
+        self._listeners: list[Callable[[ConnectionState], None]] = []
+        self._brokers: set[str] = set()
+        self._consumers: list[Registration] = []
+        self._lock = threading.Lock()
+        self._session_lost = False
+        self._zk.add_listener(self._on_state)
+
+    # -- session ---------------------------------------------------------------------------
+    def start(self, timeout: float = 15.0) -> None:
+        try:
+            self._zk.start(timeout=timeout)
+        except (KazooTimeoutError, KazooException) as exc:
+            self._zk.stop()
+            raise CoordinationError(f"cannot connect to ZooKeeper at {self.hosts} within {timeout} s: {exc}") from None
+        for sub in ("brokers", "consumers", "broadcast", "leader"):
+            self._zk.ensure_path(self._path(sub))
+
+    def stop(self) -> None:
+        with self._lock:
+            brokers, self._brokers = set(self._brokers), set()
+            consumers, self._consumers = list(self._consumers), []
+        for address in brokers:
+            self._delete(self._path("brokers", address))
+        for reg in consumers:
+            self._delete(self._path("consumers", reg.topic, reg.node))
+        try:
+            self._zk.stop()
+            self._zk.close()
+        except KazooException:  # already closed or never connected
+            pass
+
+    def add_state_listener(self, listener: Callable[[ConnectionState], None]) -> None:
+        self._listeners.append(listener)
+
+    def session_id(self) -> Optional[int]:
+        """The current ZooKeeper session id (tests use it to expire the session)."""
+        ident = self._zk.client_id
+        return ident[0] if ident else None
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread: never block here, hand work to a thread.
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            threading.Thread(target=self._restore, name="tidemq-zk-restore", daemon=True).start()
+        for listener in list(self._listeners):
+            try:
+                listener(_STATES[state])
+            except Exception:  # a listener's bug must not kill the connection thread
+                log.exception("coordination state listener failed")
+
+    def _restore(self) -> None:
+        """After a lost session every ephemeral node is gone: make them again."""
+        with self._lock:
+            brokers = set(self._brokers)
+            consumers = list(self._consumers)
+        for address in brokers:
+            self._create_broker_node(address)
+        for reg in consumers:
+            reg._replace(self._create_consumer_node(reg.topic, reg.instance))
+            log.warning("session was lost: consumer of %s registered again as %s", reg.topic, reg.node)
+
+    # -- brokers ---------------------------------------------------------------------------
+    def register_broker(self, address: str) -> None:
+        with self._lock:
+            self._brokers.add(address)
+        self._create_broker_node(address)
+
+    def _create_broker_node(self, address: str) -> None:
+        path = self._path("brokers", address)
+        try:
+            self._zk.create(path, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            # A broker restarted on the same address after kill -9: its old session's node
+            # lingers until that session times out. It is ours to replace.
+            stat = self._zk.exists(path)
+            if stat is not None and stat.ephemeralOwner != self.session_id():
+                self._delete(path)
+                self._zk.create(path, b"", ephemeral=True, makepath=True)
+
+    def unregister_broker(self, address: str) -> None:
+        with self._lock:
+            self._brokers.discard(address)
+        self._delete(self._path("brokers", address))
+
+    def watch_brokers(self, callback: Callable[[list[str]], None]) -> None:
+        ChildrenWatch(self._zk, self._path("brokers"), lambda children: callback(sorted(children)))
+
+    # -- consumers -------------------------------------------------------------------------
+    def register_consumer(self, topic: str, instance: str) -> Registration:
+        reg = Registration(topic, instance, self._create_consumer_node(topic, instance))
+        with self._lock:
+            self._consumers.append(reg)
+        return reg
+
+    def _create_consumer_node(self, topic: str, instance: str) -> str:
+        try:
+            path = self._zk.create(
+                self._path("consumers", topic, instance + "-"), b"", ephemeral=True, sequence=True, makepath=True
+            )
+        except KazooException as exc:
+            raise CoordinationError(f"cannot register consumer of {topic}: {exc!r}") from None
+        return posixpath.basename(path)
+
+    def unregister_consumer(self, registration: Registration) -> None:
+        with self._lock:
+            if registration in self._consumers:
+                self._consumers.remove(registration)
+        self._delete(self._path("consumers", registration.topic, registration.node))
+
+    def consumers(self, topic: str) -> list[str]:
+        try:
+            return sort_by_sequence(self._zk.get_children(self._path("consumers", topic)))
+        except NoNodeError:
+            return []
+
+    def consumer_topics(self) -> list[str]:
+        try:
+            return sorted(self._zk.get_children(self._path("consumers")))
+        except NoNodeError:
+            return []
+
+    def watch_consumers(self, topic: str, callback: Callable[[list[str]], None]) -> Callable[[], None]:
+        path = self._path("consumers", topic)
+        self._zk.ensure_path(path)
+        return self._children_watch(path, lambda children: callback(sort_by_sequence(children)))
+
+    # -- broadcasts ------------------------------------------------------------------------
+    def broadcast(self, topic: str, payload: bytes) -> int:
+        try:
+            path = self._zk.create(self._path("broadcast", topic, "m-"), payload, sequence=True, makepath=True)
+        except KazooException as exc:
+            raise CoordinationError(f"cannot store the broadcast of {topic}: {exc!r}") from None
+        return sequence_of(posixpath.basename(path))
+
+    def broadcast_sequences(self, topic: str) -> list[int]:
+        try:
+            return sorted(sequence_of(c) for c in self._zk.get_children(self._path("broadcast", topic)))
+        except NoNodeError:
+            return []
+
+    def read_broadcast(self, topic: str, seq: int) -> Optional[bytes]:
+        try:
+            data, _ = self._zk.get(self._path("broadcast", topic, f"m-{seq:010d}"))
+        except NoNodeError:
+            return None
+        return data
+
+    def watch_broadcasts(self, topic: str, callback: Callable[[list[int]], None]) -> Callable[[], None]:
+        path = self._path("broadcast", topic)
+        self._zk.ensure_path(path)
+        return self._children_watch(path, lambda children: callback(sorted(sequence_of(c) for c in children)))
+
+    def prune_broadcasts(self, older_than: float) -> int:
+        base = self._path("broadcast")
+        pruned = 0
+        cutoff_ms = None
+        for topic in self._zk.get_children(base):
+            for child in self._zk.get_children(posixpath.join(base, topic)):
+                path = posixpath.join(base, topic, child)
+                stat = self._zk.exists(path)
+                if stat is None:
+                    continue
+                if cutoff_ms is None:
+                    cutoff_ms = self._server_now_ms(stat) - older_than * 1000
+                if stat.ctime < cutoff_ms:
+                    pruned += self._delete(path)
+        return pruned
+
+    def _server_now_ms(self, fallback: object) -> float:
+        # ctime is ZooKeeper's clock: compare against a node created now, not our clock.
+        path = self._zk.create(self._path("leader", "clock-"), b"", ephemeral=True, sequence=True)
+        stat = self._zk.exists(path)
+        self._delete(path)
+        return stat.ctime if stat else getattr(fallback, "ctime", 0)
+
+    # -- leadership ------------------------------------------------------------------------
+    def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:
+        election = self._zk.Election(self._path("leader", "election"), identifier)
+        ended = threading.Event()
+
+        def campaign() -> None:
+            while not ended.is_set():
+                try:
+                    election.run(self._lead_while_connected, lead, ended)
+                except KazooException:
+                    log.warning("leader election interrupted; campaigning again", exc_info=True)
+                ended.wait(0.5)
+
+        threading.Thread(target=campaign, name="tidemq-election", daemon=True).start()
+
+        def end() -> None:
+            ended.set()
+            election.cancel()
+
+        return end
+
+    def _lead_while_connected(self, lead: Callable[[threading.Event], None], ended: threading.Event) -> None:
+        lost = threading.Event()
+
+        def on_state(state: ConnectionState) -> None:
+            if state != ConnectionState.CONNECTED:
+                lost.set()
+
+        def watch_end() -> None:
+            ended.wait()
+            lost.set()
+
+        self._listeners.append(on_state)
+        threading.Thread(target=watch_end, daemon=True).start()
+        try:
+            lead(lost)
+        finally:
+            self._listeners.remove(on_state)
+
+    def leader(self) -> Optional[str]:
+        try:
+            contenders = self._zk.Election(self._path("leader", "election")).contenders()
+        except (NoNodeError, KazooException):
+            return None
+        return contenders[0] if contenders else None
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def _delete(self, path: str) -> int:
+        try:
+            self._zk.delete(path)
+            return 1
+        except (NoNodeError, NotEmptyError):
+            return 0
+        except KazooException:
+            log.warning("could not delete %s", path, exc_info=True)
+            return 0
+
+    def _children_watch(self, path: str, callback: Callable[[list[str]], None]) -> Callable[[], None]:
+        stopped = threading.Event()
+
+        def on_children(children: list[str], event: object = None) -> bool:
+            if stopped.is_set():
+                return False  # returning False ends a kazoo ChildrenWatch
+            if getattr(event, "type", None) == EventType.DELETED:
+                return True
+            callback(children)
+            return True
+
+        ChildrenWatch(self._zk, path, on_children, send_event=True)
+        return stopped.set

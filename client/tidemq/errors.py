@@ -1,0 +1,95 @@
+"""The one exception tree of tidemq.
+
+Every error tidemq raises derives from :class:`TidemqError`. Input errors derive from
+:class:`ValidationError` (also a ``ValueError``); their message names the limit or the expected
+form. Errors a caller may retry derive from :class:`RetriableError`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TidemqError",
+    "ConfigurationError",
+    "ValidationError",
+    "InvalidTopicError",
+    "InvalidDataError",
+    "DataTooLargeError",
+    "InvalidDelayError",
+    "InvalidRetryError",
+    "InvalidMessageTypeError",
+    "MalformedRequestError",
+    "RetriableError",
+    "BrokerUnavailableError",
+    "StorageUnavailableError",
+    "CoordinationError",
+    "LeaseLostError",
+    "error_from_name",
+]
+
+
+class TidemqError(Exception):
+    """Raised when tidemq cannot do what was asked; the base of every tidemq error."""
+
+
+class ConfigurationError(TidemqError):
+    """Raised when the configuration is missing or contradictory (names the setting to fix)."""
+
+
+class ValidationError(TidemqError, ValueError):
+    """Raised when input is rejected; nothing was stored."""
+
+
+class InvalidTopicError(ValidationError):
+    """Raised when a topic name is empty, too long or has characters outside [A-Za-z0-9._:-]."""
+
+
+class InvalidDataError(ValidationError):
+    """Raised when message data is not JSON-serialisable."""
+
+
+class DataTooLargeError(InvalidDataError):
+    """Raised when serialised message data exceeds the size limit."""
+
+
+class InvalidDelayError(ValidationError):
+    """Raised when a delay or effect time is negative, too far ahead, or both are given."""
+
+
+class InvalidRetryError(ValidationError):
+    """Raised when a retry count or retry schedule is not of the accepted form."""
+
+
+class InvalidMessageTypeError(ValidationError):
+    """Raised when a message type is not one of MessageType's members."""
+
+
+class MalformedRequestError(ValidationError):
+    """Raised when a request is structurally wrong (bad field, too many items, unknown id form)."""
+
+
+class RetriableError(TidemqError):
+    """Raised when the operation failed for a passing reason; the same call may succeed later."""
+
+
+class BrokerUnavailableError(RetriableError):
+    """Raised when no broker answered in time; nothing is known to be stored."""
+
+
+class StorageUnavailableError(RetriableError):
+    """Raised when the database cannot be reached or timed out; the request was not applied."""
+
+
+class CoordinationError(RetriableError):
+    """Raised when ZooKeeper (or the in-process coordinator) cannot serve the request."""
+
+
+class LeaseLostError(TidemqError):
+    """Raised when an ack or touch is refused because the consumer no longer holds the lease."""
+
+
+def error_from_name(name: str, message: str) -> TidemqError:
+    """Rebuild the exception a broker reported by class name (unknown names give TidemqError)."""
+    cls = globals().get(name)
+    if isinstance(cls, type) and issubclass(cls, TidemqError):
+        return cls(message)
+    return TidemqError(message)

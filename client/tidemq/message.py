@@ -1,0 +1,85 @@
+"""Message models, message states and the Message a handler receives."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Optional
+
+from .errors import InvalidMessageTypeError
+
+__all__ = ["MessageType", "MessageStatus", "Message"]
+
+
+class MessageType(str, enum.Enum):
+    """How a topic's messages are delivered.
+
+    QUEUE: shared by the topic's consumers, each message to one of them (``MOD(id, total) = rank``).
+    SERIAL_QUEUE: only the top-ranked consumer runs, one message at a time, in (effect_time, id) order.
+    TOPIC: a broadcast, run once by every consumer online when it was sent.
+    """
+
+    QUEUE = "QUEUE"
+    SERIAL_QUEUE = "SERIAL_QUEUE"
+    TOPIC = "TOPIC"
+
+    @classmethod
+    def parse(cls, value: "MessageType | str") -> "MessageType":
+        """Return the member for ``value`` or raise InvalidMessageTypeError naming the choices."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value).upper())
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise InvalidMessageTypeError(
+                f"unknown message type {value!r}: expected one of {choices}"
+            ) from None
+
+
+class MessageStatus(str, enum.Enum):
+    """The states of a stored message and what moves a message out of each.
+
+    NEW: waiting for its effect_time; a pull locks it (-> RUNNING), cancel or delete removes it.
+    RUNNING: leased to one consumer; its ack moves it to SUCCESS, NEW (retry) or FAIL; an expired
+    lease moves it back to NEW.
+    SUCCESS: done; retention deletes or archives it.
+    FAIL: retries exhausted (a dead letter); requeue moves it back to NEW.
+    """
+
+    NEW = "NEW"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAIL = "FAIL"
+
+
+@dataclass
+class Message:
+    """A message as a handler receives it."""
+
+    id: int
+    topic: str
+    data: Any
+    effect_time: Optional[datetime] = None
+    retry_remaining: int = 0
+    attempt: int = 1
+    lease_token: str = ""
+    ttr: float = 0.0
+    _touch: Optional[Callable[[float], bool]] = field(default=None, repr=False, compare=False)
+
+    def touch(self, ttr: Optional[float] = None) -> bool:
+        """Extend this message's lease by ``ttr`` seconds from now (default: the current ttr).
+
+        Returns False when the lease was already lost (another consumer may run the message).
+        Broadcast (TOPIC) messages have no lease and always return True.
+        """
+        if self._touch is None:
+            return True
+        return self._touch(ttr if ttr is not None else self.ttr)
+
+    @classmethod
+    def from_json(cls, id: int, topic: str, text: str, **kwargs: Any) -> "Message":
+        """Build a Message whose data is decoded from JSON text."""
+        return cls(id=id, topic=topic, data=json.loads(text), **kwargs)

@@ -1,0 +1,129 @@
+"""The broker pool: which brokers are alive, one channel each, calls that fail over."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import grpc
+
+from .coordinator import Coordinator
+from .errors import BrokerUnavailableError, TidemqError, error_from_name
+from .rpc import tidemq_pb2_grpc as pb_grpc
+
+__all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES"]
+
+log = logging.getLogger(__name__)
+ERROR_KEY = "tidemq-error"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_QUARANTINE = 2.0  # seconds a broker that failed a call is passed over
+
+
+class BrokerPool:
+    """Spreads calls round-robin over live brokers; a call that finds a broker dead moves on.
+
+    Brokers come from a static list or from ``<root>/brokers`` in the coordinator (watched, so
+    a dead broker leaves the pool as soon as its ephemeral node goes).
+    """
+
+    def __init__(self, static: tuple[str, ...] = (), coordinator: Optional[Coordinator] = None) -> None:
+        self._lock = threading.Condition()
+        self._addresses: list[str] = list(static)
+        self._stubs: dict[str, tuple[grpc.Channel, pb_grpc.BrokerStub]] = {}
+        self._failed_at: dict[str, float] = {}
+        self._turn = itertools.count()
+        self._closed = False
+        if not static and coordinator is not None:
+            coordinator.watch_brokers(self._set_addresses)
+
+    def _set_addresses(self, addresses: list[str]) -> None:
+        with self._lock:
+            self._addresses = list(addresses)
+            for gone in set(self._stubs) - set(addresses):
+                channel, _ = self._stubs.pop(gone)
+                channel.close()
+            self._lock.notify_all()
+
+    def addresses(self) -> list[str]:
+        with self._lock:
+            return list(self._addresses)
+
+    def _stub(self, address: str) -> pb_grpc.BrokerStub:
+        with self._lock:
+            if address not in self._stubs:
+                channel = grpc.insecure_channel(address, options=[
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    # Reconnect quickly to a broker that comes back on the same address.
+                    ("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000),
+                ])
+                self._stubs[address] = (channel, pb_grpc.BrokerStub(channel))
+            return self._stubs[address][1]
+
+    def _pick(self, deadline: float, avoid: set[str]) -> Optional[str]:
+        with self._lock:
+            while not self._closed:
+                now = time.monotonic()
+                live = [a for a in self._addresses if a not in avoid and now - self._failed_at.get(a, -1e9) > _QUARANTINE]
+                if not live:  # everything failed recently: try the quarantined ones again
+                    live = [a for a in self._addresses if a not in avoid]
+                if live:
+                    return live[next(self._turn) % len(live)]
+                remaining = deadline - now
+                if remaining <= 0:
+                    return None
+                self._lock.wait(min(remaining, 0.1))
+                avoid.clear()  # the list may have changed: every broker deserves another try
+            return None
+
+    def call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]] = None) -> Any:
+        """Call ``method`` on some live broker within ``timeout`` seconds.
+
+        Transport failures (broker dead or unreachable) move the call to another broker; errors a
+        broker reports are raised as the matching tidemq exception.
+        """
+        deadline = time.monotonic() + timeout
+        tried: set[str] = set()
+        last_error = "no broker is registered"
+        while True:
+            address = self._pick(deadline, tried)
+            remaining = deadline - time.monotonic()
+            if address is None or remaining <= 0:
+                raise BrokerUnavailableError(f"no broker answered {method} within {timeout:.1f} s ({last_error})")
+            try:
+                return getattr(self._stub(address), method)(request, timeout=remaining)
+            except grpc.RpcError as exc:
+                error = _tidemq_error(exc)
+                if error is not None:
+                    raise error from None
+                code = exc.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise BrokerUnavailableError(f"{method} on {address} did not finish within {timeout:.1f} s") from None
+                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                                grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED):
+                    raise TidemqError(f"{method} on {address} failed: {code.name}: {exc.details()}") from None
+                last_error = f"{address}: {code.name} {exc.details()}"
+                log.info("broker %s failed %s (%s); trying another", address, method, code.name)
+                with self._lock:
+                    self._failed_at[address] = time.monotonic()
+                tried.add(address)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for channel, _ in self._stubs.values():
+                channel.close()
+            self._stubs.clear()
+            self._lock.notify_all()
+
+
+def _tidemq_error(exc: grpc.RpcError) -> Optional[TidemqError]:
+    """The tidemq exception a broker reported in trailing metadata, if it reported one."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == ERROR_KEY:
+            return error_from_name(value, exc.details() or value)
+    return None

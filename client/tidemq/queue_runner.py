@@ -1,0 +1,205 @@
+"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling, handlers, acks."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Optional
+
+from .client import Client
+from .consumer import ConsumerSpec
+from .coordinator import ConnectionState, Registration, rank_of
+from .errors import RetriableError, TidemqError
+from .message import Message, MessageType
+from .rpc import tidemq_pb2 as pb
+
+__all__ = ["QueueRunner", "delivery_to_message"]
+
+log = logging.getLogger(__name__)
+_ACK_BATCH = 500
+
+
+def delivery_to_message(d: pb.Delivery, client: Optional[Client] = None) -> Message:
+    """Build the handler's Message from a delivery; ``touch`` extends its lease through ``client``."""
+    touch = None
+    if client is not None:
+        def touch(ttr: float, _id: int = d.id, _token: str = d.lease_token) -> bool:
+            return client.touch(_id, _token, ttr)
+    return Message.from_json(
+        d.id, d.topic, d.data,
+        effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
+        retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
+        ttr=d.ttr_seconds, _touch=touch,
+    )
+
+
+class QueueRunner:
+    """One consumer of a QUEUE or SERIAL_QUEUE topic.
+
+    A fetch thread long-polls for at most ``threads + batch`` leased messages at a time (bounded
+    prefetch), a pool of ``threads`` runs handlers, and an ack thread sends outcomes in batches.
+    Rank and total come from the topic's consumer nodes and are re-read before every pull.
+    A SERIAL_QUEUE consumer pulls only while it is rank 0, one message at a time, and asks for
+    the next only after the previous outcome is recorded.
+    """
+
+    def __init__(self, client: Client, spec: ConsumerSpec, instance: str, long_poll: float = 2.0) -> None:
+        self.client = client
+        self.spec = spec
+        self.instance = instance
+        self.serial = spec.type is MessageType.SERIAL_QUEUE
+        self._long_poll = long_poll
+        self._capacity = 1 if self.serial else spec.threads + spec.batch
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._nodes: list[str] = []
+        self._connected = True
+        self._stopping = threading.Event()
+        self._acks: "queue.Queue[pb.AckItem]" = queue.Queue()
+        self._pool = ThreadPoolExecutor(spec.threads, thread_name_prefix=f"tidemq-handler-{spec.topic}")
+        self._threads: list[threading.Thread] = []
+        self.registration: Optional[Registration] = None
+        self._unwatch = lambda: None
+        self.succeeded = self.failed = self.stale = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        coordinator = self.client.coordinator
+        coordinator.add_state_listener(self._on_state)
+        self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
+        self._unwatch = coordinator.watch_consumers(self.spec.topic, self._on_members)
+        for target, name in ((self._fetch_loop, "fetch"), (self._ack_loop, "ack")):
+            thread = threading.Thread(target=target, name=f"tidemq-{name}-{self.spec.topic}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, drain_timeout: float = 30.0) -> None:
+        """Stop pulling, let running handlers finish, send their acks, then leave the topic."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._threads[0].join(self._long_poll + self.client.settings.rpc_timeout)
+        with self._cond:
+            self._cond.wait_for(lambda: self._inflight == 0, drain_timeout)
+        self._acks.put(None)  # type: ignore[arg-type]
+        self._threads[1].join(drain_timeout)
+        self._pool.shutdown(wait=False)
+        self._unwatch()
+        if self.registration is not None:
+            self.client.coordinator.unregister_consumer(self.registration)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """(rank, total) as this consumer sees it now; rank -1 until it sees its own node."""
+        node = self.registration.node if self.registration else None
+        with self._cond:
+            return rank_of(node, self._nodes)
+
+    # -- coordination events -----------------------------------------------------------------
+    def _on_members(self, nodes: list[str]) -> None:
+        with self._cond:
+            self._nodes = list(nodes)
+            self._cond.notify_all()
+
+    def _on_state(self, state: ConnectionState) -> None:
+        # SUSPENDED: our node may be gone for others; take nothing new until we know.
+        with self._cond:
+            self._connected = state is ConnectionState.CONNECTED
+            self._cond.notify_all()
+
+    # -- pulling -----------------------------------------------------------------------------
+    def _ready(self) -> bool:
+        if not self._connected or self._inflight >= self._capacity:
+            return False
+        rank, _ = rank_of(self.registration.node if self.registration else None, self._nodes)
+        return rank == 0 if self.serial else rank >= 0
+
+    def _fetch_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._stopping.is_set() or self._ready(), 0.5):
+                    continue
+                if self._stopping.is_set():
+                    return
+                want = min(self.spec.batch, self._capacity - self._inflight)
+                rank, total = rank_of(self.registration.node, self._nodes)  # type: ignore[union-attr]
+            try:
+                deliveries = self.client.pull(
+                    self.spec.topic, self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
+                    serial=self.serial, max_messages=want, wait=self._long_poll, ttr=self.spec.ttr)
+                backoff = 0.1
+            except TidemqError as exc:
+                level = logging.INFO if isinstance(exc, RetriableError) else logging.ERROR
+                log.log(level, "pull of %s failed: %s", self.spec.topic, exc)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            if not deliveries:
+                continue
+            with self._cond:
+                self._inflight += len(deliveries)
+            for delivery in deliveries:
+                self._pool.submit(self._handle, delivery)
+
+    def _handle(self, delivery: pb.Delivery) -> None:
+        item = pb.AckItem(id=delivery.id, lease_token=delivery.lease_token, success=True)
+        try:
+            self.spec.handler(delivery_to_message(delivery, self.client))
+        except Exception as exc:  # the handler's failure is the message's outcome, not ours
+            log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
+            item.success = False
+            item.error = f"{type(exc).__name__}: {exc}"
+        self._acks.put(item)
+        if not self.serial:
+            self._release(1)
+
+    def _release(self, n: int) -> None:
+        with self._cond:
+            self._inflight -= n
+            self._cond.notify_all()
+
+    # -- acking ------------------------------------------------------------------------------
+    def _ack_loop(self) -> None:
+        while True:
+            first = self._acks.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < _ACK_BATCH:  # coalesce whatever is already waiting, never wait
+                try:
+                    item = self._acks.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._acks.put(None)  # type: ignore[arg-type]
+                    break
+                batch.append(item)
+            self._send(batch)
+            if self.serial:
+                self._release(len(batch))
+
+    def _send(self, batch: list[pb.AckItem]) -> None:
+        """Send acks, retrying through broker failover for up to one ttr (the lease's life)."""
+        deadline_tries = max(int(self.spec.ttr / 0.5), 1)
+        for attempt in range(deadline_tries):
+            try:
+                outcomes = self.client.ack(self.spec.topic, self.registration.node, batch)  # type: ignore[union-attr]
+                break
+            except RetriableError as exc:
+                log.info("ack of %d message(s) failed (%s); retrying", len(batch), exc)
+                self._stopping.wait(0.5) if not self._stopping.is_set() else threading.Event().wait(0.5)
+        else:
+            log.error("gave up acking %d message(s) of %s: they will be delivered again", len(batch), self.spec.topic)
+            return
+        for item, outcome in zip(batch, outcomes):
+            if outcome == pb.STALE:
+                self.stale += 1
+                log.warning("ack of message %d refused: the lease was lost (it was or will be run elsewhere)", item.id)
+            elif item.success:
+                self.succeeded += 1
+            else:
+                self.failed += 1

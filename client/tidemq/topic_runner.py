@@ -1,0 +1,90 @@
+"""Runs one TOPIC (broadcast) consumer: every broadcast sent while it is online, in order."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Optional
+
+from .client import Client
+from .consumer import ConsumerSpec
+from .coordinator import Registration
+from .message import Message
+
+__all__ = ["BroadcastRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class BroadcastRunner:
+    """Reads ``<root>/broadcast/<topic>`` in sequence order from where it joined.
+
+    The children watch always delivers the full list of sequence numbers, so a burst whose
+    events coalesce loses nothing: the runner works through every number above its cursor.
+    """
+
+    def __init__(self, client: Client, spec: ConsumerSpec, instance: str) -> None:
+        self.client = client
+        self.spec = spec
+        self.instance = instance
+        self._cond = threading.Condition()
+        self._latest: list[int] = []
+        self._cursor = -1
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"tidemq-broadcast-{spec.topic}", daemon=True)
+        self.registration: Optional[Registration] = None
+        self._unwatch = lambda: None
+        self.succeeded = self.failed = 0
+
+    def start(self) -> None:
+        coordinator = self.client.coordinator
+        self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
+        existing = coordinator.broadcast_sequences(self.spec.topic)
+        self._cursor = existing[-1] if existing else -1  # only what is sent from now on
+        self._unwatch = coordinator.watch_broadcasts(self.spec.topic, self._on_sequences)
+        self._thread.start()
+
+    def stop(self, drain_timeout: float = 30.0) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(drain_timeout)
+        self._unwatch()
+        if self.registration is not None:
+            self.client.coordinator.unregister_consumer(self.registration)
+
+    def _on_sequences(self, sequences: list[int]) -> None:
+        with self._cond:
+            self._latest = sequences
+            self._cond.notify_all()
+
+    def _pending(self) -> list[int]:
+        return [s for s in self._latest if s > self._cursor]
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping.is_set() or self._pending(), 1.0)
+                pending = sorted(self._pending())
+            for seq in pending:
+                if self._stopping.is_set():
+                    return
+                self._run(seq)
+                self._cursor = seq
+
+    def _run(self, seq: int) -> None:
+        payload = self.client.coordinator.read_broadcast(self.spec.topic, seq)
+        if payload is None:
+            log.warning("broadcast %d of %s was pruned before it was read", seq, self.spec.topic)
+            return
+        envelope = json.loads(payload)
+        sent_at = datetime.fromtimestamp(envelope.get("sent_at", 0) / 1000, tz=timezone.utc)
+        message = Message(id=seq, topic=self.spec.topic, data=envelope.get("data"), effect_time=sent_at)
+        try:
+            self.spec.handler(message)
+            self.succeeded += 1
+        except Exception:  # broadcasts are not retried: log and go on to the next
+            self.failed += 1
+            log.exception("handler of broadcast %d of %s failed", seq, self.spec.topic)

@@ -1,0 +1,185 @@
+"""Input checks shared by the client (fail before the network) and the broker (trust no client).
+
+Each check raises a ValidationError subclass whose message names the limit or the expected form.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from .errors import (
+    DataTooLargeError,
+    InvalidDataError,
+    InvalidDelayError,
+    InvalidRetryError,
+    InvalidTopicError,
+    MalformedRequestError,
+)
+
+__all__ = [
+    "TOPIC_MAX_LENGTH",
+    "UNIQUE_KEY_MAX_LENGTH",
+    "DEFAULT_MAX_DATA_BYTES",
+    "MAX_DELAY_SECONDS",
+    "MAX_RETRIES",
+    "MAX_BATCH",
+    "check_topic",
+    "encode_data",
+    "check_delay",
+    "check_effect_time",
+    "parse_retry",
+    "parse_duration",
+    "check_unique_key",
+    "check_batch_size",
+]
+
+TOPIC_MAX_LENGTH = 255
+UNIQUE_KEY_MAX_LENGTH = 255
+DEFAULT_MAX_DATA_BYTES = 1024 * 1024
+MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600  # ten years, leap days included
+MAX_RETRIES = 1000
+MAX_BATCH = 10_000
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._:-]+")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def check_topic(topic: Any) -> str:
+    """Return ``topic`` if it is a valid topic name, else raise InvalidTopicError."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidTopicError(f"topic must be a non-empty string, got {topic!r}")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise InvalidTopicError(
+            f"topic is {len(topic)} characters long; the limit is {TOPIC_MAX_LENGTH}"
+        )
+    if not _TOPIC_RE.fullmatch(topic):
+        raise InvalidTopicError(
+            f"topic {topic[:80]!r} has characters outside [A-Za-z0-9._:-]"
+        )
+    return topic
+
+
+def encode_data(data: Any, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
+    """Serialise ``data`` to compact JSON text, enforcing the size limit in UTF-8 bytes."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDataError(f"data must be JSON-serialisable: {exc}") from None
+    check_data_size(text, max_bytes)
+    return text
+
+
+def check_data_text(text: str, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
+    """Check JSON text received over the wire: size first (cheap), then that it parses."""
+    check_data_size(text, max_bytes)
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise InvalidDataError(f"data must be valid JSON text: {exc}") from None
+    return text
+
+
+def check_data_size(text: str, max_bytes: int) -> None:
+    """Raise DataTooLargeError when ``text`` is larger than ``max_bytes`` in UTF-8."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise DataTooLargeError(
+            f"data is {size} bytes as JSON; the limit is {max_bytes} bytes"
+        )
+
+
+def check_delay(delay: Any) -> float:
+    """Return ``delay`` in seconds if it is a finite number in [0, 10 years]."""
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise InvalidDelayError(f"delay must be a number of seconds, got {delay!r}")
+    if not math.isfinite(delay) or delay < 0:
+        raise InvalidDelayError(f"delay must be between 0 and {MAX_DELAY_SECONDS} seconds (10 years), got {delay!r}")
+    if delay > MAX_DELAY_SECONDS:
+        raise InvalidDelayError(
+            f"delay of {delay:.0f} s is more than the limit of {MAX_DELAY_SECONDS} s (10 years)"
+        )
+    return float(delay)
+
+
+def check_effect_time(effect_time: Any, now: Optional[datetime] = None) -> datetime:
+    """Return ``effect_time`` as an aware UTC datetime no more than 10 years ahead.
+
+    A naive datetime is taken as local time, as ``datetime.now()`` gives it. A time in the past
+    is accepted: the message is due at once.
+    """
+    if not isinstance(effect_time, datetime):
+        raise InvalidDelayError(f"effect_time must be a datetime, got {effect_time!r}")
+    aware = effect_time.astimezone(timezone.utc)
+    now = now or datetime.now(timezone.utc)
+    if (aware - now).total_seconds() > MAX_DELAY_SECONDS:
+        raise InvalidDelayError(
+            f"effect_time {effect_time.isoformat()} is more than 10 years ahead (the limit)"
+        )
+    return aware
+
+
+def parse_duration(value: Any) -> float:
+    """Parse one retry delay: seconds as a number, or a string like "500ms", "30s", "2m", "1h", "1d"."""
+    if isinstance(value, bool):
+        raise InvalidRetryError(f"retry delay must be seconds or a string like '2m', got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise InvalidRetryError(
+            f"retry delay {value!r} is not of the form 10, 2.5, '500ms', '30s', '2m', '1h' or '1d'"
+        )
+    if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_DELAY_SECONDS:
+        raise InvalidRetryError(f"retry delay must be between 0 and {MAX_DELAY_SECONDS} s, got {value!r}")
+    return seconds
+
+
+def parse_retry(retry: Union[None, int, Sequence[Any]]) -> tuple[int, Optional[list[float]]]:
+    """Normalise ``retry`` to (count, schedule).
+
+    None gives (-1, None): the topic's default. An int gives (n, None): n retries on the topic's
+    backoff. A list gives (len, [seconds, ...]): one delay per further attempt.
+    """
+    if retry is None:
+        return -1, None
+    if isinstance(retry, bool):
+        raise InvalidRetryError(f"retry must be a count or a list of delays, got {retry!r}")
+    if isinstance(retry, int):
+        if not 0 <= retry <= MAX_RETRIES:
+            raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES}, got {retry}")
+        return retry, None
+    if isinstance(retry, (list, tuple)):
+        if len(retry) > MAX_RETRIES:
+            raise InvalidRetryError(f"retry schedule has {len(retry)} entries; the limit is {MAX_RETRIES}")
+        schedule = [parse_duration(v) for v in retry]
+        return len(schedule), schedule
+    raise InvalidRetryError(f"retry must be a count or a list of delays, got {type(retry).__name__}")
+
+
+def check_unique_key(key: Any) -> str:
+    """Return the unique key ('' for none) if it is a string of at most 255 characters."""
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise MalformedRequestError(f"unique_key must be a string, got {type(key).__name__}")
+    if len(key) > UNIQUE_KEY_MAX_LENGTH:
+        raise MalformedRequestError(
+            f"unique_key is {len(key)} characters long; the limit is {UNIQUE_KEY_MAX_LENGTH}"
+        )
+    return key
+
+
+def check_batch_size(items: Iterable[Any] | Sequence[Any], what: str = "messages") -> None:
+    """Raise MalformedRequestError for an empty batch or one larger than MAX_BATCH."""
+    n = len(items)  # type: ignore[arg-type]
+    if n == 0:
+        raise MalformedRequestError(f"a batch needs at least one of its {what}")
+    if n > MAX_BATCH:
+        raise MalformedRequestError(f"a batch has {n} {what}; the limit is {MAX_BATCH} per call")

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what the integration tests run against, from Debian's packages, when missing:
+# MariaDB (MySQL-compatible), ZooKeeper, the MariaDB JDBC driver (Spark) and Java.
+set -euo pipefail
+need=()
+command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+[ -f /usr/share/java/mariadb-java-client.jar ] || need+=(libmariadb-java)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+echo "servers: mariadbd $(mariadbd --version | awk '{print $3}'), zookeeper $(ls /usr/share/java/zookeeper.jar)"
