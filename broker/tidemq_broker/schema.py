@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-__all__ = ["metadata", "message", "topic", "SCHEMA_VERSION"]
+__all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "schema_version", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -98,6 +98,47 @@ schema_version = Table(
     metadata,
     Column("version", Integer, primary_key=True),
     Column("applied_at", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+# Written by the pipeline's report job, charted by the console: one row per topic and hour.
+topic_stats = Table(
+    "tidemq_topic_stats",
+    metadata,
+    Column("topic", String(255), primary_key=True),
+    Column("hour", Time, primary_key=True),
+    Column("produced", BigInteger, nullable=False),
+    Column("succeeded", BigInteger, nullable=False),
+    Column("failed", BigInteger, nullable=False),
+    Column("retried", BigInteger, nullable=False),
+    Column("lease_expired", BigInteger, nullable=False),
+    Column("backlog", BigInteger, nullable=False),
+    Column("lateness_p50_ms", Float, nullable=True),
+    Column("lateness_p95_ms", Float, nullable=True),
+    Column("lateness_p99_ms", Float, nullable=True),
+    Column("duration_p50_ms", Float, nullable=True),
+    Column("duration_p95_ms", Float, nullable=True),
+    Column("duration_p99_ms", Float, nullable=True),
+    Column("computed_at", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+# Raised by the pipeline's alarm job, shown in the console.
+alarm = Table(
+    "tidemq_alarm",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("topic", String(255), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("value", Float, nullable=False),
+    Column("threshold", Float, nullable=False),
+    Column("message", String(1000), nullable=False),
+    Column("raised_at", Time, nullable=False),
+    Column("resolved_at", Time, nullable=True),
+    Index("idx_alarm_topic_raised", "topic", "raised_at"),
+    sqlite_autoincrement=True,
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )

@@ -52,7 +52,25 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--delay", type=float, help="seconds before it may run")
     produce.add_argument("--retry", type=int, help="retry count (default: the topic's)")
     produce.add_argument("--unique-key", help="deduplication key")
+    for plugin in _PLUGINS:
+        module = _optional(plugin)
+        if module is not None:
+            module.register(sub)
     return p
+
+
+#: Components that add their own sub-commands (``admin``, ``pipeline``) when installed. Each
+#: module has ``register(subparsers)``; the parser it adds sets ``func(args, settings) -> int``.
+_PLUGINS = ("tidemq_admin.cli", "tidemq_pipeline.cli")
+
+
+def _optional(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            return None  # the component is not installed
+        raise
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -62,7 +80,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         settings = Settings.from_env(db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root, brokers=args.brokers)
-        return _COMMANDS[args.command](args, settings)
+        handler = _COMMANDS.get(args.command) or args.func
+        return handler(args, settings)
     except TidemqError as exc:
         print(f"tidemq: {exc}", file=sys.stderr)
         return 2

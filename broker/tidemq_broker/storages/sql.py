@@ -140,8 +140,9 @@ class SqlStorage(Storage):
 
     def truncate(self) -> None:
         def work(conn: Connection) -> None:
-            conn.execute(delete(m))
-            conn.execute(delete(t))
+            for table in reversed(metadata.sorted_tables):
+                if table is not schema_version:
+                    conn.execute(delete(table))
 
         self._tx(work)
 

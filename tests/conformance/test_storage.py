@@ -1,0 +1,266 @@
+"""One conformance suite, run against every storage implementation (SQLite and real MariaDB)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from tidemq.errors import StorageUnavailableError
+from tidemq_broker import clock
+from tidemq_broker.retry_policy import next_delay
+from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, TopicSettings, open_storage
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def storage(request, tmp_path):
+    if request.param == "sqlite":
+        store = open_storage(f"sqlite:///{tmp_path}/conformance.sqlite3")
+        store.create_schema()
+    else:
+        store = open_storage(request.getfixturevalue("mysql_url"))
+    yield store
+    store.close()
+
+
+def rows(topic, n, delay=0.0, **kw):
+    now = clock.now()
+    return [NewRow(topic=topic, data=f'{{"n": {i}}}', effect_time=clock.after(now, delay), retry_remaining=kw.get("retry", 0),
+                   retry_schedule=kw.get("schedule"), unique_key=(f"{kw['key']}-{i}" if kw.get("key") else None))
+            for i in range(n)]
+
+
+def insert(storage, topic, n, **kw):
+    return storage.insert_messages(rows(topic, n, **kw), clock.now(), "PRODUCED\n")
+
+
+def lock(storage, topic, limit=100, rank=0, total=1, ttr=30, consumer="c1"):
+    return storage.lock_batch(topic, rank, total, limit, ttr, consumer, clock.now(), "LOCKED\n")
+
+
+def settings(name):
+    return TopicSettings(name)
+
+
+def ack(storage, items):
+    return storage.ack(items, clock.now(), "c1", "b1", settings, next_delay)
+
+
+def test_insert_returns_ids_in_order_and_stores_rows(storage):
+    ids = insert(storage, "t.a", 5)
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    stored = [storage.get_message(i) for i in ids]
+    assert [m.data for m in stored] == [f'{{"n": {i}}}' for i in range(5)]
+    assert {m.status for m in stored} == {"NEW"}
+    assert stored[0].trace == "PRODUCED\n"
+
+
+def test_millisecond_effect_time_round_trips(storage):
+    moment = clock.after(clock.now(), 1.234)
+    [msg_id] = storage.insert_messages([NewRow("t.ms", "1", moment, 0)], clock.now(), "")
+    assert storage.get_message(msg_id).effect_time == moment
+
+
+def test_unique_key_deduplicates_within_and_across_batches(storage):
+    now = clock.now()
+    batch = [NewRow("t.u", "1", now, 0, unique_key="k1"), NewRow("t.u", "2", now, 0, unique_key="k1"),
+             NewRow("t.u", "3", now, 0), NewRow("t.other", "4", now, 0, unique_key="k1")]
+    ids = storage.insert_messages(batch, now, "")
+    assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
+    again = storage.insert_messages([NewRow("t.u", "9", now, 0, unique_key="k1")], now, "")
+    assert again == [ids[0]]
+    assert storage.get_message(ids[0]).data == "1"
+    assert storage.count_by_status("t.u") == {"t.u": {"NEW": 2}}
+
+
+def test_a_failing_batch_stores_nothing(storage):
+    insert(storage, "t.keep", 2)
+    now = clock.now()
+    bad = [NewRow("t.bad", "1", now, 0), NewRow("t.bad", None, now, 0)]  # NOT NULL violated
+    with pytest.raises(Exception):
+        storage.insert_messages(bad, now, "")
+    assert storage.count_by_status() == {"t.keep": {"NEW": 2}}
+
+
+def test_lock_takes_only_due_messages_oldest_first_up_to_limit(storage):
+    due = insert(storage, "t.l", 5)
+    insert(storage, "t.l", 3, delay=60)
+    got = lock(storage, "t.l", limit=3)
+    assert [m.id for m in got] == due[:3]
+    assert {m.status for m in got} == {"RUNNING"} and len({m.lease_token for m in got}) == 1
+    assert all(m.attempt == 1 and m.consumer == "c1" for m in got)
+    rest = lock(storage, "t.l", limit=10)
+    assert [m.id for m in rest] == due[3:]
+    assert lock(storage, "t.l") == []
+
+
+def test_lock_shards_by_id_modulo_total(storage):
+    ids = insert(storage, "t.s", 12)
+    seen = []
+    for rank in range(3):
+        got = lock(storage, "t.s", rank=rank, total=3)
+        assert all(m.id % 3 == rank for m in got)
+        seen += [m.id for m in got]
+    assert sorted(seen) == ids
+
+
+def test_concurrent_locks_never_hand_out_a_message_twice(storage):
+    ids = insert(storage, "t.c", 400)
+    taken: list[int] = []
+    guard = threading.Lock()
+
+    def take():
+        while True:
+            got = lock(storage, "t.c", limit=7)
+            if not got:
+                return
+            with guard:
+                taken.extend(m.id for m in got)
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == ids
+
+
+def test_ack_success_is_applied_once_and_stale_tokens_are_refused(storage):
+    [msg_id] = insert(storage, "t.ack", 1)
+    [msg] = lock(storage, "t.ack")
+    assert ack(storage, [AckItem(msg_id, "wrong-token", True)]) == [AckOutcome.STALE]
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.APPLIED]
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.STALE]
+    stored = storage.get_message(msg_id)
+    assert stored.status == "SUCCESS" and stored.finish_time is not None
+    assert stored.trace.count("SUCCESS") == 1
+
+
+def test_ack_failure_retries_on_schedule_then_fails(storage):
+    [msg_id] = insert(storage, "t.retry", 1, retry=2, schedule=[5.0, 60.0])
+    [msg] = lock(storage, "t.retry")
+    before = clock.now()
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
+    stored = storage.get_message(msg_id)
+    assert stored.status == "NEW" and stored.retry_remaining == 1
+    assert timedelta(seconds=4.9) <= stored.effect_time - before <= timedelta(seconds=6)
+    assert "RETRY" in stored.trace and "error=boom" in stored.trace
+    storage.requeue([], "t.retry", 0, clock.now(), "")  # not FAIL: nothing moves
+    assert storage.get_message(msg_id).status == "NEW"
+
+
+def test_mixed_batch_ack_in_one_call(storage):
+    ids = insert(storage, "t.mix", 3, retry=0)
+    got = lock(storage, "t.mix")
+    items = [AckItem(got[0].id, got[0].lease_token, True), AckItem(got[1].id, got[1].lease_token, False, "bad"),
+             AckItem(got[2].id, "stolen", True)]
+    assert ack(storage, items) == [AckOutcome.APPLIED, AckOutcome.APPLIED, AckOutcome.STALE]
+    assert [storage.get_message(i).status for i in ids] == ["SUCCESS", "FAIL", "RUNNING"]
+
+
+def test_touch_extends_only_a_held_lease(storage):
+    insert(storage, "t.touch", 1)
+    [msg] = lock(storage, "t.touch", ttr=5)
+    assert storage.touch(msg.id, msg.lease_token, 600, clock.now())
+    assert storage.get_message(msg.id).lease_expire > clock.after(clock.now(), 500)
+    assert not storage.touch(msg.id, "other", 600, clock.now())
+
+
+def test_cancel_removes_only_pending_messages(storage):
+    ids = insert(storage, "t.cancel", 2)
+    lock(storage, "t.cancel", limit=1)
+    assert storage.cancel([ids[0], ids[1], 999999], clock.now()) == [False, True, False]
+    assert storage.get_message(ids[1]) is None and storage.get_message(ids[0]).status == "RUNNING"
+
+
+def test_expired_leases_return_to_new_and_name_the_lost_consumer(storage):
+    [msg_id] = insert(storage, "t.lease", 1)
+    [msg] = lock(storage, "t.lease", ttr=1, consumer="worker-a-0000000001")
+    assert storage.expire_leases(clock.now(), 100, "b1") == 0
+    assert storage.expire_leases(clock.after(clock.now(), 2), 100, "b1") == 1
+    stored = storage.get_message(msg_id)
+    assert stored.status == "NEW" and stored.lease_token is None
+    assert "LEASE_EXPIRED" in stored.trace and "lost_by=worker-a-0000000001" in stored.trace
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.STALE]
+    [again] = lock(storage, "t.lease")
+    assert again.attempt == 2
+
+
+def test_requeue_moves_dead_letters_back(storage):
+    ids = insert(storage, "t.dead", 3, retry=0)
+    for msg in lock(storage, "t.dead"):
+        ack(storage, [AckItem(msg.id, msg.lease_token, False, "x")])
+    assert storage.requeue([ids[0]], None, 2, clock.now(), "REQUEUED\n") == 1
+    assert storage.get_message(ids[0]).status == "NEW" and storage.get_message(ids[0]).retry_remaining == 2
+    assert storage.requeue([], "t.dead", 0, clock.now(), "REQUEUED\n") == 2
+    assert storage.count_by_status("t.dead") == {"t.dead": {"NEW": 3}}
+
+
+def test_serial_lock_takes_the_head_only_and_keeps_order_across_retries(storage):
+    storage.ensure_topics(["t.serial"], clock.now())
+    ids = insert(storage, "t.serial", 3, retry=1, schedule=[0.0])
+    [first] = storage.lock_serial("t.serial", 30, "c1", clock.now(), "")
+    assert first.id == ids[0]
+    assert storage.lock_serial("t.serial", 30, "c2", clock.now(), "") == []
+    assert storage.serial_head_due("t.serial") is None
+    ack(storage, [AckItem(first.id, first.lease_token, False, "retry me")])
+    [again] = storage.lock_serial("t.serial", 30, "c1", clock.after(clock.now(), 1), "")
+    assert again.id == ids[0] and again.attempt == 2
+
+
+def test_serial_head_not_due_blocks_later_messages(storage):
+    storage.ensure_topics(["t.sd"], clock.now())
+    now = clock.now()
+    storage.insert_messages([NewRow("t.sd", "1", clock.after(now, 60), 0), NewRow("t.sd", "2", now, 0)], now, "")
+    [head] = storage.lock_serial("t.sd", 30, "c1", now, "")
+    assert head.data == "2"  # (order_time, id) order: the due one is first in time
+    ack(storage, [AckItem(head.id, head.lease_token, True)])
+    assert storage.lock_serial("t.sd", 30, "c1", clock.now(), "") == []
+    assert storage.serial_head_due("t.sd") == clock.after(now, 60)
+
+
+def test_next_due_and_max_id(storage):
+    assert storage.max_id() == 0
+    ids = insert(storage, "t.due", 4, delay=10)
+    assert storage.max_id() == max(ids)
+    due = storage.next_due("t.due", 0, 1)
+    assert due is not None and due > clock.now()
+    assert storage.next_due("t.none", 0, 1) is None
+
+
+def test_retention_deletes_old_successes_only(storage):
+    ids = insert(storage, "t.ret", 3, retry=0)
+    got = lock(storage, "t.ret", limit=2)
+    ack(storage, [AckItem(got[0].id, got[0].lease_token, True), AckItem(got[1].id, got[1].lease_token, False)])
+    assert storage.delete_finished("t.ret", clock.now() - timedelta(seconds=10), 100) == 0
+    assert storage.delete_finished("t.ret", clock.after(clock.now(), 1), 100) == 1
+    assert storage.get_message(ids[0]) is None
+    assert storage.get_message(ids[1]).status == "FAIL" and storage.get_message(ids[2]).status == "NEW"
+
+
+def test_topic_settings_round_trip(storage):
+    storage.ensure_topics(["t.x", "t.y"], clock.now())
+    storage.ensure_topics(["t.x"], clock.now())
+    storage.save_topic(TopicSettings("t.x", retry_count=7, ttr=15, paused=True, alarm_backlog=100), clock.now())
+    topics = {s.name: s for s in storage.topics()}
+    assert set(topics) == {"t.x", "t.y"}
+    assert topics["t.x"].retry_count == 7 and topics["t.x"].paused and topics["t.x"].alarm_backlog == 100
+    assert topics["t.y"] == TopicSettings("t.y")
+
+
+def test_list_messages_filters_and_keyset_pages(storage):
+    insert(storage, "t.list", 5)
+    insert(storage, "t.other", 2)
+    page1 = storage.list_messages(MessageFilter(topic="t.list"), limit=3)
+    page2 = storage.list_messages(MessageFilter(topic="t.list"), limit=3, before_id=page1[-1].id)
+    assert len(page1) == 3 and len(page2) == 2
+    assert [m.id for m in page1 + page2] == sorted((m.id for m in page1 + page2), reverse=True)
+    assert [m.data for m in storage.list_messages(MessageFilter(text='"n": 4'), limit=10)] == ['{"n": 4}']
+    assert storage.list_messages(MessageFilter(text="%"), limit=10) == []
+
+
+def test_unreachable_database_raises_a_retriable_error(tmp_path):
+    store = open_storage("mysql+pymysql://root@127.0.0.1:1/none")
+    with pytest.raises(StorageUnavailableError):
+        store.ping()

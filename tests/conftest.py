@@ -1,0 +1,99 @@
+"""Session-wide real servers and per-test isolation.
+
+MariaDB and ZooKeeper start once per session from Debian's packages (`make test` installs them).
+A server that cannot start makes every test that needs it error: it is never a skip.
+Each test gets truncated tables and its own ZooKeeper chroot.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.servers import MariaDB, ZooKeeper
+
+
+@pytest.fixture(scope="session")
+def mariadb():
+    server = MariaDB().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _mysql_store(mariadb):
+    from tidemq_broker.storage import open_storage
+
+    url = mariadb.create_database("tidemq_test")
+    storage = open_storage(url)
+    storage.create_schema()
+    yield url, storage
+    storage.close()
+
+
+@pytest.fixture
+def mysql_url(_mysql_store):
+    """A MariaDB database with the schema and no rows."""
+    url, storage = _mysql_store
+    storage.truncate()
+    return url
+
+
+@pytest.fixture(scope="session")
+def zookeeper():
+    server = ZooKeeper().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def zk_hosts(zookeeper):
+    """A connection string with a chroot of this test's own."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    zk = KazooClient(hosts=zookeeper.hosts)
+    zk.start(timeout=15)
+    zk.ensure_path(chroot)
+    zk.stop()
+    zk.close()
+    return zookeeper.hosts + chroot
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state():
+    """In-process coordination and the consumer registry start empty in every test."""
+    from tidemq.consumer import clear_registry
+    from tidemq.coordinators.local import reset_local_state
+
+    reset_local_state()
+    clear_registry()
+    yield
+    clear_registry()
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """Start real processes (``spawn(name, args, env)``); each is SIGKILLed at teardown."""
+    procs = []
+
+    def start(name, args, env=None):
+        log = open(tmp_path / f"{name}.log", "ab")
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=os.getcwd())
+        proc.log_path = tmp_path / f"{name}.log"
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+TIDEMQ = [sys.executable, "-m", "tidemq_cli.main"]
