@@ -1,0 +1,97 @@
+-- tidemq schema for MySQL 8 / MariaDB 10.5+ (InnoDB, utf8mb4).
+-- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
+-- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
+
+-- Every message and its trace. States: NEW -> RUNNING -> SUCCESS | NEW (retry) | FAIL;
+-- RUNNING -> NEW when the lease (lease_expire) runs out.
+--   effect_time  when the message may next run (a retry moves it forward)
+--   order_time   effect_time as produced; SERIAL_QUEUE runs in (order_time, id) order
+--   lease_token  set by the pull that leased the row; an ack must present it
+-- idx_message_lock serves the pull lock: topic and status by equality, effect_time in order.
+CREATE TABLE `tidemq_message` (
+  `id` bigint(20) NOT NULL AUTO_INCREMENT,
+  `topic` varchar(255) NOT NULL,
+  `data` mediumtext NOT NULL,
+  `status` varchar(10) NOT NULL,
+  `effect_time` datetime(3) NOT NULL,
+  `order_time` datetime(3) NOT NULL,
+  `retry_remaining` int(11) NOT NULL,
+  `retry_schedule` text DEFAULT NULL,
+  `attempt` int(11) NOT NULL,
+  `ttr` int(11) DEFAULT NULL,
+  `lease_token` varchar(32) DEFAULT NULL,
+  `lease_expire` datetime(3) DEFAULT NULL,
+  `consumer` varchar(255) DEFAULT NULL,
+  `unique_key` varchar(255) DEFAULT NULL,
+  `version` int(11) NOT NULL,
+  `trace` mediumtext NOT NULL,
+  `add_time` datetime(3) NOT NULL,
+  `update_time` datetime(3) NOT NULL,
+  `start_time` datetime(3) DEFAULT NULL,
+  `finish_time` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
+  KEY `idx_message_lock` (`topic`,`status`,`effect_time`),
+  KEY `idx_message_lease_token` (`lease_token`),
+  KEY `idx_message_status_lease` (`status`,`lease_expire`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Per-topic settings; a row with defaults is created when a topic is first produced to.
+CREATE TABLE `tidemq_topic` (
+  `name` varchar(255) NOT NULL,
+  `retry_count` int(11) NOT NULL,
+  `retry_base` double NOT NULL,
+  `retry_max` double NOT NULL,
+  `ttr` int(11) NOT NULL,
+  `retention_days` int(11) NOT NULL,
+  `max_data_bytes` int(11) DEFAULT NULL,
+  `paused` tinyint(1) NOT NULL,
+  `alarm_backlog` int(11) DEFAULT NULL,
+  `alarm_failure_rate` double DEFAULT NULL,
+  `alarm_due_age` int(11) DEFAULT NULL,
+  `description` varchar(1000) NOT NULL,
+  `add_time` datetime(3) NOT NULL,
+  `update_time` datetime(3) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Hourly per-topic statistics written by `tidemq pipeline report`, charted by the console.
+CREATE TABLE `tidemq_topic_stats` (
+  `topic` varchar(255) NOT NULL,
+  `hour` datetime(3) NOT NULL,
+  `produced` bigint(20) NOT NULL,
+  `succeeded` bigint(20) NOT NULL,
+  `failed` bigint(20) NOT NULL,
+  `retried` bigint(20) NOT NULL,
+  `lease_expired` bigint(20) NOT NULL,
+  `backlog` bigint(20) NOT NULL,
+  `lateness_p50_ms` double DEFAULT NULL,
+  `lateness_p95_ms` double DEFAULT NULL,
+  `lateness_p99_ms` double DEFAULT NULL,
+  `duration_p50_ms` double DEFAULT NULL,
+  `duration_p95_ms` double DEFAULT NULL,
+  `duration_p99_ms` double DEFAULT NULL,
+  `computed_at` datetime(3) NOT NULL,
+  PRIMARY KEY (`topic`,`hour`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Alarms raised by `tidemq pipeline alarm`, shown in the console.
+CREATE TABLE `tidemq_alarm` (
+  `id` bigint(20) NOT NULL AUTO_INCREMENT,
+  `topic` varchar(255) NOT NULL,
+  `kind` varchar(32) NOT NULL,
+  `value` double NOT NULL,
+  `threshold` double NOT NULL,
+  `message` varchar(1000) NOT NULL,
+  `raised_at` datetime(3) NOT NULL,
+  `resolved_at` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  KEY `idx_alarm_topic_raised` (`topic`,`raised_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Applied schema versions (`tidemq db upgrade`).
+CREATE TABLE `tidemq_schema_version` (
+  `version` int(11) NOT NULL,
+  `applied_at` datetime(3) NOT NULL,
+  PRIMARY KEY (`version`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
