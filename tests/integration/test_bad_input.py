@@ -1,0 +1,146 @@
+"""Every bad input gets its own error naming the limit; gRPC says INVALID_ARGUMENT; nothing is
+stored from a rejected batch and the broker stays up."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from tidemq import MessageType, mq_consumer
+from tidemq.errors import (
+    DataTooLargeError,
+    InvalidDataError,
+    InvalidDelayError,
+    InvalidMessageTypeError,
+    InvalidRetryError,
+    InvalidTopicError,
+    MalformedRequestError,
+)
+from tidemq.rpc import tidemq_pb2 as pb
+from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
+
+
+@pytest.fixture
+def stub(broker):
+    channel = grpc.insecure_channel(broker.address)
+    yield pb_grpc.BrokerStub(channel)
+    channel.close()
+
+
+def stored(broker):
+    return sum(n for counts in broker.storage.count_by_status().values() for n in counts.values())
+
+
+@pytest.mark.parametrize("topic, error, words", [
+    ("", InvalidTopicError, "non-empty"),
+    ("t" * 256, InvalidTopicError, "limit is 255"),
+    ("bad topic!", InvalidTopicError, "characters outside"),
+])
+def test_client_refuses_bad_topics(client, topic, error, words):
+    with pytest.raises(error, match=words):
+        client.produce(topic, {})
+
+
+def test_client_refuses_bad_data_delay_retry_and_type(client):
+    with pytest.raises(InvalidDataError, match="JSON-serialisable"):
+        client.produce("t.ok", {"x": object()})
+    with pytest.raises(DataTooLargeError, match="limit is 1048576 bytes"):
+        client.produce("t.ok", "x" * (1024 * 1024))
+    with pytest.raises(InvalidDelayError, match="between 0"):
+        client.produce("t.ok", 1, delay=-1)
+    with pytest.raises(InvalidDelayError, match="10 years"):
+        client.produce("t.ok", 1, delay=11 * 365 * 86400)
+    with pytest.raises(InvalidRetryError, match="'soon'"):
+        client.produce("t.ok", 1, retry=["soon"])
+    with pytest.raises(InvalidMessageTypeError, match="expected one of QUEUE, SERIAL_QUEUE, TOPIC"):
+        mq_consumer("t.ok", type="FANOUT")
+    assert mq_consumer("t.ok", type="serial_queue") and MessageType.parse("topic") is MessageType.TOPIC
+
+
+def test_produce_many_with_one_bad_item_stores_none(client, broker):
+    datas = [{"n": i} for i in range(9)] + [{"bad": {1, 2}}]
+    with pytest.raises(InvalidDataError, match="message #9"):
+        client.produce_many("t.batch", datas)
+    assert stored(broker) == 0
+
+
+def _invalid(call, request, error_name):
+    with pytest.raises(grpc.RpcError) as info:
+        call(request, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(info.value.trailing_metadata())["tidemq-error"] == error_name
+    return info.value.details()
+
+
+def test_broker_refuses_a_batch_with_one_bad_message_and_stores_none(stub, broker):
+    good = [pb.NewMessage(topic="t.raw", data="1") for _ in range(5)]
+    bad = good[:3] + [pb.NewMessage(topic="no spaces allowed", data="1")] + good[3:]
+    details = _invalid(stub.Produce, pb.ProduceRequest(messages=bad), "InvalidTopicError")
+    assert details.startswith("message #3:")
+    assert stored(broker) == 0
+    assert len(stub.Produce(pb.ProduceRequest(messages=good), timeout=10).ids) == 5
+
+
+@pytest.mark.parametrize("message, error, words", [
+    (pb.NewMessage(topic="t", data="{not json"), "InvalidDataError", "valid JSON"),
+    (pb.NewMessage(topic="t", data="1", delay_seconds=-0.5), "InvalidDelayError", "between 0"),
+    (pb.NewMessage(topic="t", data="1", delay_seconds=float("nan")), "InvalidDelayError", "between 0"),
+    (pb.NewMessage(topic="t", data="1", effect_time_ms=4102444800000 * 10), "InvalidDelayError", "10 years"),
+    (pb.NewMessage(topic="t", data="1", retry=-7), "InvalidRetryError", "between 0 and 1000"),
+    (pb.NewMessage(topic="t", data="1", retry_schedule=[1, -1]), "InvalidRetryError", "between 0"),
+    (pb.NewMessage(topic="t", data="1", unique_key="k" * 300), "MalformedRequestError", "limit is 255"),
+    (pb.NewMessage(topic="t" * 300, data="1"), "InvalidTopicError", "limit is 255"),
+])
+def test_broker_refuses_malformed_fields(stub, broker, message, error, words):
+    details = _invalid(stub.Produce, pb.ProduceRequest(messages=[message]), error)
+    assert words in details
+    assert stored(broker) == 0
+
+
+def test_broker_enforces_its_own_data_limit(settings, mysql_url):
+    from dataclasses import replace
+
+    from tidemq_broker.server import BrokerServer
+
+    server = BrokerServer(replace(settings, max_data_bytes=1000)).start()
+    try:
+        channel = grpc.insecure_channel(server.address)
+        details = _invalid(pb_grpc.BrokerStub(channel).Produce,
+                           pb.ProduceRequest(messages=[pb.NewMessage(topic="t", data='"' + "x" * 1200 + '"')]),
+                           "DataTooLargeError")
+        assert "limit is 1000 bytes" in details
+        channel.close()
+    finally:
+        server.stop(grace=1)
+
+
+@pytest.mark.parametrize("call, request_, words", [
+    ("Produce", pb.ProduceRequest(), "at least one"),
+    ("Produce", pb.ProduceRequest(messages=[pb.NewMessage(topic="t", data="1")] * 10001), "limit is 10000"),
+    ("Pull", pb.PullRequest(topic="t", max_messages=0, total=1), "max_messages"),
+    ("Pull", pb.PullRequest(topic="t", max_messages=5, rank=3, total=2), "rank must be in [0, total)"),
+    ("Pull", pb.PullRequest(topic="t", max_messages=5, total=1, wait_seconds=1e9), "wait_seconds"),
+    ("Ack", pb.AckRequest(consumer="c"), "at least one"),
+    ("Ack", pb.AckRequest(items=[pb.AckItem(id=-4)]), "positive message ids"),
+    ("Cancel", pb.CancelRequest(ids=[0]), "positive message ids"),
+    ("Touch", pb.TouchRequest(id=1, ttr_seconds=0), "ttr_seconds"),
+    ("Requeue", pb.RequeueRequest(), "either ids or a topic"),
+])
+def test_malformed_requests_are_refused(stub, call, request_, words):
+    details = _invalid(getattr(stub, call), request_, "MalformedRequestError")
+    assert words in details
+
+
+def test_garbage_bytes_and_unknown_enum_values_do_not_hurt_the_broker(broker, stub):
+    channel = grpc.insecure_channel(broker.address)
+    raw = channel.unary_unary("/tidemq.v1.Broker/Produce", request_serializer=lambda b: b,
+                              response_deserializer=lambda b: b)
+    for garbage in (b"\xff\xfe\x00garbage", b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256))):
+        with pytest.raises(grpc.RpcError) as info:
+            raw(garbage, timeout=10)
+        assert info.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT,
+                                     grpc.StatusCode.UNKNOWN)
+    # An AckReply-style unknown enum value in a request field is just an int to proto3: the
+    # broker must still answer sensibly.
+    channel.close()
+    assert stub.Produce(pb.ProduceRequest(messages=[pb.NewMessage(topic="t.after", data="{}")]), timeout=10).ids
