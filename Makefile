@@ -29,8 +29,10 @@ test: servers $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/conformance -k "not mysql and not zookeeper"
 
+## Every benchmark scenario against servers it starts itself (see docs/PERFORMANCE.md); flags via ARGS.
 bench: servers $(STAMP)
-	$(PY) -m benchmarks
+	PY=$(PY) bash benchmarks/setup.sh
+	$(PY) -m benchmarks $(ARGS)
 
 proto: $(STAMP)
 	PY=$(PY) bash scripts/gen_proto.sh

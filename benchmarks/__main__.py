@@ -1,0 +1,101 @@
+"""``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
+
+Scenarios: produce, consume (with scale), delay, peers. With none named, all of them run.
+The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
+benchmarks/results/latest.json) and, with ``--json``, to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+from .report import Report
+
+SCENARIOS = ("produce", "consume", "delay", "peers")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                   help=f"any of {', '.join(SCENARIOS)} (default: all)")
+    p.add_argument("--json", action="store_true", help="print the JSON document on stdout")
+    p.add_argument("--out", default="benchmarks/results/latest.json", help="where to write the JSON document")
+    g = p.add_argument_group("produce")
+    g.add_argument("--produce-messages", type=int, default=200_000)
+    g.add_argument("--produce-threads", type=int, default=4)
+    g.add_argument("--produce-batch", type=int, default=100, help="messages per produce_many and per raw INSERT")
+    g.add_argument("--latency-samples", type=int, default=2000, help="single produce() calls timed")
+    g.add_argument("--produce-target", type=float, default=0.8, help="required broker/raw ratio")
+    g = p.add_argument_group("consume")
+    g.add_argument("--consume-messages", type=int, default=200_000)
+    g.add_argument("--consume-workers", type=int, nargs="+", default=[2, 4], help="worker process counts")
+    g.add_argument("--worker-threads", type=int, default=4, help="handler threads per worker")
+    g.add_argument("--worker-batch", type=int, default=500, help="messages per pull")
+    g.add_argument("--consume-target", type=float, default=0.6, help="required workers/raw ratio")
+    g.add_argument("--e2e-target", type=float, default=5000, help="required msg/s with 2 workers (0: none)")
+    g.add_argument("--no-scale", dest="scale", action="store_false", help="skip 2 brokers vs 1")
+    g = p.add_argument_group("delay")
+    g.add_argument("--pending", type=int, default=1_000_000, help="messages pending over the next hours")
+    g.add_argument("--due", type=int, default=20_000, help="messages due within --due-window")
+    g.add_argument("--due-window", type=float, default=60.0, help="seconds over which --due become due")
+    g.add_argument("--delay-workers", type=int, default=2)
+    g = p.add_argument_group("peers (Celery on Redis)")
+    g.add_argument("--celery-messages", type=int, default=20_000, help="tasks produced and consumed")
+    g.add_argument("--celery-due", type=int, default=5000, help="ETA tasks due within --celery-window")
+    g.add_argument("--celery-window", type=float, default=10.0)
+    g.add_argument("--celery-pending", type=int, default=20_000, help="ETA tasks pending over the next hours")
+    g.add_argument("--celery-workers", type=int, default=2)
+    g.add_argument("--peer-target", type=float, default=10.0, help="required tidemq/Celery throughput ratio")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {unknown[0]!r}: expected any of {', '.join(SCENARIOS)}")
+    chosen = args.scenarios or list(SCENARIOS)
+    report = Report()
+    from .env import Cluster, machine
+
+    report.progress("starting MariaDB and ZooKeeper")
+    cluster = Cluster()
+    errors: dict[str, str] = {}
+    try:
+        cluster.start_broker()
+        for name in chosen:
+            began = time.monotonic()
+            try:
+                module = __import__(f"benchmarks.{name}", fromlist=["run"])
+                module.run(cluster, report, args)
+            except Exception as exc:  # one broken scenario must not hide the others' figures
+                errors[name] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                report.progress("")
+                print(f"\n{name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+            report.record(name, "scenario seconds", round(time.monotonic() - began, 1), "s")
+    finally:
+        report.progress("stopping servers")
+        cluster.cleanup()
+        report.progress("")
+    settings = {k: v for k, v in vars(args).items() if k not in ("json", "out")}
+    settings["scenarios"] = chosen
+    doc = report.document(machine(), settings, errors)
+    text = Report.dumps(doc)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as fh:
+        fh.write(text + "\n")
+    if args.json:
+        print(text)
+    missed = [c for c in report.checks if not c["met"]]
+    print(f"\n{len(report.checks) - len(missed)}/{len(report.checks)} targets met; "
+          f"{len(errors)} scenario(s) failed; JSON in {args.out}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The benchmark's environment: servers, tidemq processes, and what they cost (CPU, memory).
+
+MariaDB and ZooKeeper are the same throwaway servers the integration tests use
+(``tests/servers.py``); brokers and workers are real ``tidemq`` processes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Optional
+
+from tests.servers import MariaDB, ZooKeeper, wait_until
+
+__all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "machine", "wait_until"]
+
+TIDEMQ = [sys.executable, "-m", "tidemq_cli.main"]
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError):
+        return 0.0
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process in MiB."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def machine() -> dict:
+    """Cores, memory, versions: what the figures were measured on."""
+    import grpc
+    import pymysql
+    import sqlalchemy
+
+    with open("/proc/meminfo") as fh:
+        mem_kb = int(fh.readline().split()[1])
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    mariadb = subprocess.run(["mariadbd", "--version"], capture_output=True, text=True).stdout.strip()
+    return {
+        "cores": os.cpu_count(), "cpu": model, "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(), "os": platform.platform(),
+        "mariadb": mariadb.split(" Ver ")[-1].split(" for ")[0] if mariadb else "",
+        "grpcio": grpc.__version__, "pymysql": pymysql.__version__, "sqlalchemy": sqlalchemy.__version__,
+    }
+
+
+class Proc:
+    """A child process of the benchmark with its log file."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], logdir: str) -> None:
+        self.name = name
+        self.log_path = os.path.join(logdir, f"{name}.log")
+        log = open(self.log_path, "ab")
+        self.popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, cwd=os.getcwd())
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def check_alive(self) -> None:
+        if self.popen.poll() is not None:
+            with open(self.log_path, errors="replace") as fh:
+                tail = fh.read()[-2000:]
+            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}; log tail:\n{tail}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (workers drain), then SIGKILL if it does not leave in time."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+
+
+class Cluster:
+    """MariaDB + ZooKeeper + any number of brokers and workers, all started here."""
+
+    def __init__(self, zk_root: str = "/bench") -> None:
+        self.dir = tempfile.mkdtemp(prefix="tidemq-bench-")
+        self.mariadb = MariaDB().start()
+        self.zookeeper = ZooKeeper().start()
+        self.db_url = self.mariadb.create_database("tidemq_bench")
+        self.zk_root = zk_root
+        self.brokers: list[Proc] = []
+        self.workers: list[Proc] = []
+        from tidemq_broker.storage import open_storage
+
+        storage = open_storage(self.db_url)
+        storage.create_schema()
+        storage.close()
+
+    @property
+    def settings_env(self) -> dict[str, str]:
+        return {"TIDEMQ_DB_URL": self.db_url, "TIDEMQ_ZK_HOSTS": self.zookeeper.hosts,
+                "TIDEMQ_ZK_ROOT": self.zk_root, "TIDEMQ_BROKERS": ""}
+
+    def client(self):
+        """A tidemq Client of this cluster (discovers brokers through ZooKeeper)."""
+        from tidemq import Client, Settings
+
+        return Client(Settings.from_env(env=self.settings_env))
+
+    def start_broker(self, extra_env: Optional[dict[str, str]] = None) -> Proc:
+        n = len(self.brokers)
+        port_file = os.path.join(self.dir, f"broker-{n}.port")
+        proc = Proc(f"broker-{n}", TIDEMQ + ["broker", "--port", "0", "--port-file", port_file],
+                    {**self.settings_env, **(extra_env or {})}, self.dir)
+
+        def ready() -> bool:
+            proc.check_alive()
+            return os.path.exists(port_file)
+
+        wait_until(ready, 60, 0.05, f"broker {n}")
+        with open(port_file) as fh:
+            proc.address = f"127.0.0.1:{fh.read().strip()}"  # type: ignore[attr-defined]
+        self.brokers.append(proc)
+        return proc
+
+    def start_workers(self, count: int, topic: str, env: dict[str, str]) -> list[Proc]:
+        """``count`` worker processes running benchmarks.consumers on ``topic``; waits until all
+        are registered in ZooKeeper, so a measurement never includes their start-up."""
+        procs = []
+        for i in range(count):
+            n = len(self.workers)
+            proc = Proc(f"worker-{n}", TIDEMQ + ["worker", "benchmarks.consumers"],
+                        {**self.settings_env, "BENCH_TOPIC": topic, **env}, self.dir)
+            self.workers.append(proc)
+            procs.append(proc)
+        wait_until(lambda: self._registered(topic, procs) >= count, 60, 0.05, f"{count} workers on {topic}")
+        return procs
+
+    def _registered(self, topic: str, procs: list[Proc]) -> int:
+        for proc in procs:
+            proc.check_alive()
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.zookeeper.hosts)
+        zk.start(10)
+        try:
+            path = f"{self.zk_root}/consumers/{topic}"
+            return len(zk.get_children(path)) if zk.exists(path) else 0
+        finally:
+            zk.stop()
+            zk.close()
+
+    def stop_workers(self) -> None:
+        for proc in self.workers:
+            proc.stop()
+        self.workers = []
+
+    def stop_brokers(self) -> None:
+        for proc in self.brokers:
+            proc.stop()
+        self.brokers = []
+
+    def cleanup(self) -> None:
+        self.stop_workers()
+        self.stop_brokers()
+        self.zookeeper.cleanup()
+        self.mariadb.cleanup()
+
+
+class CpuMeter:
+    """CPU seconds each named process used between ``start()`` and ``stop()``: where time went."""
+
+    def __init__(self, pids: dict[str, list[int]]) -> None:
+        self.pids = pids
+        self._before: dict[str, float] = {}
+        self._began = 0.0
+        self.seconds: dict[str, float] = {}
+        self.wall = 0.0
+
+    def _sample(self) -> dict[str, float]:
+        return {name: sum(cpu_seconds(p) for p in pids) for name, pids in self.pids.items()}
+
+    def __enter__(self) -> "CpuMeter":
+        self._before = self._sample()
+        self._began = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.monotonic() - self._began
+        after = self._sample()
+        self.seconds = {k: round(after[k] - self._before[k], 2) for k in after}
+
+    def shares(self) -> dict[str, float]:
+        """CPU seconds per wall second of each process group (1.0 = one core busy)."""
+        return {k: round(v / self.wall, 2) if self.wall else 0.0 for k, v in self.seconds.items()}

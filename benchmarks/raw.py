@@ -1,0 +1,194 @@
+"""The raw limits: what PyMySQL alone gets out of the same table, with no tidemq in the way.
+
+These are the baselines of the ratios, so they are written the way a careful hand-rolled queue
+would be: multi-row INSERTs, and a consume loop of "lock 500 due rows with one conditional
+UPDATE, read them by their lease token, mark them SUCCESS". The SQL here is the benchmark's
+own yardstick, not a second storage layer; tidemq itself only speaks SQL in tidemq_broker.
+They also load the large fixtures (1 M pending rows) faster than a broker would.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta
+from typing import Callable, Optional
+from urllib.parse import urlparse
+
+import pymysql
+
+from tidemq_broker import clock, trace
+from tidemq_broker.storages.sql import INSERT_COLUMNS
+
+__all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "truncate", "count", "Row"]
+
+Row = tuple
+_COLS = ", ".join(INSERT_COLUMNS)
+_ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
+
+
+def connect(url: str) -> pymysql.connections.Connection:
+    """A PyMySQL connection to the database of a ``mysql+pymysql://`` URL."""
+    u = urlparse(url.replace("mysql+pymysql://", "mysql://"))
+    return pymysql.connect(host=u.hostname, port=u.port or 3306, user=u.username or "root",
+                           password=u.password or "", database=u.path.lstrip("/"), charset="utf8mb4",
+                           autocommit=False)
+
+
+def payload(i: int) -> str:
+    """The message data every scenario uses: a small JSON object (about 60 bytes)."""
+    return json.dumps({"i": i, "body": "benchmark-payload-" + "x" * 24}, separators=(",", ":"))
+
+
+def _row(topic: str, i: int, effect_time: datetime, now: datetime, line: str) -> Row:
+    # The same column values a broker writes for a message produced without options.
+    values = {"topic": topic, "data": payload(i), "status": "NEW", "effect_time": effect_time,
+              "order_time": effect_time, "retry_remaining": 0, "retry_schedule": None, "attempt": 0,
+              "ttr": None, "lease_token": None, "lease_expire": None, "consumer": None, "unique_key": None,
+              "version": 0, "trace": line, "add_time": now, "update_time": now, "start_time": None,
+              "finish_time": None}
+    return tuple(values[c] for c in INSERT_COLUMNS)
+
+
+def _insert(cur, rows: list[Row]) -> None:
+    cur.execute(f"INSERT INTO tidemq_message ({_COLS}) VALUES " + ", ".join([_ROW] * len(rows)),
+                [v for row in rows for v in row])
+
+
+def insert_rate(url: str, topic: str, total: int, threads: int, per_statement: int = 100) -> float:
+    """Rows/s of ``threads`` connections each committing multi-row INSERTs of ``per_statement``."""
+    per_thread = total // threads
+    errors: list[BaseException] = []
+    start_line = threading.Barrier(threads + 1)
+
+    def run(k: int) -> None:
+        conn = connect(url)
+        try:
+            with conn.cursor() as cur:
+                now = clock.now()
+                line = trace.line(now, "PRODUCED", broker="raw")
+                batches = [[_row(topic, k * per_thread + j + b, now, now, line) for j in range(per_statement)]
+                           for b in range(0, per_thread, per_statement)]
+                start_line.wait()
+                for rows in batches:
+                    _insert(cur, rows)
+                    conn.commit()
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+            start_line.abort()
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    start_line.wait()
+    began = time.perf_counter()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    return per_thread * threads / elapsed
+
+
+def load(url: str, topic: str, total: int, when: Callable[[int], datetime], per_statement: int = 1000,
+         progress: Optional[Callable[[int], None]] = None) -> None:
+    """Insert ``total`` NEW messages of ``topic``; message i becomes due at ``when(i)``."""
+    conn = connect(url)
+    now = clock.now()
+    line = trace.line(now, "PRODUCED", broker="bench-loader")
+    try:
+        with conn.cursor() as cur:
+            for start in range(0, total, per_statement):
+                stop = min(start + per_statement, total)
+                _insert(cur, [_row(topic, i, clock.truncate_ms(when(i)), now, line) for i in range(start, stop)])
+                conn.commit()
+                if progress:
+                    progress(stop)
+    finally:
+        conn.close()
+
+
+def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
+    """Messages/s of one connection looping: lock ``lock`` due rows, read them, mark them SUCCESS."""
+    conn = connect(url)
+    done = 0
+    began = time.perf_counter()
+    try:
+        with conn.cursor() as cur:
+            while done < total:
+                now = clock.now()
+                token = uuid.uuid4().hex
+                cur.execute(
+                    "UPDATE tidemq_message SET status = 'RUNNING', lease_token = %s, lease_expire = %s, ttr = 60, "
+                    "consumer = 'raw', start_time = %s, update_time = %s, attempt = attempt + 1, "
+                    "version = version + 1 WHERE topic = %s AND status = 'NEW' AND effect_time <= %s "
+                    "ORDER BY effect_time, id LIMIT %s",
+                    (token, now + timedelta(seconds=60), now, now, topic, now, lock))
+                cur.execute("SELECT id, topic, data, effect_time, retry_remaining, attempt, lease_token "
+                            "FROM tidemq_message WHERE lease_token = %s", (token,))
+                rows = cur.fetchall()
+                conn.commit()
+                if not rows:
+                    raise RuntimeError(f"raw consume found nothing due after {done} of {total}")
+                ids = [r[0] for r in rows]
+                now = clock.now()
+                cur.execute("UPDATE tidemq_message SET status = 'SUCCESS', finish_time = %s, update_time = %s, "
+                            "version = version + 1 WHERE id IN (" + ",".join(["%s"] * len(ids)) + ") "
+                            "AND status = 'RUNNING'", (now, now, *ids))
+                conn.commit()
+                done += len(ids)
+    finally:
+        conn.close()
+    return done / (time.perf_counter() - began)
+
+
+def truncate(url: str) -> None:
+    """Empty the message table (fast, unlike DELETE)."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("TRUNCATE TABLE tidemq_message")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def count(url: str, topic: str, status: str) -> int:
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM tidemq_message WHERE topic = %s AND status = %s", (topic, status))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def span(url: str, topic: str) -> tuple[float, int]:
+    """(seconds from the first lock to the last SUCCESS, messages done) of ``topic``, from the
+    times the brokers recorded: the consume rate without any process start-up in it."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT MIN(start_time), MAX(finish_time), COUNT(*) FROM tidemq_message "
+                        "WHERE topic = %s AND status = 'SUCCESS'", (topic,))
+            first, last, n = cur.fetchone()
+            return ((last - first).total_seconds() if n else 0.0), int(n)
+    finally:
+        conn.close()
+
+
+def make_due(url: str, topic: str) -> datetime:
+    """Move every pending message of ``topic`` to due now, in one transaction; returns when."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            now = clock.now()
+            cur.execute("UPDATE tidemq_message SET effect_time = %s WHERE topic = %s AND status = 'NEW'", (now, topic))
+        conn.commit()
+        return now
+    finally:
+        conn.close()

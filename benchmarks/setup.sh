@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what only the benchmark needs, when missing: redis-server from Debian (the Celery
+# peer's broker) and the project's `bench` extra (Celery, redis-py, py-spy).
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "installing redis-server"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+fi
+"$PY" -c "import celery, redis" 2>/dev/null || "$PY" -m pip install --quiet -e '.[all,test,bench]'
+echo "bench: $(redis-server --version | awk '{print $1, $2, $3}'), celery $("$PY" -c 'import celery; print(celery.__version__)')"
