@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Optional
@@ -140,12 +141,29 @@ class QueueRunner:
                 continue
             if not deliveries:
                 continue
+            received = time.monotonic()
             with self._cond:
                 self._inflight += len(deliveries)
             for delivery in deliveries:
-                self._pool.submit(self._handle, delivery)
+                self._pool.submit(self._handle, delivery, received)
 
-    def _handle(self, delivery: pb.Delivery) -> None:
+    def _still_ours(self, delivery: pb.Delivery, received: float) -> bool:
+        """A prefetched message's lease runs while it waits for a thread: past half of it,
+        extend the lease before starting, and skip the message if it was already lost."""
+        if not delivery.ttr_seconds or time.monotonic() - received < delivery.ttr_seconds / 2:
+            return True
+        try:
+            return self.client.touch(delivery.id, delivery.lease_token, delivery.ttr_seconds)
+        except TidemqError as exc:  # cannot tell: run it (delivery is at-least-once anyway)
+            log.info("could not extend the lease of message %d: %s", delivery.id, exc)
+            return True
+
+    def _handle(self, delivery: pb.Delivery, received: float) -> None:
+        if not self._still_ours(delivery, received):
+            self.stale += 1
+            log.warning("message %d waited past its lease and went elsewhere; not running it", delivery.id)
+            self._release(1)
+            return
         item = pb.AckItem(id=delivery.id, lease_token=delivery.lease_token, success=True)
         try:
             self.spec.handler(delivery_to_message(delivery, self.client))

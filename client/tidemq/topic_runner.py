@@ -11,6 +11,7 @@ from typing import Optional
 from .client import Client
 from .consumer import ConsumerSpec
 from .coordinator import Registration
+from .errors import TidemqError
 from .message import Message
 
 __all__ = ["BroadcastRunner"]
@@ -40,9 +41,11 @@ class BroadcastRunner:
 
     def start(self) -> None:
         coordinator = self.client.coordinator
-        self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
+        # Read the newest sequence before registering: a broadcast sent once we are registered
+        # (online) is then always above the cursor, and none is skipped in between.
         existing = coordinator.broadcast_sequences(self.spec.topic)
-        self._cursor = existing[-1] if existing else -1  # only what is sent from now on
+        self._cursor = existing[-1] if existing else -1
+        self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
         self._unwatch = coordinator.watch_broadcasts(self.spec.topic, self._on_sequences)
         self._thread.start()
 
@@ -71,15 +74,25 @@ class BroadcastRunner:
             for seq in pending:
                 if self._stopping.is_set():
                     return
-                self._run(seq)
+                try:
+                    payload = self.client.coordinator.read_broadcast(self.spec.topic, seq)
+                except TidemqError as exc:
+                    # ZooKeeper unreachable for now: keep the cursor and read this one again.
+                    log.info("reading broadcast %d of %s failed (%s); retrying", seq, self.spec.topic, exc)
+                    self._stopping.wait(0.5)
+                    break
+                self._run(seq, payload)
                 self._cursor = seq
 
-    def _run(self, seq: int) -> None:
-        payload = self.client.coordinator.read_broadcast(self.spec.topic, seq)
+    def _run(self, seq: int, payload: Optional[bytes]) -> None:
         if payload is None:
             log.warning("broadcast %d of %s was pruned before it was read", seq, self.spec.topic)
             return
-        envelope = json.loads(payload)
+        try:
+            envelope = json.loads(payload)
+        except ValueError:
+            log.error("broadcast %d of %s is not tidemq's JSON envelope; skipped", seq, self.spec.topic)
+            return
         sent_at = datetime.fromtimestamp(envelope.get("sent_at", 0) / 1000, tz=timezone.utc)
         message = Message(id=seq, topic=self.spec.topic, data=envelope.get("data"), effect_time=sent_at)
         try:

@@ -43,6 +43,7 @@ _TREES: dict[str, _Tree] = {}
 _TREES_LOCK = threading.Lock()
 _EVENTS: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
 _DISPATCHER: Optional[threading.Thread] = None
+_TOKENS = itertools.count()
 
 
 def _dispatch_forever() -> None:
@@ -80,10 +81,10 @@ class LocalCoordinator(Coordinator):
         self._mine_consumers: list[Registration] = []
         self._listeners: list[Callable[[ConnectionState], None]] = []
         self._campaigns: list[Callable[[], None]] = []
+        self._leading: list[threading.Event] = []
 
     def start(self, timeout: float = 15.0) -> None:
-        for listener in self._listeners:
-            _post(lambda listener=listener: listener(ConnectionState.CONNECTED))
+        self._announce(ConnectionState.CONNECTED)
 
     def stop(self) -> None:
         for end in list(self._campaigns):
@@ -95,6 +96,42 @@ class LocalCoordinator(Coordinator):
 
     def add_state_listener(self, listener: Callable[[ConnectionState], None]) -> None:
         self._listeners.append(listener)
+
+    def expire_session(self) -> None:
+        """Fault injection: what a ZooKeeper session expiry does to this process.
+
+        Listeners see LOST, every node of ours disappears (others see them leave), leadership
+        ends, then listeners see CONNECTED and brokers and consumers register again with new nodes.
+        """
+        tree = self._tree
+        with tree.leader_changed:
+            for lost in self._leading:
+                lost.set()
+            tree.leader_changed.notify_all()
+        with tree.lock:
+            for address in self._mine_brokers:
+                tree.brokers.discard(address)
+            topics = {reg.topic for reg in self._mine_consumers}
+            for reg in self._mine_consumers:
+                tree.consumers.get(reg.topic, set()).discard(reg.node)
+        self._changed("brokers")
+        for topic in topics:
+            self._changed("consumers/" + topic)
+        self._announce(ConnectionState.LOST)
+        with tree.lock:
+            tree.brokers.update(self._mine_brokers)
+            for reg in self._mine_consumers:
+                node = f"{reg.instance}-{tree.next_seq('consumers/' + reg.topic):010d}"
+                tree.consumers.setdefault(reg.topic, set()).add(node)
+                reg._replace(node)
+        self._announce(ConnectionState.CONNECTED)
+        self._changed("brokers")
+        for topic in topics:
+            self._changed("consumers/" + topic)
+
+    def _announce(self, state: ConnectionState) -> None:
+        for listener in list(self._listeners):
+            _post(lambda listener=listener: listener(state))
 
     # -- watch plumbing ----------------------------------------------------------------------
     def _changed(self, key: str) -> None:
@@ -198,27 +235,39 @@ class LocalCoordinator(Coordinator):
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:
         tree = self._tree
         ended = threading.Event()
-        token = f"{identifier}#{id(ended)}"
+        current: list[threading.Event] = []  # this campaign's turn, for end()
 
         def campaign() -> None:
-            with tree.leader_changed:
-                tree.candidates.append(token)
-                while not ended.is_set() and tree.candidates[0] != token:
-                    tree.leader_changed.wait(0.5)
-            try:
-                if not ended.is_set():
-                    lead(ended)
-            finally:
+            # Like kazoo's election: queue up, lead while first, and queue up again at the back
+            # when leadership ends (lead returned or the session was lost) until the campaign ends.
+            while not ended.is_set():
+                lost = threading.Event()
+                token = f"{identifier}#{next(_TOKENS)}"
                 with tree.leader_changed:
-                    if token in tree.candidates:
-                        tree.candidates.remove(token)
-                    tree.leader_changed.notify_all()
+                    tree.candidates.append(token)
+                    self._leading.append(lost)
+                    current[:] = [lost]
+                    while not ended.is_set() and not lost.is_set() and tree.candidates[0] != token:
+                        tree.leader_changed.wait(0.5)
+                try:
+                    if not ended.is_set() and not lost.is_set():
+                        lead(lost)
+                finally:
+                    with tree.leader_changed:
+                        if token in tree.candidates:
+                            tree.candidates.remove(token)
+                        if lost in self._leading:
+                            self._leading.remove(lost)
+                        tree.leader_changed.notify_all()
+                ended.wait(0.05)
 
         threading.Thread(target=campaign, name="tidemq-local-election", daemon=True).start()
 
         def end() -> None:
             ended.set()
             with tree.leader_changed:
+                for lost in current:
+                    lost.set()
                 tree.leader_changed.notify_all()
             if end in self._campaigns:
                 self._campaigns.remove(end)

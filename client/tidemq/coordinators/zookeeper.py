@@ -48,8 +48,11 @@ class ZooKeeperCoordinator(Coordinator):
         self._listeners: list[Callable[[ConnectionState], None]] = []
         self._brokers: set[str] = set()
         self._consumers: list[Registration] = []
+        self._node_session: dict[int, Optional[int]] = {}  # id(registration) -> session of its node
         self._lock = threading.Lock()
+        self._create_lock = threading.RLock()
         self._session_lost = False
+        self._closed = False
         self._zk.add_listener(self._on_state)
 
     # -- session ---------------------------------------------------------------------------
@@ -63,6 +66,7 @@ class ZooKeeperCoordinator(Coordinator):
             self._zk.ensure_path(self._path(sub))
 
     def stop(self) -> None:
+        self._closed = True
         with self._lock:
             brokers, self._brokers = set(self._brokers), set()
             consumers, self._consumers = list(self._consumers), []
@@ -84,6 +88,22 @@ class ZooKeeperCoordinator(Coordinator):
         ident = self._zk.client_id
         return ident[0] if ident else None
 
+    def expire_session(self, timeout: float = 15.0) -> None:
+        """Fault injection: make ZooKeeper expire this session, as a long partition would.
+
+        A second connection that joins the session and closes it ends it on the server; this
+        client then sees LOST, reconnects with a new session and registers again.
+        """
+        client_id = self._zk.client_id
+        if client_id is None:
+            raise CoordinationError("not connected: there is no session to expire")
+        twin = KazooClient(hosts=self.hosts, client_id=client_id, timeout=self._zk._session_timeout / 1000.0)
+        try:
+            twin.start(timeout=timeout)
+        finally:
+            twin.stop()
+            twin.close()
+
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: never block here, hand work to a thread.
         if state == KazooState.LOST:
@@ -98,15 +118,35 @@ class ZooKeeperCoordinator(Coordinator):
                 log.exception("coordination state listener failed")
 
     def _restore(self) -> None:
-        """After a lost session every ephemeral node is gone: make them again."""
+        """After a lost session every ephemeral node is gone: make them again.
+
+        Retried until done: a consumer without a node takes nothing (its rank is -1), so giving
+        up would stop it for good. A registration already made in the current session (one that
+        raced with the reconnect, or an earlier restore) is left alone, so none gets two nodes.
+        """
         with self._lock:
-            brokers = set(self._brokers)
-            consumers = list(self._consumers)
-        for address in brokers:
-            self._create_broker_node(address)
-        for reg in consumers:
-            reg._replace(self._create_consumer_node(reg.topic, reg.instance))
-            log.warning("session was lost: consumer of %s registered again as %s", reg.topic, reg.node)
+            items: list[object] = [*self._brokers, *self._consumers]
+        delay = 0.1
+        for item in items:
+            while not self._session_lost and not self._closed:
+                session = self.session_id()
+                with self._lock:
+                    wanted = item in self._brokers or item in self._consumers
+                    done = isinstance(item, Registration) and self._node_session.get(id(item)) == session
+                if not wanted or done:
+                    break
+                try:
+                    if isinstance(item, Registration):
+                        with self._create_lock:
+                            item._replace(self._create_consumer_node(item.topic, item.instance, item))
+                        log.warning("session was lost: consumer of %s registered again as %s", item.topic, item.node)
+                    else:
+                        self._create_broker_node(str(item))
+                    break
+                except (CoordinationError, KazooException) as exc:
+                    log.warning("registering again after a lost session failed (%r); retrying", exc)
+                    threading.Event().wait(delay)
+                    delay = min(delay * 2, 2.0)
 
     # -- brokers ---------------------------------------------------------------------------
     def register_broker(self, address: str) -> None:
@@ -136,24 +176,52 @@ class ZooKeeperCoordinator(Coordinator):
 
     # -- consumers -------------------------------------------------------------------------
     def register_consumer(self, topic: str, instance: str) -> Registration:
-        reg = Registration(topic, instance, self._create_consumer_node(topic, instance))
-        with self._lock:
-            self._consumers.append(reg)
+        reg = Registration(topic, instance, "")
+        with self._create_lock:  # one at a time, so the stray sweep never sees a sibling half-made
+            reg._replace(self._create_consumer_node(topic, instance, reg))
+            with self._lock:
+                self._consumers.append(reg)
         return reg
 
-    def _create_consumer_node(self, topic: str, instance: str) -> str:
+    def _create_consumer_node(self, topic: str, instance: str, reg: Registration) -> str:
+        session = self.session_id()
         try:
             path = self._zk.create(
                 self._path("consumers", topic, instance + "-"), b"", ephemeral=True, sequence=True, makepath=True
             )
         except KazooException as exc:
             raise CoordinationError(f"cannot register consumer of {topic}: {exc!r}") from None
-        return posixpath.basename(path)
+        node = posixpath.basename(path)
+        with self._lock:
+            self._node_session[id(reg)] = session
+            keep = {r.node for r in self._consumers if r.topic == topic} | {node}
+        self._drop_strays(topic, instance, keep)
+        return node
+
+    def _drop_strays(self, topic: str, instance: str, keep: set[str]) -> None:
+        # A create retried after a connection loss may have made a second node in our session:
+        # it would hold a rank nobody serves (its shard stranded), so delete such strays.
+        try:
+            children = self._zk.get_children(self._path("consumers", topic))
+        except KazooException:
+            return
+        mine = self.session_id()
+        for child in children:
+            if child in keep or not child.startswith(instance + "-"):
+                continue
+            try:
+                stat = self._zk.exists(self._path("consumers", topic, child))
+            except KazooException:
+                continue
+            if stat is not None and stat.ephemeralOwner == mine:
+                log.warning("deleting stray consumer node %s of %s", child, topic)
+                self._delete(self._path("consumers", topic, child))
 
     def unregister_consumer(self, registration: Registration) -> None:
         with self._lock:
             if registration in self._consumers:
                 self._consumers.remove(registration)
+            self._node_session.pop(id(registration), None)
         self._delete(self._path("consumers", registration.topic, registration.node))
 
     def consumers(self, topic: str) -> list[str]:
@@ -186,12 +254,16 @@ class ZooKeeperCoordinator(Coordinator):
             return sorted(sequence_of(c) for c in self._zk.get_children(self._path("broadcast", topic)))
         except NoNodeError:
             return []
+        except KazooException as exc:
+            raise CoordinationError(f"cannot list the broadcasts of {topic}: {exc!r}") from None
 
     def read_broadcast(self, topic: str, seq: int) -> Optional[bytes]:
         try:
             data, _ = self._zk.get(self._path("broadcast", topic, f"m-{seq:010d}"))
         except NoNodeError:
             return None
+        except KazooException as exc:
+            raise CoordinationError(f"cannot read broadcast {seq} of {topic}: {exc!r}") from None
         return data
 
     def watch_broadcasts(self, topic: str, callback: Callable[[list[int]], None]) -> Callable[[], None]:
