@@ -95,3 +95,21 @@ CREATE TABLE `tidemq_schema_version` (
   `applied_at` datetime(3) NOT NULL,
   PRIMARY KEY (`version`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- The archive manifest of `tidemq pipeline archive`: one row per batch moved to Parquet
+-- (PENDING -> WRITTEN once the Parquet counts match -> DONE once deleted from tidemq_message).
+CREATE TABLE `tidemq_archive_batch` (
+  `id` bigint(20) NOT NULL AUTO_INCREMENT,
+  `id_from` bigint(20) NOT NULL,
+  `id_to` bigint(20) NOT NULL,
+  `cutoffs` text NOT NULL,
+  `path` varchar(1000) NOT NULL,
+  `state` varchar(10) NOT NULL,
+  `expected_rows` bigint(20) NOT NULL,
+  `written_rows` bigint(20) DEFAULT NULL,
+  `deleted_rows` bigint(20) DEFAULT NULL,
+  `started_at` datetime(3) NOT NULL,
+  `finished_at` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  KEY `idx_archive_batch_state` (`state`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

@@ -142,3 +142,26 @@ alarm = Table(
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
+
+# The pipeline's archive manifest: one row per batch of finished messages moved to Parquet.
+# PENDING: being written (a rerun removes its files and writes it again); WRITTEN: the Parquet
+# counts matched; DONE: the rows are deleted from tidemq_message.
+archive_batch = Table(
+    "tidemq_archive_batch",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("id_from", BigInteger, nullable=False),
+    Column("id_to", BigInteger, nullable=False),
+    Column("cutoffs", Text, nullable=False),
+    Column("path", String(1000), nullable=False),
+    Column("state", String(10), nullable=False),
+    Column("expected_rows", BigInteger, nullable=False),
+    Column("written_rows", BigInteger, nullable=True),
+    Column("deleted_rows", BigInteger, nullable=True),
+    Column("started_at", Time, nullable=False),
+    Column("finished_at", Time, nullable=True),
+    Index("idx_archive_batch_state", "state"),
+    sqlite_autoincrement=True,
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
