@@ -2,9 +2,9 @@
 
 A waiting pull sleeps until the earliest of: its deadline, the next due time in its shard, a
 commit by this broker's writer (or an ack) that makes something of its topic due sooner, a
-foreign insert seen by the shared max-id probe, or a periodic re-check. An idle broker with many
-waiting consumers therefore issues a handful of queries per second, and a due message reaches a
-waiting consumer within milliseconds of its commit or its effect_time.
+change seen by the broker's shared probes, or a slow re-check (10 s). An idle broker with many
+waiting consumers therefore issues a handful of queries per second in all, and a due message
+reaches a waiting consumer within milliseconds of its commit or its effect_time.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Waiter:
 class PullHub:
     """Where waiting pulls sleep and commits wake them."""
 
-    def __init__(self, storage: Storage, probe_interval: float = 0.25, recheck: float = 2.0,
-                 blocked_recheck: float = 0.5) -> None:
+    def __init__(self, storage: Storage, probe_interval: float = 0.25, recheck: float = 10.0,
+                 blocked_recheck: float = 0.5, earliest_every: int = 4) -> None:
         self._storage = storage
         self._probe_interval = probe_interval
         self.recheck = recheck
@@ -48,6 +48,8 @@ class PullHub:
         self._waiters: dict[str, set[Waiter]] = {}
         self._own_max_id = 0
         self._seen_max_id = 0
+        self._earliest: dict[str, datetime] = {}
+        self._earliest_every = earliest_every
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True)
 
@@ -112,23 +114,39 @@ class PullHub:
                 waiter.event.set()
 
     def _probe_forever(self) -> None:
-        # Messages produced through other brokers never pass our writer: one cheap MAX(id)
-        # query for the whole broker notices them.
+        # Changes that do not pass through this broker (inserts, retries, lease expiry and
+        # requeues by other brokers or the console) are found by two shared probes, whatever
+        # the number of waiters: MAX(id) every tick, and the earliest NEW effect_time of each
+        # waited-on topic every few ticks. A waiter is woken only when its topic got something
+        # due sooner than before.
+        tick = 0
         while not self._stopped.wait(self._probe_interval):
             with self._lock:
-                idle = not self._waiters
-            if idle:
+                topics = sorted(self._waiters)
+            if not topics:
                 continue
+            tick += 1
             try:
-                newest = self._storage.max_id()
+                if self._foreign_insert():
+                    self._wake(lambda w: True)
+                elif tick % self._earliest_every == 0:
+                    self._wake_sooner(self._storage.earliest_new(topics))
             except Exception:
-                log.debug("max-id probe failed", exc_info=True)
-                continue
-            with self._lock:
-                foreign = newest > self._own_max_id and newest > self._seen_max_id
-                self._seen_max_id = max(self._seen_max_id, newest)
-            if foreign:
-                self._wake(lambda w: True)
+                log.debug("pull probe failed", exc_info=True)
+
+    def _foreign_insert(self) -> bool:
+        newest = self._storage.max_id()
+        with self._lock:
+            foreign = newest > self._own_max_id and newest > self._seen_max_id
+            self._seen_max_id = max(self._seen_max_id, newest)
+        return foreign
+
+    def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
+        with self._lock:
+            previous, self._earliest = self._earliest, earliest
+        for topic, when in earliest.items():
+            if topic not in previous or when < previous[topic]:
+                self.notify(topic, when)
 
 
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[StoredMessage]],
@@ -138,18 +156,20 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[StoredMe
     while True:
         waiter = hub.register(topic)  # before the attempt, so no notification is missed
         try:
+            attempted_at = clock.now()
             found = attempt()
             remaining = deadline - time.monotonic()
             if found or remaining <= 0 or hub.stopped:
                 return found
             due = next_due()
-            now = clock.now()
             if due is None:
                 pause = hub.recheck
-            elif due <= now:
-                pause = hub.blocked_recheck  # due, but not ours to take (serial head busy, raced)
+            elif due > attempted_at:
+                # Not due when we tried: sleep until it is (possibly not at all: it became due
+                # between the attempt and this query).
+                pause = (due - clock.now()) / timedelta(seconds=1)
             else:
-                pause = (due - now) / timedelta(seconds=1)
+                pause = hub.blocked_recheck  # due before we tried, yet not ours: serial head busy, raced
             hub.sleep(waiter, min(pause, remaining, hub.recheck))
         finally:
             hub.unregister(waiter)

@@ -171,6 +171,12 @@ class Storage(abc.ABC):
         """The earliest effect_time of NEW messages of ``topic`` in the shard (None when none)."""
 
     @abc.abstractmethod
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
+        """{topic: earliest effect_time of its NEW messages} for the topics that have any.
+
+        One grouped query for all topics: the pull hub's shared probe."""
+
+    @abc.abstractmethod
     def serial_head_due(self, topic: str) -> Optional[datetime]:
         """The effect_time of a serial topic's head (first NEW in (order_time, id)); None when a
         message of the topic is RUNNING or nothing is NEW."""

@@ -247,6 +247,13 @@ class SqlStorage(Storage):
         stmt = stmt.order_by(m.c.effect_time).limit(1)
         return self._tx(lambda conn: conn.execute(stmt).scalar())
 
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
+        if not topics:
+            return {}
+        stmt = (select(m.c.topic, func.min(m.c.effect_time))
+                .where(m.c.topic.in_(list(topics)), m.c.status == "NEW").group_by(m.c.topic))
+        return {name: when for name, when in self._tx(lambda conn: conn.execute(stmt).all())}
+
     def serial_head_due(self, topic: str) -> Optional[datetime]:
         def work(conn: Connection) -> Optional[datetime]:
             if conn.execute(select(m.c.id).where(m.c.topic == topic, m.c.status == "RUNNING").limit(1)).first():
