@@ -96,4 +96,31 @@ def spawn(tmp_path):
             proc.wait(10)
 
 
-TIDEMQ = [sys.executable, "-m", "tidemq_cli.main"]
+@pytest.fixture
+def settings(mysql_url, zk_hosts):
+    """Settings pointing at this test's database and ZooKeeper chroot."""
+    from tidemq import Settings
+
+    return Settings.from_env({}, db_url=mysql_url, zk_hosts=zk_hosts)
+
+
+@pytest.fixture
+def broker(settings):
+    """An in-process broker on MariaDB, registered in this test's ZooKeeper chroot."""
+    from tidemq_broker.server import BrokerServer
+
+    server = BrokerServer(settings).start()
+    yield server
+    server.stop(grace=1)
+
+
+@pytest.fixture
+def client(settings, broker):
+    """A client that discovers the broker through ZooKeeper."""
+    from tests.servers import wait_until
+    from tidemq import Client
+
+    c = Client(settings)
+    wait_until(lambda: broker.address in c.pool.addresses(), 10, what="broker discovery")
+    yield c
+    c.close()

@@ -7,7 +7,7 @@ import collections
 import signal
 import threading
 
-from tests.integration.conftest import TIDEMQ, process_env, start_broker_process
+from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
 from tidemq import Client
 from tidemq.errors import TidemqError
