@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from typing import Optional
 
 from tidemq.errors import ConfigurationError
@@ -47,6 +48,10 @@ def spark_session(master: Optional[str] = None, jdbc_jar: str = DEFAULT_JDBC_JAR
     check_prerequisites(jdbc_jar)
     # Loopback unless told otherwise: a laptop's public interface may not route to itself.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark turns timestamps into Python datetimes in the process's local zone; the message
+    # table holds naive UTC, so the job process runs in UTC like the JVM and the SQL session.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     from pyspark.sql import SparkSession
 
     utc = "-Duser.timezone=UTC"
