@@ -8,6 +8,7 @@
 --   order_time   effect_time as produced; SERIAL_QUEUE runs in (order_time, id) order
 --   lease_token  set by the pull that leased the row; an ack must present it
 -- idx_message_lock serves the pull lock: topic and status by equality, effect_time in order.
+-- idx_message_status_id and idx_message_topic_status_id serve the console's newest-first pages.
 CREATE TABLE `tidemq_message` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
   `topic` varchar(255) NOT NULL,
@@ -33,7 +34,9 @@ CREATE TABLE `tidemq_message` (
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`effect_time`),
   KEY `idx_message_lease_token` (`lease_token`),
-  KEY `idx_message_status_lease` (`status`,`lease_expire`)
+  KEY `idx_message_status_lease` (`status`,`lease_expire`),
+  KEY `idx_message_status_id` (`status`,`id`),
+  KEY `idx_message_topic_status_id` (`topic`,`status`,`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 
 -- Per-topic settings; a row with defaults is created when a topic is first produced to.
@@ -112,4 +115,14 @@ CREATE TABLE `tidemq_archive_batch` (
   `finished_at` datetime(3) DEFAULT NULL,
   PRIMARY KEY (`id`),
   KEY `idx_archive_batch_state` (`state`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Admin console users; passwords only as salted hashes (`tidemq admin user add NAME --role ...`).
+CREATE TABLE `tidemq_admin_user` (
+  `name` varchar(64) NOT NULL,
+  `password_hash` varchar(255) NOT NULL,
+  `role` varchar(16) NOT NULL,
+  `add_time` datetime(3) NOT NULL,
+  `update_time` datetime(3) NOT NULL,
+  PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

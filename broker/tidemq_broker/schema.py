@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-__all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "schema_version", "SCHEMA_VERSION"]
+__all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -139,6 +139,24 @@ alarm = Table(
     Column("resolved_at", Time, nullable=True),
     Index("idx_alarm_topic_raised", "topic", "raised_at"),
     sqlite_autoincrement=True,
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+# The console's keyset pages walk ids newest first within one status, or one topic and status;
+# without these, finding the few FAIL rows among a million SUCCESS rows scans the whole table.
+Index("idx_message_status_id", message.c.status, message.c.id)
+Index("idx_message_topic_status_id", message.c.topic, message.c.status, message.c.id)
+
+# Console users. Passwords are stored only as salted hashes (werkzeug's scrypt format).
+admin_user = Table(
+    "tidemq_admin_user",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("password_hash", String(255), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("add_time", Time, nullable=False),
+    Column("update_time", Time, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )

@@ -39,6 +39,7 @@ def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
     for module in MODULES:
         importlib.import_module(module)
     worker = Worker(registered_consumers(), client=client).start()
+    console = _start_console(broker, admin_port)
     print(f"tidemq dev: broker on {broker.address}, store sqlite:///{os.path.abspath(db_path)}, in-process coordination")
     print(f"tidemq dev: running consumers of {', '.join(s.topic for s in worker.specs)}")
     print("tidemq dev: produce from another shell with "
@@ -47,6 +48,35 @@ def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
+    if console is not None:
+        console.shutdown()
     worker.stop()
     broker.stop()
     return 0
+
+
+def _start_console(broker: BrokerServer, port: int):  # type: ignore[no-untyped-def]
+    """Serve the admin console on ``port`` over the broker's own store and coordinator.
+
+    Without TIDEMQ_ADMIN_USER an ``admin`` user with a fresh random password is made (and
+    printed) the first time, so the dev console can be opened at once.
+    """
+    try:
+        from tidemq_admin.app import create_app
+        from tidemq_admin.cli import serve
+    except ModuleNotFoundError:  # the [admin] extra is not installed
+        return None
+    import secrets
+
+    from tidemq_admin.accounts import add_user
+
+    app = create_app(broker.settings, storage=broker.storage, coordinator=broker.coordinator)
+    admin = app.extensions["tidemq"].admin
+    if not broker.settings.admin_user and not admin.users():
+        password = secrets.token_urlsafe(9)
+        add_user(admin, "admin", password, "admin")
+        print(f"tidemq dev: console user admin, password {password} (made once; "
+              "`tidemq admin user add admin --role admin` resets it)")
+    server = serve(app, "127.0.0.1", port)
+    print(f"tidemq dev: admin console on http://127.0.0.1:{server.port}/")
+    return server

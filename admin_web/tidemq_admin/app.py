@@ -1,0 +1,94 @@
+"""The Flask app factory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from datetime import datetime
+from typing import Any, Optional
+
+from flask import Flask, render_template
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
+
+from tidemq.config import Settings
+from tidemq.coordinator import Coordinator
+from tidemq_broker.storage import Storage, open_storage
+
+from . import security
+from .accounts import ensure_first_admin
+from .console import Console
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] = None,
+               coordinator: Optional[Coordinator] = None, secret_key: Optional[str] = None) -> Flask:
+    """Build the console for ``settings`` (default: from the environment).
+
+    ``storage`` and ``coordinator`` may be shared with an embedded broker (``tidemq dev``).
+    Without ``secret_key`` sessions last until the process restarts.
+    """
+    settings = settings or Settings.from_env()
+    if storage is None:
+        storage = open_storage(settings.db_url)
+        storage.create_schema()
+    app = Flask(__name__)
+    app.config.update(
+        SECRET_KEY=secret_key or secrets.token_hex(32),
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_NAME="tidemq_session",
+        MAX_CONTENT_LENGTH=settings.max_data_bytes * 6 + 65536,  # a form with escaped JSON data
+    )
+    console = Console(settings, storage, coordinator)
+    app.extensions["tidemq"] = console
+    ensure_first_admin(console.admin, settings)
+    security.install(app)
+    _install_template_helpers(app)
+
+    from .views import auth, cluster, dashboard, message_actions, messages, topics
+
+    for module in (auth, dashboard, messages, message_actions, topics, cluster):
+        app.register_blueprint(module.bp)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):  # type: ignore[no-untyped-def]
+        return render_template("error.html", code=exc.code, title=exc.name, detail=exc.description), exc.code
+
+    return app
+
+
+def _install_template_helpers(app: Flask) -> None:
+    app.jinja_env.globals["csrf_token"] = security.csrf_token
+
+    @app.template_filter("when")
+    def _when(value: Optional[datetime]) -> str:
+        if value is None:
+            return "—"
+        return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}"
+
+    @app.template_filter("pretty_json")
+    def _pretty(text: str) -> str:
+        try:
+            return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except ValueError:
+            return text
+
+    @app.template_filter("age")
+    def _age(seconds: Optional[float]) -> str:
+        if seconds is None:
+            return "—"
+        seconds = max(seconds, 0)
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+            if seconds >= size:
+                return f"{seconds / size:.1f} {unit}"
+        return f"{seconds:.1f} s"
+
+    @app.template_filter("svg")
+    def _svg(markup: Any) -> Markup:
+        # Charts are built from numbers and escaped labels by charts.py.
+        return Markup(markup)

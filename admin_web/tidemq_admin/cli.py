@@ -1,0 +1,121 @@
+"""``tidemq admin`` (serve the console) and ``tidemq admin user add NAME --role ...``."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import os
+import sys
+from typing import Any, Optional
+
+from tidemq.config import Settings
+from tidemq.errors import ValidationError
+
+__all__ = ["register", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``admin`` sub-command to the ``tidemq`` parser."""
+    admin = subparsers.add_parser("admin", help="the admin console (web) and its users")
+    admin.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    admin.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    admin.add_argument("--secret-file", help="file holding the session signing key (created if missing); "
+                                             "share it between console processes behind one address")
+    admin.set_defaults(func=_serve)
+    sub = admin.add_subparsers(dest="admin_command")
+    user = sub.add_parser("user", help="manage console users")
+    user_sub = user.add_subparsers(dest="user_command", required=True)
+    add = user_sub.add_parser("add", help="create a user, or reset its password and role")
+    add.add_argument("name")
+    add.add_argument("--role", choices=["admin", "viewer"], default="viewer",
+                     help="admin may change things, viewer may only look (default viewer)")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    add.set_defaults(func=_user_add)
+    lst = user_sub.add_parser("list", help="list users and their roles")
+    lst.set_defaults(func=_user_list)
+
+
+def _store(settings: Settings):  # type: ignore[no-untyped-def]
+    from tidemq_broker.storage import open_storage
+    from tidemq_broker.storages.admin_sql import AdminSqlStore
+
+    storage = open_storage(settings.db_url)
+    storage.create_schema()
+    return storage, AdminSqlStore(storage)  # type: ignore[arg-type]
+
+
+def _user_add(args: argparse.Namespace, settings: Settings) -> int:
+    from .accounts import add_user
+
+    if args.password_stdin or not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            print("tidemq: the passwords differ; nothing was changed", file=sys.stderr)
+            return 2
+    storage, store = _store(settings)
+    try:
+        created = add_user(store, args.name, password, args.role)
+    except ValidationError as exc:
+        print(f"tidemq: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        storage.close()
+    print(f"user {args.name} {'created' if created else 'updated'} with role {args.role}")
+    return 0
+
+
+def _user_list(args: argparse.Namespace, settings: Settings) -> int:
+    storage, store = _store(settings)
+    try:
+        for user in store.users():
+            print(f"{user.name}\t{user.role}")
+    finally:
+        storage.close()
+    return 0
+
+
+def _secret(path: Optional[str]) -> Optional[str]:
+    if not path:
+        return None
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(os.urandom(32).hex())
+    with open(path) as fh:
+        return fh.read().strip()
+
+
+def serve(app: Any, host: str, port: int) -> Any:
+    """Start serving ``app`` in a background thread; return the server (``.port``, ``.shutdown()``)."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    server = make_server(host, port, app, threaded=True)
+    threading.Thread(target=server.serve_forever, name="tidemq-admin", daemon=True).start()
+    return server
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    if getattr(args, "admin_command", None):
+        return 2
+    import signal
+    import threading
+
+    from .app import create_app
+
+    app = create_app(settings, secret_key=_secret(args.secret_file))
+    server = serve(app, args.host, args.port)
+    print(f"tidemq admin console on http://{args.host}:{server.port}/", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    app.extensions["tidemq"].cluster.close()
+    return 0

@@ -1,0 +1,100 @@
+"""What the views share: the store, the admin operations, cluster liveness and settings."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tidemq.config import Settings
+from tidemq.coordinator import Coordinator, open_coordinator
+from tidemq.errors import TidemqError
+from tidemq_broker.storage import Storage
+from tidemq_broker.storages.admin_sql import AdminSqlStore
+
+from .security import LoginThrottle
+
+__all__ = ["Console", "ClusterView", "ClusterSnapshot"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClusterSnapshot:
+    """Who is online: brokers, the leader, and per topic its consumer nodes (oldest first)."""
+
+    brokers: list[str] = field(default_factory=list)
+    leader: Optional[str] = None
+    consumers: dict[str, list[str]] = field(default_factory=dict)
+    broadcast_topics: set[str] = field(default_factory=set)
+    error: Optional[str] = None
+    in_process: bool = False
+
+
+class ClusterView:
+    """Reads liveness from the coordinator, connecting on first use (the console starts even
+    while ZooKeeper is away, and says so on the cluster page)."""
+
+    def __init__(self, settings: Settings, coordinator: Optional[Coordinator] = None) -> None:
+        self._settings = settings
+        self._coordinator = coordinator
+        self._own = coordinator is None
+        self._started = coordinator is not None
+        self._brokers: list[str] = []
+        self._watching = False
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Coordinator:
+        with self._lock:
+            if self._coordinator is None:
+                self._coordinator = open_coordinator(self._settings.zk_hosts, self._settings.zk_root)
+            if not self._started:
+                self._coordinator.start(timeout=5.0)
+                self._started = True
+            if not self._watching:
+                self._coordinator.watch_brokers(self._on_brokers)
+                self._watching = True
+            return self._coordinator
+
+    def _on_brokers(self, brokers: list[str]) -> None:
+        self._brokers = sorted(brokers)
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The current view; ``error`` says what went wrong when the coordinator cannot answer."""
+        snap = ClusterSnapshot(in_process=not self._settings.zk_hosts)
+        try:
+            coordinator = self._connect()
+            snap.brokers = list(self._brokers)
+            snap.leader = coordinator.leader()
+            for topic in coordinator.consumer_topics():
+                nodes = coordinator.consumers(topic)
+                if nodes:
+                    snap.consumers[topic] = nodes
+                if coordinator.broadcast_sequences(topic):
+                    snap.broadcast_topics.add(topic)
+        except TidemqError as exc:
+            snap.error = str(exc)
+        except Exception as exc:  # a half-open ZooKeeper session: show it rather than fail the page
+            log.warning("cluster view failed", exc_info=True)
+            snap.error = f"the coordinator did not answer: {exc!r}"
+        return snap
+
+    def close(self) -> None:
+        if self._own and self._coordinator is not None and self._started:
+            self._coordinator.stop()
+
+
+class Console:
+    """Everything a request needs, created once per app."""
+
+    def __init__(self, settings: Settings, storage: Storage, coordinator: Optional[Coordinator] = None) -> None:
+        from tidemq_broker.storages.sql import SqlStorage
+
+        if not isinstance(storage, SqlStorage):
+            raise TypeError("the console needs a SQL storage (MySQL/MariaDB or SQLite)")
+        self.settings = settings
+        self.storage = storage
+        self.admin = AdminSqlStore(storage)
+        self.cluster = ClusterView(settings, coordinator)
+        self.throttle = LoginThrottle()

@@ -1,0 +1,56 @@
+"""Sign in and sign out."""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+from flask import Blueprint, g, redirect, render_template, request, url_for
+
+from ..accounts import authenticate
+from ..security import login_user, logout_user
+from . import console
+
+__all__ = ["bp"]
+
+bp = Blueprint("auth", __name__)
+
+
+def _safe_next(target: str) -> str:
+    """Only local paths: never send a user to another site after signing in."""
+    parts = urlparse(target or "")
+    if parts.scheme or parts.netloc or not (target or "").startswith("/") or target.startswith("//"):
+        return url_for("dashboard.index")
+    return target
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():  # type: ignore[no-untyped-def]
+    c = console()
+    no_users = not c.admin.users()
+    if request.method == "GET":
+        if g.user is not None:
+            return redirect(url_for("dashboard.index"))
+        return render_template("login.html", error=None, name="", no_users=no_users,
+                               next=request.args.get("next", ""))
+    name = (request.form.get("name") or "").strip()
+    password = request.form.get("password") or ""
+    keys = (f"name:{name.lower()}", f"addr:{request.remote_addr}")
+    wait = c.throttle.wait(*keys)
+    if wait > 0:
+        error = f"Too many failed sign-ins. Try again in {wait:.0f} s."
+        return render_template("login.html", error=error, name=name, no_users=no_users,
+                               next=request.form.get("next", "")), 429
+    user = authenticate(c.admin, name, password)
+    if user is None:
+        c.throttle.failed(*keys)
+        return render_template("login.html", error="Wrong user name or password.", name=name,
+                               no_users=no_users, next=request.form.get("next", "")), 401
+    c.throttle.succeeded(*keys)
+    login_user(user.name)
+    return redirect(_safe_next(request.form.get("next", "")))
+
+
+@bp.route("/logout", methods=["POST"])
+def logout():  # type: ignore[no-untyped-def]
+    logout_user()
+    return redirect(url_for("auth.login"))

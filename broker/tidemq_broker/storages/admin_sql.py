@@ -1,0 +1,261 @@
+"""What the admin console reads and changes beyond the broker's own operations.
+
+Console users, keyset pages of messages that stay fast on millions of rows, edits and deletes
+that append a trace line naming the admin, and the figures the dashboard shows. It works on any
+:class:`SqlStorage` (MySQL/MariaDB or SQLite) and shares its engine and transactions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from ..schema import admin_user as u
+from ..schema import alarm as a
+from ..schema import message as m
+from ..schema import topic as t
+from ..schema import topic_stats as ts
+from ..storage import MessageFilter, StoredMessage
+from .sql import SqlStorage, to_message
+
+__all__ = ["AdminUser", "MessageEdit", "MessagePage", "TopicBacklog", "AdminSqlStore", "STATUSES", "SCAN_WINDOW"]
+
+STATUSES = ("NEW", "RUNNING", "SUCCESS", "FAIL")
+#: Ids examined per page when a filter has no index (text, time ranges): bounds a page's cost.
+SCAN_WINDOW = 100_000
+_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class AdminUser:
+    """A console user; ``role`` is ``admin`` (may change things) or ``viewer`` (may look)."""
+
+    name: str
+    password_hash: str
+    role: str
+
+
+@dataclass(frozen=True)
+class MessageEdit:
+    """New values for a message's editable fields; None leaves a field as it is."""
+
+    data: Optional[str] = None
+    status: Optional[str] = None
+    retry_remaining: Optional[int] = None
+    effect_time: Optional[datetime] = None
+
+
+@dataclass
+class MessagePage:
+    """One page of messages, newest id first.
+
+    ``next_before_id`` continues the list (None: nothing older). ``scanned_from`` is the lowest
+    id examined when the filter needed a bounded scan; the page may then hold fewer rows than
+    asked while older matches still exist.
+    """
+
+    messages: list[StoredMessage]
+    next_before_id: Optional[int]
+    scanned_from: Optional[int] = None
+
+
+@dataclass
+class TopicBacklog:
+    """NEW messages of a topic: due now, due later, and the effect time of the oldest due one."""
+
+    due: int = 0
+    scheduled: int = 0
+    oldest_due: Optional[datetime] = None
+
+
+@dataclass
+class _Plan:
+    indexed: list[Any] = field(default_factory=list)
+    residual: list[Any] = field(default_factory=list)
+    fan_out_status: bool = False
+
+
+class AdminSqlStore:
+    """Console operations over ``storage``'s engine; each method is one transaction."""
+
+    def __init__(self, storage: SqlStorage) -> None:
+        self.storage = storage
+
+    # -- users -------------------------------------------------------------------------------
+    def get_user(self, name: str) -> Optional[AdminUser]:
+        """The user called ``name``, if any."""
+        row = self.storage._tx(lambda c: c.execute(select(u.c.name, u.c.password_hash, u.c.role)
+                                                   .where(u.c.name == name)).first())
+        return AdminUser(row.name, row.password_hash, row.role) if row else None
+
+    def users(self) -> list[AdminUser]:
+        """Every user, by name."""
+        rows = self.storage._tx(lambda c: c.execute(select(u.c.name, u.c.password_hash, u.c.role)
+                                                    .order_by(u.c.name)).all())
+        return [AdminUser(r.name, r.password_hash, r.role) for r in rows]
+
+    def save_user(self, name: str, password_hash: str, role: str, now: datetime) -> bool:
+        """Create the user or replace its password and role; True when it was created."""
+        def work(conn: Connection) -> bool:
+            if conn.execute(select(u.c.name).where(u.c.name == name).with_for_update()).first() is None:
+                conn.execute(insert(u).values(name=name, password_hash=password_hash, role=role,
+                                              add_time=now, update_time=now))
+                return True
+            conn.execute(update(u).where(u.c.name == name).values(password_hash=password_hash, role=role,
+                                                                   update_time=now))
+            return False
+
+        return self.storage._tx(work)
+
+    # -- listing -----------------------------------------------------------------------------
+    def list_page(self, flt: MessageFilter, limit: int, before_id: Optional[int] = None,
+                  window: int = SCAN_WINDOW) -> MessagePage:
+        """A page of messages matching ``flt`` with ids below ``before_id``, newest first.
+
+        Topic, status, id and unique_key are answered from indexes. Text and time ranges are
+        checked row by row, so they examine at most ``window`` ids per page.
+        """
+        def work(conn: Connection) -> MessagePage:
+            plan = self._plan(conn, flt)
+            if plan is None:
+                return MessagePage([], None)
+            floor: Optional[int] = None
+            conds = list(plan.indexed) + list(plan.residual)
+            if before_id is not None:
+                conds.append(m.c.id < before_id)
+            if plan.residual and flt.id is None:
+                top = before_id if before_id is not None else (conn.execute(select(func.max(m.c.id))).scalar() or 0) + 1
+                floor = max(top - window, 0)
+                conds.append(m.c.id >= floor)
+            statuses = STATUSES if plan.fan_out_status else (None,)
+            found: list[Any] = []
+            for status in statuses:
+                # One index range per status keeps 'newest of one topic' an index walk.
+                extra = [m.c.status == status] if status else []
+                stmt = select(m).where(*conds, *extra).order_by(m.c.id.desc()).limit(limit + 1)
+                found.extend(conn.execute(stmt).all())
+            found.sort(key=lambda r: r.id, reverse=True)
+            rows = found[:limit]
+            if len(found) > limit:
+                return MessagePage([to_message(r) for r in rows], rows[-1].id, floor)
+            more = floor is not None and floor > 1
+            return MessagePage([to_message(r) for r in rows], floor if more else None, floor)
+
+        return self.storage._tx(work)
+
+    def _plan(self, conn: Connection, flt: MessageFilter) -> Optional[_Plan]:
+        plan = _Plan()
+        if flt.id is not None:
+            plan.indexed.append(m.c.id == flt.id)
+        if flt.topic:
+            plan.indexed.append(m.c.topic == flt.topic)
+        if flt.status:
+            plan.indexed.append(m.c.status == flt.status)
+        elif flt.topic and flt.id is None:
+            plan.fan_out_status = True
+        if flt.unique_key:
+            plan.indexed.append(m.c.unique_key == flt.unique_key)
+            if not flt.topic:
+                # The unique index leads with topic: naming every topic turns it into ranges.
+                names = list(conn.execute(select(t.c.name)).scalars())
+                if not names:
+                    return None
+                plan.indexed.append(m.c.topic.in_(names))
+        if flt.effect_from:
+            plan.residual.append(m.c.effect_time >= flt.effect_from)
+        if flt.effect_to:
+            plan.residual.append(m.c.effect_time < flt.effect_to)
+        if flt.added_from:
+            plan.residual.append(m.c.add_time >= flt.added_from)
+        if flt.added_to:
+            plan.residual.append(m.c.add_time < flt.added_to)
+        if flt.text:
+            plan.residual.append(m.c.data.contains(flt.text, autoescape=True))
+        return plan
+
+    def matching_ids(self, flt: MessageFilter, after_id: int, limit: int) -> list[int]:
+        """Ids above ``after_id`` matching ``flt`` (every criterion), ascending: for bulk actions."""
+        def work(conn: Connection) -> list[int]:
+            plan = self._plan(conn, flt)
+            if plan is None:
+                return []
+            stmt = select(m.c.id).where(*plan.indexed, *plan.residual, m.c.id > after_id)
+            return list(conn.execute(stmt.order_by(m.c.id).limit(limit)).scalars())
+
+        return self.storage._tx(work)
+
+    # -- changes -----------------------------------------------------------------------------
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime,
+                     trace_line: str) -> Optional[StoredMessage]:
+        """Apply ``edit`` if the message is still at ``version`` and not RUNNING.
+
+        Returns the updated message, or None when it changed meanwhile, is RUNNING or is gone.
+        """
+        values: dict[Any, Any] = {"update_time": now, "version": m.c.version + 1, "trace": m.c.trace + trace_line}
+        if edit.data is not None:
+            values["data"] = edit.data
+        if edit.retry_remaining is not None:
+            values["retry_remaining"] = edit.retry_remaining
+        if edit.effect_time is not None:
+            values["effect_time"] = edit.effect_time
+        if edit.status is not None:
+            values.update(status=edit.status, lease_token=None, lease_expire=None)
+            values["finish_time"] = None if edit.status == "NEW" else now
+
+        def work(conn: Connection) -> Optional[StoredMessage]:
+            changed = conn.execute(update(m).where(m.c.id == id, m.c.version == version, m.c.status != "RUNNING")
+                                   .values(values)).rowcount
+            if changed != 1:
+                return None
+            return to_message(conn.execute(select(m).where(m.c.id == id)).one())
+
+        return self.storage._tx(work)
+
+    def delete_messages(self, ids: Sequence[int]) -> int:
+        """Delete the given messages unless RUNNING (a consumer holds those); return how many."""
+        wanted = sorted(set(ids))
+
+        def work(conn: Connection) -> int:
+            deleted = 0
+            for start in range(0, len(wanted), _CHUNK):
+                chunk = wanted[start : start + _CHUNK]
+                deleted += conn.execute(delete(m).where(m.c.id.in_(chunk), m.c.status != "RUNNING")).rowcount
+            return deleted
+
+        return self.storage._tx(work)
+
+    # -- dashboard ---------------------------------------------------------------------------
+    def backlog(self, topics: Sequence[str], now: datetime) -> dict[str, TopicBacklog]:
+        """Due and scheduled NEW counts per topic, each an index range on (topic, status, effect_time)."""
+        def work(conn: Connection) -> dict[str, TopicBacklog]:
+            out: dict[str, TopicBacklog] = {}
+            for name in topics:
+                new = (m.c.topic == name, m.c.status == "NEW")
+                due = conn.execute(select(func.count()).where(*new, m.c.effect_time <= now)).scalar() or 0
+                later = conn.execute(select(func.count()).where(*new, m.c.effect_time > now)).scalar() or 0
+                oldest = conn.execute(select(func.min(m.c.effect_time)).where(*new, m.c.effect_time <= now)).scalar()
+                out[name] = TopicBacklog(int(due), int(later), oldest)
+            return out
+
+        return self.storage._tx(work)
+
+    def topic_stats(self, since: datetime) -> dict[str, list[dict[str, Any]]]:
+        """Hourly report rows (tidemq_topic_stats) since ``since``, per topic, oldest first."""
+        stmt = select(ts).where(ts.c.hour >= since).order_by(ts.c.topic, ts.c.hour)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for row in self.storage._tx(lambda c: c.execute(stmt).all()):
+            out.setdefault(row.topic, []).append(dict(row._mapping))
+        return out
+
+    def open_alarms(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Alarms not resolved yet, newest first."""
+        stmt = select(a).where(a.c.resolved_at.is_(None)).order_by(a.c.raised_at.desc()).limit(limit)
+        return [dict(r._mapping) for r in self.storage._tx(lambda c: c.execute(stmt).all())]
+
+
+def hours_ago(now: datetime, hours: int) -> datetime:
+    """The start of the hour ``hours`` before ``now`` (chart windows)."""
+    return now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours)

@@ -1,0 +1,100 @@
+"""Console fixtures: a Flask app on the real MariaDB (per-test truncated), users, messages."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tidemq.config import Settings
+from tidemq_broker import clock
+from tidemq_broker.storage import AckItem, NewRow, TopicSettings, open_storage
+
+ADMIN, VIEWER, PASSWORD = "ops", "watcher", "correct-horse-9"
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def settings(mysql_url, zk_hosts):
+    return Settings.from_env({}, db_url=mysql_url, zk_hosts=zk_hosts, admin_user=ADMIN, admin_password=PASSWORD)
+
+
+@pytest.fixture
+def app(settings):
+    from tidemq_admin import create_app
+    from tidemq_admin.accounts import add_user
+
+    app = create_app(settings)
+    add_user(app.extensions["tidemq"].admin, VIEWER, PASSWORD, "viewer")
+    yield app
+    console = app.extensions["tidemq"]
+    console.cluster.close()
+    console.storage.close()
+
+
+@pytest.fixture
+def storage(app):
+    return app.extensions["tidemq"].storage
+
+
+def csrf_of(html: str) -> str:
+    match = _CSRF.search(html)
+    assert match, "page has no CSRF token"
+    return match.group(1)
+
+
+class Browser:
+    """A test client that signs in and sends the CSRF token it was given, like a real form."""
+
+    def __init__(self, app, name=None):
+        self.client = app.test_client()
+        self.token = ""
+        if name:
+            page = self.client.get("/login").get_data(as_text=True)
+            resp = self.client.post("/login", data={"csrf_token": csrf_of(page), "name": name, "password": PASSWORD})
+            assert resp.status_code == 302, resp.get_data(as_text=True)
+            self.refresh_token()
+
+    def refresh_token(self):
+        self.token = csrf_of(self.client.get("/messages").get_data(as_text=True))
+
+    def get(self, path, **kw):
+        return self.client.get(path, **kw)
+
+    def post(self, path, data=None, csrf=True, **kw):
+        data = dict(data or {})
+        if csrf:
+            data.setdefault("csrf_token", self.token)
+        return self.client.post(path, data=data, **kw)
+
+
+@pytest.fixture
+def admin(app):
+    return Browser(app, ADMIN)
+
+
+@pytest.fixture
+def viewer(app):
+    return Browser(app, VIEWER)
+
+
+def produce(storage, topic, datas, delay=0.0, retry=0, unique_keys=None):
+    """Store messages straight through the storage layer; return their ids."""
+    now = clock.now()
+    storage.ensure_topics([topic], now)
+    rows = [NewRow(topic=topic, data=d, effect_time=clock.after(now, delay), retry_remaining=retry,
+                   unique_key=(unique_keys[i] if unique_keys else None)) for i, d in enumerate(datas)]
+    return storage.insert_messages(rows, now, f"{now:%Y-%m-%dT%H:%M:%S}.000Z PRODUCED broker=test\n")
+
+
+def fail_all(storage, topic, limit=1000):
+    """Lease every due message of ``topic`` and report it failed (retry 0 -> FAIL)."""
+    now = clock.now()
+    locked = storage.lock_batch(topic, 0, 1, limit, 30, "test-consumer", now, "LOCKED\n")
+    items = [AckItem(m.id, m.lease_token, False, "boom") for m in locked]
+    storage.ack(items, clock.now(), "test-consumer", "test-broker", lambda n: TopicSettings(n), lambda m, s: 1.0)
+    return [m.id for m in locked]
+
+
+def lease_all(storage, topic, limit=1000):
+    return storage.lock_batch(topic, 0, 1, limit, 300, "test-consumer", clock.now(), "LOCKED\n")
