@@ -54,6 +54,9 @@ class QueueRunner:
         self.serial = spec.type is MessageType.SERIAL_QUEUE
         self._long_poll = long_poll
         self._capacity = 1 if self.serial else spec.threads + spec.batch
+        # Pull only when there is room for a worthwhile batch: topping up the last few free
+        # slots after every large pull meant a lock transaction per handful of messages.
+        self._min_pull = 1 if self.serial else max(1, spec.batch // 2)
         self._cond = threading.Condition()
         self._inflight = 0
         self._nodes: list[str] = []
@@ -113,7 +116,7 @@ class QueueRunner:
 
     # -- pulling -----------------------------------------------------------------------------
     def _ready(self) -> bool:
-        if not self._connected or self._inflight >= self._capacity:
+        if not self._connected or self._capacity - self._inflight < self._min_pull:
             return False
         rank, _ = rank_of(self.registration.node if self.registration else None, self._nodes)
         return rank == 0 if self.serial else rank >= 0
