@@ -15,6 +15,7 @@ from tidemq_broker import clock
 
 from . import raw
 from .env import Cluster, CpuMeter
+from .profile import profiled
 from .report import Report
 
 __all__ = ["run", "raw_rate", "workers_rate"]
@@ -42,7 +43,7 @@ def workers_rate(cluster: Cluster, report: Report, n: int, workers: int, args: N
     pids = {"brokers": [b.pid for b in cluster.brokers], "workers": [p.pid for p in procs],
             "mariadb": [cluster.mariadb.proc.pid]}
     try:
-        with CpuMeter(pids) as cpu:
+        with CpuMeter(pids) as cpu, profiled(args.profile, topic, {k: v for k, v in pids.items() if k != "mariadb"}):
             raw.make_due(cluster.db_url, topic)
             began = time.monotonic()
             deadline = began + max(120.0, n / 500)

@@ -9,12 +9,14 @@ from argparse import Namespace
 
 from . import raw
 from .env import Cluster, CpuMeter
+from .profile import profiled
 from .report import Report, summarize
 
 __all__ = ["run"]
 
 
-def _broker_rate(cluster: Cluster, report: Report, topic: str, total: int, threads: int, batch: int) -> tuple[float, CpuMeter]:
+def _broker_rate(cluster: Cluster, report: Report, topic: str, total: int, threads: int, batch: int,
+                 profile: str = "") -> tuple[float, CpuMeter]:
     client = cluster.client()
     try:
         client.produce_many(topic, [{"warm": i} for i in range(batch)])  # channel, topic row, caches
@@ -40,7 +42,7 @@ def _broker_rate(cluster: Cluster, report: Report, topic: str, total: int, threa
             w.start()
         pids = {"broker": [b.pid for b in cluster.brokers], "mariadb": [cluster.mariadb.proc.pid],
                 "bench client": [os.getpid()]}
-        with CpuMeter(pids) as cpu:
+        with CpuMeter(pids) as cpu, profiled(profile, "produce", {k: v for k, v in pids.items() if k != "mariadb"}):
             barrier.wait()
             began = time.perf_counter()
             for w in workers:
@@ -81,7 +83,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     raw_rate = raw.insert_rate(url, "bench.raw", n, threads, batch)
     report.record("produce", "raw INSERT (PyMySQL)", raw_rate, "msg/s", f"{threads} conns x {batch} rows/commit")
     raw.truncate(url)
-    rate, cpu = _broker_rate(cluster, report, "bench.produce", n, threads, batch)
+    rate, cpu = _broker_rate(cluster, report, "bench.produce", n, threads, batch, args.profile)
     report.record("produce", "produce_many through 1 broker", rate, "msg/s", f"{threads} threads x {batch}/call")
     report.record("produce", "cpu s/s during produce", cpu.shares(), "cores")
     ratio = rate / raw_rate
