@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tidemq.config import Settings
-from tidemq_broker import clock
+from tidemq_broker import clock, trace
 from tidemq_broker.storage import AckItem, NewRow, TopicSettings, open_storage
 
 ADMIN, VIEWER, PASSWORD = "ops", "watcher", "correct-horse-9"
@@ -84,17 +84,20 @@ def produce(storage, topic, datas, delay=0.0, retry=0, unique_keys=None):
     storage.ensure_topics([topic], now)
     rows = [NewRow(topic=topic, data=d, effect_time=clock.after(now, delay), retry_remaining=retry,
                    unique_key=(unique_keys[i] if unique_keys else None)) for i, d in enumerate(datas)]
-    return storage.insert_messages(rows, now, f"{now:%Y-%m-%dT%H:%M:%S}.000Z PRODUCED broker=test\n")
+    return storage.insert_messages(rows, now, trace.line(now, "PRODUCED", broker="test"))
 
 
 def fail_all(storage, topic, limit=1000):
     """Lease every due message of ``topic`` and report it failed (retry 0 -> FAIL)."""
     now = clock.now()
-    locked = storage.lock_batch(topic, 0, 1, limit, 30, "test-consumer", now, "LOCKED\n")
+    locked = storage.lock_batch(topic, 0, 1, limit, 30, "test-consumer", now,
+                                trace.line(now, "LOCKED", consumer="test-consumer", rank="0/1"))
     items = [AckItem(m.id, m.lease_token, False, "boom") for m in locked]
     storage.ack(items, clock.now(), "test-consumer", "test-broker", lambda n: TopicSettings(n), lambda m, s: 1.0)
     return [m.id for m in locked]
 
 
 def lease_all(storage, topic, limit=1000):
-    return storage.lock_batch(topic, 0, 1, limit, 300, "test-consumer", clock.now(), "LOCKED\n")
+    now = clock.now()
+    return storage.lock_batch(topic, 0, 1, limit, 300, "test-consumer", now,
+                              trace.line(now, "LOCKED", consumer="test-consumer", rank="0/1"))

@@ -1,0 +1,160 @@
+"""Admin changes: edit, retry, requeue, cancel, delete, produce; each leaves a trace naming the admin."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tidemq_broker.storage import MessageFilter
+
+from tests.admin.conftest import ADMIN, fail_all, lease_all, produce
+
+
+def _edit(admin, msg, **changes):
+    form = {"data": msg.data, "status": msg.status, "retry_remaining": str(msg.retry_remaining),
+            "effect_time": msg.effect_time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3], "version": str(msg.version)}
+    form.update(changes)
+    return admin.post(f"/messages/{msg.id}/edit", form)
+
+
+def test_edit_saves_fields_and_traces_the_admin(admin, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'], delay=3600)
+    msg = storage.get_message(msg_id)
+    resp = _edit(admin, msg, data='{"a": 2, "note": "fixed"}', retry_remaining="4", effect_time="2031-02-03T04:05:06.789")
+    assert resp.status_code == 302
+    after = storage.get_message(msg_id)
+    assert after.data == '{"a": 2, "note": "fixed"}'
+    assert after.retry_remaining == 4
+    assert after.effect_time == datetime(2031, 2, 3, 4, 5, 6, 789000)
+    assert after.version == msg.version + 1
+    last = after.trace.strip().splitlines()[-1]
+    assert "ADMIN_EDIT" in last and f"user={ADMIN}" in last and "changed=data,retry_remaining,effect_time" in last
+
+
+def test_edit_rejects_bad_values_next_to_each_field_and_stores_nothing(admin, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    msg = storage.get_message(msg_id)
+    resp = _edit(admin, msg, data="{not json", status="RUNNING", retry_remaining="-1", effect_time="soon")
+    assert resp.status_code == 400
+    html = resp.get_data(as_text=True)
+    assert 'id="err-data"' in html and "valid JSON" in html
+    assert 'id="err-status"' in html and 'id="err-retry_remaining"' in html and 'id="err-effect_time"' in html
+    assert storage.get_message(msg_id) == msg
+
+
+def test_edit_of_oversized_data_names_the_limit(admin, app, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    msg = storage.get_message(msg_id)
+    limit = app.extensions["tidemq"].settings.max_data_bytes
+    resp = _edit(admin, msg, data='"' + "x" * limit + '"')
+    assert resp.status_code == 400
+    assert f"the limit is {limit} bytes" in resp.get_data(as_text=True)
+    assert storage.get_message(msg_id).data == '{"a": 1}'
+
+
+def test_edit_that_lost_a_race_is_not_saved(admin, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    stale = storage.get_message(msg_id)
+    assert _edit(admin, stale, data='{"a": 2}').status_code == 302
+    resp = _edit(admin, stale, data='{"a": 3}')
+    assert resp.status_code == 409 and "changed while you were editing" in resp.get_data(as_text=True)
+    assert storage.get_message(msg_id).data == '{"a": 2}'
+
+
+def test_a_running_message_cannot_be_edited_or_deleted(admin, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    [held] = lease_all(storage, "orders")
+    resp = _edit(admin, held, data='{"a": 9}', status="NEW")
+    assert resp.status_code == 409 and "RUNNING" in resp.get_data(as_text=True)
+    admin.post(f"/messages/{msg_id}/delete")
+    after = storage.get_message(msg_id)
+    assert after.status == "RUNNING" and after.lease_token == held.lease_token and after.data == '{"a": 1}'
+
+
+def test_retry_moves_fail_to_new_and_names_the_admin(admin, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    fail_all(storage, "orders")
+    resp = admin.post(f"/messages/{msg_id}/retry", {"retries": "2"})
+    assert resp.status_code == 302
+    msg = storage.get_message(msg_id)
+    assert msg.status == "NEW" and msg.retry_remaining == 2
+    assert "ADMIN_RETRY" in msg.trace and f"user={ADMIN}" in msg.trace
+    again = admin.post(f"/messages/{msg_id}/retry", {"retries": "2"}, follow_redirects=True)
+    assert "only FAIL messages can be" in again.get_data(as_text=True)
+
+
+def test_requeue_all_failed_across_topics(admin, storage):
+    produce(storage, "orders", ['{"o": 1}', '{"o": 2}'])
+    produce(storage, "sms", ['{"s": 1}'])
+    failed = fail_all(storage, "orders") + fail_all(storage, "sms")
+    [kept] = produce(storage, "sms", ['{"s": 2}'], delay=3600)
+    resp = admin.post("/messages/requeue", {"status": "FAIL", "retries": "1"}, follow_redirects=True)
+    assert "Requeued 3 failed messages across all topics" in resp.get_data(as_text=True)
+    for msg_id in failed:
+        msg = storage.get_message(msg_id)
+        assert msg.status == "NEW" and msg.retry_remaining == 1 and "ADMIN_REQUEUE" in msg.trace
+    assert "ADMIN" not in storage.get_message(kept).trace
+
+
+def test_requeue_by_filter_touches_only_matching_failures(admin, storage):
+    produce(storage, "orders", ['{"region": "eu"}', '{"region": "us"}'])
+    produce(storage, "sms", ['{"region": "eu"}'])
+    eu_order, us_order = fail_all(storage, "orders")
+    [eu_sms] = fail_all(storage, "sms")
+    resp = admin.post("/messages/requeue", {"topic": "orders", "text": "eu", "status": "FAIL"}, follow_redirects=True)
+    assert "Requeued 1 failed message of topic orders" in resp.get_data(as_text=True)
+    assert storage.get_message(eu_order).status == "NEW"
+    assert storage.get_message(us_order).status == "FAIL"
+    assert storage.get_message(eu_sms).status == "FAIL"
+
+
+def test_requeue_refuses_a_non_fail_status_filter(admin, storage):
+    produce(storage, "orders", ['{"o": 1}'])
+    fail_all(storage, "orders")
+    assert admin.post("/messages/requeue", {"status": "SUCCESS"}).status_code == 400
+
+
+def test_bulk_delete_and_requeue_of_the_selection(admin, storage):
+    ids = produce(storage, "orders", ['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}'])
+    failed = fail_all(storage, "orders", limit=2)
+    pending = [i for i in ids if i not in failed]
+    resp = admin.post("/messages/bulk", {"ids": [str(failed[0]), str(pending[0]), "1 OR 1=1"], "action": "delete"},
+                      follow_redirects=True)
+    assert "Deleted 2 of 2 selected messages" in resp.get_data(as_text=True)
+    assert storage.get_message(failed[0]) is None and storage.get_message(pending[0]) is None
+    resp = admin.post("/messages/bulk", {"ids": [str(failed[1]), str(pending[1])], "action": "requeue"},
+                      follow_redirects=True)
+    assert "Requeued 1 of 2 selected" in resp.get_data(as_text=True)
+    assert storage.get_message(failed[1]).status == "NEW"
+    nothing = admin.post("/messages/bulk", {"action": "delete"}, follow_redirects=True)
+    assert "Select messages first" in nothing.get_data(as_text=True)
+
+
+def test_cancel_only_pending(admin, storage):
+    [pending] = produce(storage, "orders", ['{"a": 1}'], delay=3600)
+    [done] = produce(storage, "sms", ['{"a": 1}'])
+    fail_all(storage, "sms")
+    admin.post(f"/messages/{pending}/cancel")
+    assert storage.get_message(pending) is None
+    resp = admin.post(f"/messages/{done}/cancel", follow_redirects=True)
+    assert "only NEW (pending) messages can be" in resp.get_data(as_text=True)
+    assert storage.get_message(done).status == "FAIL"
+
+
+def test_produce_a_test_message(admin, storage):
+    resp = admin.post("/messages/new", {"topic": "console.test", "data": '{"hello": "world"}', "delay": "60",
+                                        "retry": "2", "unique_key": "t-1"})
+    assert resp.status_code == 302
+    [msg] = storage.list_messages(MessageFilter(topic="console.test"), 10)
+    assert msg.data == '{"hello": "world"}' and msg.retry_remaining == 2 and msg.unique_key == "t-1"
+    assert (msg.effect_time - msg.add_time).total_seconds() == 60
+    assert f"user={ADMIN}" in msg.trace
+    assert "console.test" in [t.name for t in storage.topics()]
+
+
+def test_produce_rejects_bad_input_naming_the_rule(admin, storage):
+    resp = admin.post("/messages/new", {"topic": "bad topic!", "data": "nope", "delay": "-5", "retry": "x"})
+    assert resp.status_code == 400
+    html = resp.get_data(as_text=True)
+    assert "characters outside [A-Za-z0-9._:-]" in html
+    assert "valid JSON" in html and "delay (seconds) must be between 0" in html and "retries must be a whole number" in html
+    assert storage.list_messages(MessageFilter(), 10) == []
