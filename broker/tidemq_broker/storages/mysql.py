@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError
@@ -63,9 +63,10 @@ class MySqlStorage(SqlStorage):
                 result = conn.exec_driver_sql(f"INSERT INTO tidemq_message ({_COLS}) VALUES {_ROW}", _params([row]))
                 ids.append(int(result.lastrowid))
             return ids
+        escape = conn.connection.dbapi_connection.escape  # type: ignore[union-attr]
         for chunk in _chunks_by_size(values):
-            sql = f"INSERT INTO tidemq_message ({_COLS}) VALUES " + ", ".join([_ROW] * len(chunk))
-            first = int(conn.exec_driver_sql(sql, _params(chunk)).lastrowid)  # LAST_INSERT_ID(): the first row's id
+            sql = f"INSERT INTO tidemq_message ({_COLS}) VALUES " + _literal_rows(escape, chunk)
+            first = int(conn.exec_driver_sql(sql, (chunk[0]["data"],)).lastrowid)  # LAST_INSERT_ID(): the first row's id
             ids.extend(first + k * self._id_step for k in range(len(chunk)))
         return ids
 
@@ -102,6 +103,33 @@ class MySqlStorage(SqlStorage):
     def _is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())
         return bool(args) and args[0] in _TRANSIENT
+
+
+def _literal_rows(escape: Callable[[Any], str], rows: list[dict[str, Any]]) -> str:
+    """The VALUES list of a multi-row INSERT, escaped by the connection itself.
+
+    Rows of one group commit share most values (topic, times, trace line, NULLs): each distinct
+    value is escaped once per statement instead of once per row, which was the largest part of
+    a broker's CPU time under produce load. Only ``data`` differs from row to row.
+    The first row's data stays a ``%s`` parameter, so the driver always %-formats the statement
+    and every literal ``%`` is doubled.
+    """
+    cache: dict[tuple[type, Any], str] = {}
+    out = []
+    for index, row in enumerate(rows):
+        literals = []
+        for col in INSERT_COLUMNS:
+            value = row[col]
+            if col == "data":
+                literals.append(escape(value).replace("%", "%%") if index else "%s")
+                continue
+            key = (type(value), value)
+            literal = cache.get(key)
+            if literal is None:
+                literal = cache[key] = escape(value).replace("%", "%%")
+            literals.append(literal)
+        out.append("(" + ", ".join(literals) + ")")
+    return ", ".join(out)
 
 
 def _params(rows: list[dict[str, Any]]) -> tuple[Any, ...]:
