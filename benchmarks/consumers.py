@@ -33,8 +33,8 @@ def _flush_forever(path: str) -> None:
                 fh.write("".join(f"{ms:.3f}\n" for ms in batch))
 
 
-if LATENESS_FILE:
-    threading.Thread(target=_flush_forever, args=(LATENESS_FILE,), name="bench-lateness", daemon=True).start()
+if LATENESS_FILE:  # one file per process: appends from two processes could interleave
+    threading.Thread(target=_flush_forever, args=(f"{LATENESS_FILE}.{os.getpid()}",), name="bench-lateness", daemon=True).start()
 
 
 @mq_consumer(TOPIC, threads=THREADS, batch=BATCH, ttr=120)
