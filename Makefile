@@ -39,3 +39,7 @@ proto: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info tidemq-dev.sqlite3*
+
+## Refresh docs/screenshots/ from the console's browser tests (real headless Chromium).
+screenshots: servers $(STAMP)
+	TIDEMQ_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest -q -p no:cacheprovider tests/browser

@@ -25,7 +25,7 @@ __all__ = ["AdminUser", "MessageEdit", "MessagePage", "TopicBacklog", "AdminSqlS
 
 STATUSES = ("NEW", "RUNNING", "SUCCESS", "FAIL")
 #: Ids examined per page when a filter has no index (text, time ranges): bounds a page's cost.
-SCAN_WINDOW = 100_000
+SCAN_WINDOW = 50_000
 _CHUNK = 1000
 
 
@@ -76,6 +76,7 @@ class _Plan:
     indexed: list[Any] = field(default_factory=list)
     residual: list[Any] = field(default_factory=list)
     fan_out_status: bool = False
+    index: Optional[str] = None
 
 
 class AdminSqlStore:
@@ -136,6 +137,8 @@ class AdminSqlStore:
                 # One index range per status keeps 'newest of one topic' an index walk.
                 extra = [m.c.status == status] if status else []
                 stmt = select(m).where(*conds, *extra).order_by(m.c.id.desc()).limit(limit + 1)
+                if plan.index:
+                    stmt = _force_index(stmt, plan.index)
                 found.extend(conn.execute(stmt).all())
             found.sort(key=lambda r: r.id, reverse=True)
             rows = found[:limit]
@@ -156,6 +159,10 @@ class AdminSqlStore:
             plan.indexed.append(m.c.status == flt.status)
         elif flt.topic and flt.id is None:
             plan.fan_out_status = True
+        if flt.id is None and not flt.unique_key and (flt.topic or flt.status):
+            # MySQL's planner prefers idx_message_lock for (topic, status) and then sorts every
+            # row of the range: 1 s on a 1M table instead of a 5 ms walk down the id index.
+            plan.index = "idx_message_topic_status_id" if flt.topic else "idx_message_status_id"
         if flt.unique_key:
             plan.indexed.append(m.c.unique_key == flt.unique_key)
             if not flt.topic:
@@ -254,6 +261,12 @@ class AdminSqlStore:
         """Alarms not resolved yet, newest first."""
         stmt = select(a).where(a.c.resolved_at.is_(None)).order_by(a.c.raised_at.desc()).limit(limit)
         return [dict(r._mapping) for r in self.storage._tx(lambda c: c.execute(stmt).all())]
+
+
+def _force_index(stmt: Any, index: str) -> Any:
+    for dialect in ("mysql", "mariadb"):
+        stmt = stmt.with_hint(m, f"FORCE INDEX ({index})", dialect_name=dialect)
+    return stmt
 
 
 def hours_ago(now: datetime, hours: int) -> datetime:

@@ -1,0 +1,104 @@
+"""The console's storage operations on both stores: bounded scans, index choice, users, deletes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tidemq_broker import clock
+from tidemq_broker.storage import MessageFilter, NewRow, open_storage
+from tidemq_broker.storages.admin_sql import AdminSqlStore
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        storage = open_storage(f"sqlite:///{tmp_path}/admin.sqlite3")
+        storage.create_schema()
+    else:
+        storage = open_storage(request.getfixturevalue("mysql_url"))
+    yield AdminSqlStore(storage)
+    storage.close()
+
+
+def _fill(store, topic, datas):
+    now = clock.now()
+    store.storage.ensure_topics([topic], now)
+    rows = [NewRow(topic=topic, data=d, effect_time=now, retry_remaining=0) for d in datas]
+    return store.storage.insert_messages(rows, now, "x PRODUCED\n")
+
+
+def test_text_search_scans_a_bounded_window_and_continues_older(store):
+    ids = _fill(store, "t", [json.dumps({"n": i, "tag": "hit" if i in (2, 25) else "miss"}) for i in range(30)])
+    flt = MessageFilter(text="hit")
+    first = store.list_page(flt, 10, window=10)
+    assert [m.id for m in first.messages] == [ids[25]] and first.scanned_from == ids[-1] + 1 - 10
+    assert first.next_before_id == first.scanned_from  # older ids remain to be searched
+    empty = store.list_page(flt, 10, first.next_before_id, window=10)
+    assert empty.messages == [] and empty.next_before_id is not None
+    found, before, pages = [], None, 0
+    while True:
+        page = store.list_page(flt, 10, before, window=10)
+        found += [m.id for m in page.messages]
+        pages += 1
+        if page.next_before_id is None:
+            break
+        before = page.next_before_id
+    assert found == [ids[25], ids[2]]
+    assert pages >= 3
+
+
+def test_topic_pages_merge_statuses_newest_first(store):
+    ids = _fill(store, "t", ["1", "2", "3", "4", "5"])
+    _fill(store, "other", ["9"])
+    store.storage.lock_batch("t", 0, 1, 2, 30, "c", clock.now(), "x LOCKED\n")
+    page = store.list_page(MessageFilter(topic="t"), 3)
+    assert [m.id for m in page.messages] == sorted(ids, reverse=True)[:3]
+    rest = store.list_page(MessageFilter(topic="t"), 3, page.next_before_id)
+    assert [m.id for m in rest.messages] == sorted(ids, reverse=True)[3:] and rest.next_before_id is None
+
+
+def test_unique_key_is_found_without_a_topic(store):
+    now = clock.now()
+    store.storage.ensure_topics(["a", "b"], now)
+    [wanted] = store.storage.insert_messages([NewRow("b", "1", now, 0, unique_key="k1")], now, "x P\n")
+    store.storage.insert_messages([NewRow("a", "1", now, 0, unique_key="k2")], now, "x P\n")
+    assert [m.id for m in store.list_page(MessageFilter(unique_key="k1"), 10).messages] == [wanted]
+
+
+def test_delete_keeps_running_messages(store):
+    ids = _fill(store, "t", ["1", "2"])
+    [held] = store.storage.lock_batch("t", 0, 1, 1, 30, "c", clock.now(), "x LOCKED\n")
+    assert store.delete_messages(ids) == 1
+    assert store.storage.get_message(held.id).status == "RUNNING"
+
+
+def test_users_are_saved_and_updated(store):
+    assert store.save_user("amy", "hash-1", "viewer", clock.now()) is True
+    assert store.save_user("amy", "hash-2", "admin", clock.now()) is False
+    user = store.get_user("amy")
+    assert (user.password_hash, user.role) == ("hash-2", "admin")
+    assert store.get_user("nobody") is None
+
+
+def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
+    """EXPLAIN of the console's pages: an index walk in id order, never a filesort."""
+    storage = open_storage(mysql_url)
+    try:
+        store = AdminSqlStore(storage)
+        _fill(store, "t", [str(i) for i in range(50)])
+        from sqlalchemy import select
+
+        from tidemq_broker.schema import message as m
+        from tidemq_broker.storages.admin_sql import _force_index
+
+        for index, cond in (("idx_message_topic_status_id", (m.c.topic == "t", m.c.status == "NEW")),
+                            ("idx_message_status_id", (m.c.status == "FAIL",))):
+            stmt = _force_index(select(m).where(*cond).order_by(m.c.id.desc()).limit(51), index)
+            sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
+            plan = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
+            assert plan[0][5] == index, plan
+            assert "filesort" not in str(plan[0][-1]), plan
+    finally:
+        storage.close()
