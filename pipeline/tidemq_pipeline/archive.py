@@ -53,9 +53,11 @@ class ArchiveFiles:
             self._fs.delete(temporary, True)
 
     def counts(self, batch_id: int) -> dict[tuple[str, date], int]:
-        if not self._fs.globStatus(self._path(self.batch_glob(batch_id))):
+        """Rows per (topic, day) the batch's Parquet files hold, read back from the files."""
+        found = [str(s.getPath().toString()) for s in (self._fs.globStatus(self._path(self.batch_glob(batch_id))) or [])]
+        if not found:
             return {}
-        rows = self.spark.read.option("basePath", self.root).parquet(self.batch_glob(batch_id))
+        rows = self.spark.read.option("basePath", self.root).parquet(*found)
         return frames.partition_counts(rows)
 
 

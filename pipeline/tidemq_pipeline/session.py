@@ -55,18 +55,22 @@ def spark_session(master: Optional[str] = None, jdbc_jar: str = DEFAULT_JDBC_JAR
     from pyspark.sql import SparkSession
 
     utc = "-Duser.timezone=UTC"
+    builder = SparkSession.builder.appName(app)
+    # Under spark-submit (which starts the JVM and sets PYSPARK_GATEWAY_PORT) the master comes
+    # from its --master unless one is given here too.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or DEFAULT_MASTER)
     builder = (
-        SparkSession.builder.appName(app)
-        .master(master or DEFAULT_MASTER)
-        .config("spark.jars", jdbc_jar)
+        builder.config("spark.jars", jdbc_jar)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", utc)
         .config("spark.executor.extraJavaOptions", utc)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "true")
     )
-    if (master or DEFAULT_MASTER).startswith("local"):
+    if (master or DEFAULT_MASTER).startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
