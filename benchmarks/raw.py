@@ -22,7 +22,8 @@ import pymysql
 from tidemq_broker import clock, trace
 from tidemq_broker.storages.sql import INSERT_COLUMNS
 
-__all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "truncate", "count", "Row"]
+__all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "count", "span",
+           "make_due", "Row"]
 
 Row = tuple
 _COLS = ", ".join(INSERT_COLUMNS)
@@ -123,7 +124,7 @@ def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
                 now = clock.now()
                 token = uuid.uuid4().hex
                 cur.execute(
-                    "UPDATE tidemq_message SET status = 'RUNNING', lease_token = %s, lease_expire = %s, ttr = 60, "
+                    "UPDATE tidemq_message FORCE INDEX (idx_message_lock) SET status = 'RUNNING', lease_token = %s, lease_expire = %s, ttr = 60, "
                     "consumer = 'raw', start_time = %s, update_time = %s, attempt = attempt + 1, "
                     "version = version + 1 WHERE topic = %s AND status = 'NEW' AND effect_time <= %s "
                     "ORDER BY effect_time, id LIMIT %s",
@@ -144,6 +145,25 @@ def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
     finally:
         conn.close()
     return done / (time.perf_counter() - began)
+
+
+def commit_latency(url: str, topic: str, samples: int) -> list[float]:
+    """ms of one single-row INSERT + COMMIT through PyMySQL, one at a time: the floor under a
+    durable produce() on this machine (mostly the log flush)."""
+    conn = connect(url)
+    times = []
+    try:
+        with conn.cursor() as cur:
+            for i in range(samples):
+                now = clock.now()
+                row = _row(topic, i, now, now, trace.line(now, "PRODUCED", broker="raw"))
+                began = time.perf_counter()
+                _insert(cur, [row])
+                conn.commit()
+                times.append((time.perf_counter() - began) * 1000)
+    finally:
+        conn.close()
+    return times
 
 
 def truncate(url: str) -> None:
