@@ -214,7 +214,8 @@ class Storage(abc.ABC):
         self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime, trace_line: str
     ) -> int:
         """Put FAIL messages (by id, or every one of ``topic``) back to NEW, due now, with
-        ``retry`` retries (-1: the topic's default). Returns how many moved."""
+        ``retry`` retries left after the new attempt (0: one more attempt). Works in batches of
+        1000 so no transaction holds many row locks. Returns how many moved."""
 
     # -- maintenance -------------------------------------------------------------------------
     @abc.abstractmethod
