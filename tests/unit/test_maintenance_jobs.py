@@ -1,0 +1,71 @@
+"""Leader-only maintenance jobs against the SQLite store (fast) with a real Maintainer election."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from tests.servers import wait_until
+from tidemq.coordinators.local import LocalCoordinator
+from tidemq_broker import clock
+from tidemq_broker.maintenance import Maintainer
+from tidemq_broker.maintenance.leases import LeaseExpiry
+from tidemq_broker.maintenance.retention import Retention
+from tidemq_broker.schema import message
+from tidemq_broker.storage import AckItem, NewRow, TopicSettings, open_storage
+from tidemq_broker.retry_policy import next_delay
+
+
+def _store(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/jobs.sqlite3")
+    storage.create_schema()
+    return storage
+
+
+def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_path):
+    storage = _store(tmp_path)
+    now = clock.now()
+    storage.save_topic(TopicSettings("keep.forever", retention_days=0), now)
+    storage.save_topic(TopicSettings("short", retention_days=1), now)
+    for topic in ("keep.forever", "short"):
+        storage.insert_messages([NewRow(topic, "1", now, 0) for _ in range(25)], now, "")
+        done = storage.lock_batch(topic, 0, 1, 25, 30, "c", now, "")
+        storage.ack([AckItem(m.id, m.lease_token, i % 5 != 0) for i, m in enumerate(done)], now, "c", "b",
+                    TopicSettings, next_delay)
+    # Age every finished message by two days (tests may write the table; the product may not).
+    with storage.engine.begin() as conn:
+        conn.execute(update(message).values(finish_time=now - timedelta(days=2)))
+    deleted = Retention(storage, batch=7).run()
+    counts = storage.count_by_status()
+    assert deleted == 20
+    assert counts["short"] == {"FAIL": 5}  # dead letters are kept for an operator
+    assert counts["keep.forever"] == {"SUCCESS": 20, "FAIL": 5}
+    storage.close()
+
+
+def test_only_the_elected_leader_runs_jobs_and_a_successor_takes_over(tmp_path):
+    storage = _store(tmp_path)
+    now = clock.now()
+    storage.insert_messages([NewRow("t", "1", now, 0) for _ in range(3)], now, "")
+    storage.lock_batch("t", 0, 1, 3, 1, "gone-consumer", now, "")
+    woken = threading.Event()
+    coordinators = [LocalCoordinator("/jobs"), LocalCoordinator("/jobs")]
+    maintainers = [Maintainer(c, f"broker-{i}", [LeaseExpiry(storage, f"broker-{i}", woken.set, interval=0.05)], tick=0.02)
+                   for i, c in enumerate(coordinators)]
+    for m in maintainers:
+        m.start()
+    try:
+        wait_until(lambda: sum(m.is_leader.is_set() for m in maintainers) == 1, 10, what="one leader")
+        leader = next(m for m in maintainers if m.is_leader.is_set())
+        wait_until(woken.is_set, 10, what="expired leases returned to NEW")
+        assert storage.count_by_status("t") == {"t": {"NEW": 3}}
+        assert "lost_by=gone-consumer" in storage.get_message(1).trace
+        leader.stop()
+        other = next(m for m in maintainers if m is not leader)
+        wait_until(other.is_leader.is_set, 10, what="the other broker to take over")
+    finally:
+        for m in maintainers:
+            m.stop()
+        storage.close()
