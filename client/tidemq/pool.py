@@ -80,11 +80,14 @@ class BrokerPool:
                 avoid.clear()  # the list may have changed: every broker deserves another try
             return None
 
-    def call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]] = None) -> Any:
+    def call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]] = None,
+             track: Optional[Callable[[Optional[grpc.Future]], None]] = None) -> Any:
         """Call ``method`` on some live broker within ``timeout`` seconds.
 
         Transport failures (broker dead or unreachable) move the call to another broker; errors a
-        broker reports are raised as the matching tidemq exception.
+        broker reports are raised as the matching tidemq exception. ``track``, when given, is
+        handed each attempt's grpc future (then None when it ends) so the caller can cancel it;
+        a cancelled call raises ``grpc.FutureCancelledError`` and is not retried.
         """
         deadline = time.monotonic() + timeout
         tried: set[str] = set()
@@ -94,8 +97,17 @@ class BrokerPool:
             remaining = deadline - time.monotonic()
             if address is None or remaining <= 0:
                 raise BrokerUnavailableError(f"no broker answered {method} within {timeout:.1f} s ({last_error})")
+            if on_attempt is not None:
+                on_attempt(address)
             try:
-                return getattr(self._stub(address), method)(request, timeout=remaining)
+                if track is None:
+                    return getattr(self._stub(address), method)(request, timeout=remaining)
+                future = getattr(self._stub(address), method).future(request, timeout=remaining)
+                track(future)
+                try:
+                    return future.result()
+                finally:
+                    track(None)
             except grpc.RpcError as exc:
                 error = _tidemq_error(exc)
                 if error is not None:

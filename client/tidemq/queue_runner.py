@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Optional
 
+import grpc
+
 from .client import Client
 from .consumer import ConsumerSpec
 from .coordinator import ConnectionState, Registration, rank_of
@@ -61,6 +63,8 @@ class QueueRunner:
         self._inflight = 0
         self._nodes: list[str] = []
         self._connected = True
+        self._pull: Optional[grpc.Future] = None  # the long-poll in flight, cancelled on SUSPENDED
+        self._pull_lock = threading.Lock()
         self._stopping = threading.Event()
         self._acks: "queue.Queue[pb.AckItem]" = queue.Queue()
         self._pool = ThreadPoolExecutor(spec.threads, thread_name_prefix=f"tidemq-handler-{spec.topic}")
@@ -85,6 +89,7 @@ class QueueRunner:
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
+        self._cancel_pull()
         self._threads[0].join(self._long_poll + self.client.settings.rpc_timeout)
         with self._cond:
             self._cond.wait_for(lambda: self._inflight == 0, drain_timeout)
@@ -109,10 +114,25 @@ class QueueRunner:
             self._cond.notify_all()
 
     def _on_state(self, state: ConnectionState) -> None:
-        # SUSPENDED: our node may be gone for others; take nothing new until we know.
+        # SUSPENDED: our node may be gone for others; take nothing new until we know. That
+        # includes a long-poll already waiting at a broker with our old rank: cancel it.
         with self._cond:
             self._connected = state is ConnectionState.CONNECTED
             self._cond.notify_all()
+        if state is not ConnectionState.CONNECTED:
+            self._cancel_pull()
+
+    def _track(self, future: Optional[grpc.Future]) -> None:
+        with self._pull_lock:
+            self._pull = future
+        if future is not None and (not self._connected or self._stopping.is_set()):
+            future.cancel()  # the state changed between the check and the call
+
+    def _cancel_pull(self) -> None:
+        with self._pull_lock:
+            future = self._pull
+        if future is not None:
+            future.cancel()
 
     # -- pulling -----------------------------------------------------------------------------
     def _ready(self) -> bool:
@@ -131,11 +151,16 @@ class QueueRunner:
                     return
                 want = min(self.spec.batch, self._capacity - self._inflight)
                 rank, total = rank_of(self.registration.node, self._nodes)  # type: ignore[union-attr]
+            request = pb.PullRequest(
+                topic=self.spec.topic, consumer=self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
+                serial=self.serial, max_messages=want, wait_seconds=self._long_poll, ttr_seconds=self.spec.ttr)
             try:
-                deliveries = self.client.pull(
-                    self.spec.topic, self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
-                    serial=self.serial, max_messages=want, wait=self._long_poll, ttr=self.spec.ttr)
+                reply = self.client.pool.call("Pull", request, self._long_poll + self.client.settings.rpc_timeout,
+                                              track=self._track)
+                deliveries = list(reply.messages)
                 backoff = 0.1
+            except grpc.FutureCancelledError:
+                continue  # suspended or stopping: the loop decides what to do next
             except TidemqError as exc:
                 level = logging.INFO if isinstance(exc, RetriableError) else logging.ERROR
                 log.log(level, "pull of %s failed: %s", self.spec.topic, exc)

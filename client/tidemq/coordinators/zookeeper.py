@@ -345,6 +345,12 @@ class ZooKeeperCoordinator(Coordinator):
         return posixpath.join(self.root, *parts)
 
     def _delete(self, path: str) -> int:
+        if not self._zk.connected:
+            # Waiting for the connection could block a shutdown forever: queue the delete, sent
+            # once reconnected (an ephemeral node goes with its session anyway).
+            log.info("not connected: %s is deleted once reconnected", path)
+            self._zk.delete_async(path)
+            return 0
         try:
             self._zk.delete(path)
             return 1
