@@ -48,7 +48,8 @@ class ClusterView:
     def _connect(self) -> Coordinator:
         with self._lock:
             if self._coordinator is None:
-                self._coordinator = open_coordinator(self._settings.zk_hosts, self._settings.zk_root)
+                self._coordinator = open_coordinator(self._settings.zk_hosts, self._settings.zk_root,
+                                                     self._settings.zk_session_timeout)
             if not self._started:
                 self._coordinator.start(timeout=5.0)
                 self._started = True

@@ -48,7 +48,8 @@ class Client:
         """The coordinator, connected on first use (broker discovery, consumers, broadcasts)."""
         with self._coordinator_lock:
             if self._coordinator is None:
-                self._coordinator = open_coordinator(self.settings.zk_hosts, self.settings.zk_root)
+                self._coordinator = open_coordinator(self.settings.zk_hosts, self.settings.zk_root,
+                                                     self.settings.zk_session_timeout)
             if not self._coordinator_started:
                 self._coordinator.start()
                 self._coordinator_started = True

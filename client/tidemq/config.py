@@ -24,6 +24,8 @@ class Settings:
     zk_root: the ZooKeeper path under which tidemq keeps its nodes (TIDEMQ_ZK_ROOT).
     brokers: static broker addresses (TIDEMQ_BROKERS) used instead of ZooKeeper discovery.
     max_data_bytes: the largest message data a broker accepts (TIDEMQ_MAX_DATA_BYTES).
+    zk_session_timeout: seconds before ZooKeeper drops a silent process's nodes
+    (TIDEMQ_ZK_SESSION_TIMEOUT): lower means faster takeover of a dead worker's share.
     """
 
     db_url: str = DEFAULT_DB_URL
@@ -34,6 +36,7 @@ class Settings:
     admin_password: str = ""
     max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
     rpc_timeout: float = 10.0
+    zk_session_timeout: float = 10.0
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "Settings":
@@ -42,8 +45,10 @@ class Settings:
         try:
             max_bytes = int(env.get("TIDEMQ_MAX_DATA_BYTES", DEFAULT_MAX_DATA_BYTES))
             rpc_timeout = float(env.get("TIDEMQ_RPC_TIMEOUT", 10.0))
+            session_timeout = float(env.get("TIDEMQ_ZK_SESSION_TIMEOUT", 10.0))
         except ValueError as exc:
-            raise ConfigurationError(f"TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT must be numbers: {exc}") from None
+            raise ConfigurationError(
+                f"TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT must be numbers: {exc}") from None
         settings = cls(
             db_url=env.get("TIDEMQ_DB_URL", "") or DEFAULT_DB_URL,
             zk_hosts=env.get("TIDEMQ_ZK_HOSTS", ""),
@@ -53,6 +58,7 @@ class Settings:
             admin_password=env.get("TIDEMQ_ADMIN_PASSWORD", ""),
             max_data_bytes=max_bytes,
             rpc_timeout=rpc_timeout,
+            zk_session_timeout=session_timeout,
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -65,6 +71,9 @@ class Settings:
         """Raise ConfigurationError for values that cannot work."""
         if not self.zk_root.startswith("/") or self.zk_root.endswith("/") and self.zk_root != "/":
             raise ConfigurationError(f"TIDEMQ_ZK_ROOT must be an absolute path like /tidemq, got {self.zk_root!r}")
+        if not 1 <= self.zk_session_timeout <= 600:
+            raise ConfigurationError(
+                f"TIDEMQ_ZK_SESSION_TIMEOUT must be between 1 and 600 seconds, got {self.zk_session_timeout}")
         if not 1 <= self.max_data_bytes <= 16 * 1024 * 1024 - 1:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"

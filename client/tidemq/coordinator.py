@@ -175,12 +175,16 @@ class Coordinator(abc.ABC):
         """The identifier of the current leader, if any."""
 
 
-def open_coordinator(zk_hosts: str, root: str) -> Coordinator:
-    """The ZooKeeper coordinator for ``zk_hosts``, or the in-process one when it is empty."""
+def open_coordinator(zk_hosts: str, root: str, session_timeout: float = 10.0) -> Coordinator:
+    """The ZooKeeper coordinator for ``zk_hosts``, or the in-process one when it is empty.
+
+    ``session_timeout`` (seconds) is how long a dead process keeps its nodes, so how long its
+    QUEUE shard waits before the others take it over; the server bounds it (2x to 20x tickTime).
+    """
     if zk_hosts:
         from .coordinators.zookeeper import ZooKeeperCoordinator
 
-        return ZooKeeperCoordinator(zk_hosts, root)
+        return ZooKeeperCoordinator(zk_hosts, root, session_timeout=session_timeout)
     from .coordinators.local import LocalCoordinator
 
     return LocalCoordinator(root)
