@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -72,12 +73,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.archive_bench", description=__doc__.split("\n")[0])
     p.add_argument("--messages", type=int, default=200_000, help="finished messages to seed (default 200000)")
     p.add_argument("--million", action="store_true", help="seed 1,000,000 messages")
-    p.add_argument("--batch-rows", type=int, default=500_000)
+    p.add_argument("--batch-rows", type=int, default=250_000, help="ids per archive batch")
     p.add_argument("--partitions", type=int, default=2, help="parallel JDBC reads, in both runs")
     p.add_argument("--kill-after", type=float, help="also: SIGKILL an archive process after S seconds, rerun, check")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
     n = 1_000_000 if args.million else args.messages
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from tidemq_broker.storage import open_storage
     from tidemq_pipeline.archive import run_archive
@@ -99,10 +101,11 @@ def main(argv=None) -> int:
         spark = spark_session(f"local[{args.partitions}]", app="tidemq-archive-bench")
         plain = _plain_copy(spark, db, f"{work}/plain", args.partitions)
         summary = run_archive(spark, db, f"{work}/archive", args.batch_rows, args.partitions)
+        archive_s = summary.seconds
         _check(spark, db, f"{work}/archive", n)
         result = {"messages": n, "seed_s": round(seeded, 2), "plain_copy_s": round(plain, 2),
-                  "plain_rows_per_s": round(n / plain), "archive_s": round(summary.seconds, 2),
-                  "archive_rows_per_s": round(n / summary.seconds), "ratio": round(plain / summary.seconds, 3),
+                  "plain_rows_per_s": round(n / plain), "archive_s": round(archive_s, 2),
+                  "archive_rows_per_s": round(n / archive_s), "ratio": round(plain / archive_s, 3),
                   "archive_summary": summary.line()}
         if args.kill_after:
             result.update(_kill_and_rerun(spark, db, url, n, work, args))

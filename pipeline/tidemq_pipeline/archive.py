@@ -11,6 +11,7 @@ or duplicated.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import date
 from typing import Optional
 
@@ -79,6 +80,7 @@ def run_archive(spark, db: Database, archive_path: str, batch_rows: int = 500_00
     summary = summary or JobSummary("archive")
     partitions = partitions or max(1, spark.sparkContext.defaultParallelism)
     conn = db.connect()
+    job = None
     try:
         if not store.try_lock(conn, LOCK_NAME):
             raise TidemqError("another archive job holds the archive lock on this database; wait for it to finish")
@@ -88,6 +90,7 @@ def run_archive(spark, db: Database, archive_path: str, batch_rows: int = 500_00
         for batch in store.open_batches(conn):
             summary.progress(f"resuming batch {batch.id} ({batch.state}, ids {batch.id_from}..{batch.id_to - 1})")
             job.finish(batch)
+        job.drain()  # a resumed batch is done before new cutoffs are computed over the table
         now = store.db_now(conn)
         cutoffs = store.Cutoffs.compute(now, store.topics(conn), min_age)
         low, high, count = store.eligible_bounds(conn, cutoffs)
@@ -99,22 +102,45 @@ def run_archive(spark, db: Database, archive_path: str, batch_rows: int = 500_00
                 if expected:
                     batch = store.start_batch(conn, id_from, id_to, cutoffs, sum(expected.values()), files.root, now)
                     job.finish(batch, expected)
+        job.drain()
         return summary
     finally:
+        if job is not None:
+            job.close()
         conn.close()
 
 
 class _Job:
-    """Carries one batch from its manifest state to DONE."""
+    """Carries one batch from its manifest state to DONE.
+
+    The deletes of a verified batch run on a second connection while Spark reads and writes the
+    next batch (disjoint id ranges), so MySQL's delete work overlaps Spark's."""
 
     def __init__(self, spark, db: Database, conn, files: ArchiveFiles, partitions: int, summary: JobSummary) -> None:
         self.spark, self.db, self.conn, self.files = spark, db, conn, files
         self.partitions, self.summary = partitions, summary
+        self._deleter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive-delete")
+        self._delete_conn = None
+        self._pending: list[Future] = []
 
     def finish(self, batch: store.BatchRow, expected: Optional[dict] = None) -> None:
         if batch.state == "PENDING":
             self.write(batch, expected)
-        self.delete(batch)
+        self._pending.append(self._deleter.submit(self.delete, batch))
+        for future in [f for f in self._pending if f.done()]:
+            future.result()  # a failed delete stops the run at once
+            self._pending.remove(future)
+
+    def drain(self) -> None:
+        """Wait for the deletes submitted so far; raise the first error one of them met."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        self._deleter.shutdown(wait=True)
+        if self._delete_conn is not None:
+            self._delete_conn.close()
 
     def write(self, batch: store.BatchRow, expected: Optional[dict]) -> None:
         if self.files.remove_batch(batch.id):
@@ -139,9 +165,12 @@ class _Job:
                               f"({len(written)} topic/day partitions)")
 
     def delete(self, batch: store.BatchRow) -> None:
+        if self._delete_conn is None:
+            self._delete_conn = self.db.connect()
+        conn = self._delete_conn
         deleted = 0
         for start in range(batch.id_from, batch.id_to, DELETE_CHUNK):
-            deleted += store.delete_range(self.conn, start, min(start + DELETE_CHUNK, batch.id_to), batch.cutoffs)
+            deleted += store.delete_range(conn, start, min(start + DELETE_CHUNK, batch.id_to), batch.cutoffs)
         self.summary.deleted += deleted
-        store.set_batch_state(self.conn, batch.id, "DONE", store.db_now(self.conn), deleted=deleted)
+        store.set_batch_state(conn, batch.id, "DONE", store.db_now(conn), deleted=deleted)
         self.summary.progress(f"batch {batch.id}: {deleted} rows deleted from MySQL")
