@@ -23,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                    help=f"any of {', '.join(SCENARIOS)} (default: all)")
     p.add_argument("--json", action="store_true", help="print the JSON document on stdout")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="interleaved slices of each baseline and tidemq measurement (evens out load drift)")
     p.add_argument("--profile", metavar="DIR", default="", help="py-spy the brokers and workers into DIR")
     p.add_argument("--out", default="benchmarks/results/latest.json", help="where to write the JSON document")
     g = p.add_argument_group("produce")
