@@ -49,6 +49,7 @@ CREATE TABLE `tidemq_topic` (
   `retention_days` int(11) NOT NULL,
   `max_data_bytes` int(11) DEFAULT NULL,
   `paused` tinyint(1) NOT NULL,
+  `archive` tinyint(1) NOT NULL DEFAULT 0,
   `alarm_backlog` int(11) DEFAULT NULL,
   `alarm_failure_rate` double DEFAULT NULL,
   `alarm_due_age` int(11) DEFAULT NULL,

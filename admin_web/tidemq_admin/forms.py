@@ -197,6 +197,7 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
     fields["alarm_failure_rate"] = _optional(form, "alarm_failure_rate", lambda s: _float(s, 0, 1, "failure rate threshold"), e)
     fields["alarm_due_age"] = _optional(form, "alarm_due_age", lambda s: _int(s, 1, 2**31 - 1, "due age threshold (seconds)"), e)
     fields["paused"] = form.get("paused") == "on"
+    fields["archive"] = form.get("archive") == "on"
     description = (form.get("description") or "").strip()
     if len(description) > 1000:
         e["description"] = "description is at most 1000 characters"

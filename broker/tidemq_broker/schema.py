@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy import text
 from sqlalchemy.dialects import mysql
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "SCHEMA_VERSION"]
@@ -83,6 +84,9 @@ topic = Table(
     Column("retention_days", Integer, nullable=False),
     Column("max_data_bytes", Integer, nullable=True),
     Column("paused", Boolean, nullable=False),
+    # True: finished messages move to the Parquet archive (`tidemq pipeline archive`) and the
+    # broker's retention leaves them alone. False: retention deletes SUCCESS rows itself.
+    Column("archive", Boolean, nullable=False, server_default=text("0")),
     Column("alarm_backlog", Integer, nullable=True),
     Column("alarm_failure_rate", Double, nullable=True),
     Column("alarm_due_age", Integer, nullable=True),

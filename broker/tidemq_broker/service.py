@@ -110,6 +110,14 @@ class BrokerService(pb_grpc.BrokerServicer):
             return self.storage.next_due(topic, rank, total)
 
         found = long_poll(self.hub, deadline, attempt, next_due, topic)
+        if found and not context.is_active():
+            # The caller cancelled (its rank changed, it was suspended or is stopping) while we
+            # locked: hand the messages back now instead of letting their lease run out.
+            now = clock.now()
+            self.storage.release(found[0].lease_token or "", now,
+                                 trace.line(now, "RELEASED", consumer=consumer, broker=self.name))
+            self.hub.notify(topic, now)
+            return pb.PullReply()
         return pb.PullReply(messages=[_delivery(m) for m in found])
 
     @_rpc

@@ -75,6 +75,7 @@ class TopicSettings:
     retention_days: int = 7
     max_data_bytes: Optional[int] = None
     paused: bool = False
+    archive: bool = False
     alarm_backlog: Optional[int] = None
     alarm_failure_rate: Optional[float] = None
     alarm_due_age: Optional[int] = None
@@ -200,6 +201,11 @@ class Storage(abc.ABC):
 
         Success -> SUCCESS. Failure -> NEW at now + backoff while retries remain, else FAIL.
         """
+
+    @abc.abstractmethod
+    def release(self, lease_token: str, now: datetime, trace_line: str) -> int:
+        """Give back the messages leased under ``lease_token`` that nobody will run (the pull's
+        caller went away before the reply): RUNNING -> NEW, the attempt not counted."""
 
     @abc.abstractmethod
     def touch(self, id: int, lease_token: str, ttr: int, now: datetime) -> bool:

@@ -49,7 +49,7 @@ class QueueRunner:
     the next only after the previous outcome is recorded.
     """
 
-    def __init__(self, client: Client, spec: ConsumerSpec, instance: str, long_poll: float = 2.0) -> None:
+    def __init__(self, client: Client, spec: ConsumerSpec, instance: str, long_poll: float = 10.0) -> None:
         self.client = client
         self.spec = spec
         self.instance = instance
@@ -64,6 +64,7 @@ class QueueRunner:
         self._nodes: list[str] = []
         self._connected = True
         self._pull: Optional[grpc.Future] = None  # the long-poll in flight, cancelled on SUSPENDED
+        self._pull_shard: Optional[tuple[int, int]] = None  # the (rank, total) it was sent with
         self._pull_lock = threading.Lock()
         self._stopping = threading.Event()
         self._acks: "queue.Queue[pb.AckItem]" = queue.Queue()
@@ -111,7 +112,12 @@ class QueueRunner:
     def _on_members(self, nodes: list[str]) -> None:
         with self._cond:
             self._nodes = list(nodes)
+            shard = rank_of(self.registration.node if self.registration else None, self._nodes)
             self._cond.notify_all()
+        # A long-poll waiting with the old (rank, total) would leave a departed consumer's share
+        # untaken (or keep taking a share now someone else's) until it returns: ask again now.
+        if self._pull_shard is not None and shard != self._pull_shard:
+            self._cancel_pull()
 
     def _on_state(self, state: ConnectionState) -> None:
         # SUSPENDED: our node may be gone for others; take nothing new until we know. That
@@ -125,8 +131,13 @@ class QueueRunner:
     def _track(self, future: Optional[grpc.Future]) -> None:
         with self._pull_lock:
             self._pull = future
-        if future is not None and (not self._connected or self._stopping.is_set()):
+        if future is not None and (not self._connected or self._stopping.is_set() or self._shard_changed()):
             future.cancel()  # the state changed between the check and the call
+
+    def _shard_changed(self) -> bool:
+        with self._cond:
+            current = rank_of(self.registration.node if self.registration else None, self._nodes)
+            return self._pull_shard is not None and current != self._pull_shard
 
     def _cancel_pull(self) -> None:
         with self._pull_lock:
@@ -151,6 +162,7 @@ class QueueRunner:
                     return
                 want = min(self.spec.batch, self._capacity - self._inflight)
                 rank, total = rank_of(self.registration.node, self._nodes)  # type: ignore[union-attr]
+                self._pull_shard = (rank, total)
             request = pb.PullRequest(
                 topic=self.spec.topic, consumer=self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
                 serial=self.serial, max_messages=want, wait_seconds=self._long_poll, ttr_seconds=self.spec.ttr)

@@ -43,6 +43,13 @@ class TopicRow:
     alarm_backlog: Optional[int]
     alarm_failure_rate: Optional[float]
     alarm_due_age: Optional[int]
+    archive: bool = False
+
+    @property
+    def broker_deletes_success(self) -> bool:
+        """The broker's retention job deletes this topic's SUCCESS rows itself (it leaves topics
+        marked ``archive`` or kept forever with ``retention_days`` 0 to the archive)."""
+        return not self.archive and self.retention_days > 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,9 @@ class Cutoffs:
 
     default: datetime
     topics: dict[str, datetime]
+    # Topics whose SUCCESS rows the broker's retention deletes: only their FAIL rows are
+    # archived, so the archive and the broker never race for a row.
+    success_by_broker: tuple[str, ...] = ()
 
     @classmethod
     def compute(cls, now: datetime, settings: Iterable[TopicRow], min_age: float) -> "Cutoffs":
@@ -63,22 +73,30 @@ class Cutoffs:
             # finished; min_age keeps messages finished seconds ago (and clock skew) out.
             return (now - timedelta(days=max(days, 0), seconds=min_age)).replace(microsecond=now.microsecond // 1000 * 1000)
 
-        return cls(cut(DEFAULT_RETENTION_DAYS), {row.name: cut(row.retention_days) for row in settings})
+        settings = list(settings)
+        return cls(cut(DEFAULT_RETENTION_DAYS), {row.name: cut(row.retention_days) for row in settings},
+                   tuple(sorted(row.name for row in settings if row.broker_deletes_success)))
 
     def to_json(self) -> str:
-        return json.dumps({"default": self.default.isoformat(), "topics": {k: v.isoformat() for k, v in self.topics.items()}})
+        return json.dumps({"default": self.default.isoformat(), "topics": {k: v.isoformat() for k, v in self.topics.items()},
+                           "success_by_broker": list(self.success_by_broker)})
 
     @classmethod
     def from_json(cls, text: str) -> "Cutoffs":
         raw = json.loads(text)
-        return cls(datetime.fromisoformat(raw["default"]), {k: datetime.fromisoformat(v) for k, v in raw["topics"].items()})
+        return cls(datetime.fromisoformat(raw["default"]), {k: datetime.fromisoformat(v) for k, v in raw["topics"].items()},
+                   tuple(raw.get("success_by_broker", ())))
 
     def predicate(self) -> str:
         """The SQL condition selecting archivable rows."""
         fmt = "%Y-%m-%d %H:%M:%S.%f"
         cases = " ".join(f"WHEN {_literal(t)} THEN '{c.strftime(fmt)}'" for t, c in sorted(self.topics.items()))
         cutoff = f"CASE topic {cases} ELSE '{self.default.strftime(fmt)}' END" if cases else f"'{self.default.strftime(fmt)}'"
-        return f"status IN ('SUCCESS', 'FAIL') AND finish_time IS NOT NULL AND finish_time < {cutoff}"
+        statuses = "status IN ('SUCCESS', 'FAIL')"
+        if self.success_by_broker:
+            kept = ", ".join(_literal(t) for t in self.success_by_broker)
+            statuses = f"(status = 'FAIL' OR (status = 'SUCCESS' AND topic NOT IN ({kept})))"
+        return f"{statuses} AND finish_time IS NOT NULL AND finish_time < {cutoff}"
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,7 @@ def try_lock(conn, name: str) -> bool:
 
 def topics(conn) -> list[TopicRow]:
     with conn.cursor() as cur:
-        cur.execute(f"SELECT name, retention_days, alarm_backlog, alarm_failure_rate, alarm_due_age FROM {TOPIC}")
+        cur.execute(f"SELECT name, retention_days, alarm_backlog, alarm_failure_rate, alarm_due_age, archive FROM {TOPIC}")
         return [TopicRow(*row) for row in cur.fetchall()]
 
 

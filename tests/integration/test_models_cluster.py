@@ -145,7 +145,7 @@ def test_a_suspended_consumer_takes_nothing_new_until_reconnected(
         follower.kill()
         wait_until(lambda: ConnectionState.SUSPENDED in states, 30, what="SUSPENDED reported")
         held = producer.produce_many(topic, list(range(20)))
-        # Proving an absence needs time to pass: more than a long-poll (2 s) of chances to pull.
+        # Proving an absence needs time to pass: six of the fetch loop's 0.5 s re-checks.
         time.sleep(3.0)
         assert count(store, topic, "NEW") == 20 and len(ran) == 10
 

@@ -29,7 +29,8 @@ def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_p
     now = clock.now()
     storage.save_topic(TopicSettings("keep.forever", retention_days=0), now)
     storage.save_topic(TopicSettings("short", retention_days=1), now)
-    for topic in ("keep.forever", "short"):
+    storage.save_topic(TopicSettings("archived", retention_days=1, archive=True), now)
+    for topic in ("keep.forever", "short", "archived"):
         storage.insert_messages([NewRow(topic, "1", now, 0) for _ in range(25)], now, "")
         done = storage.lock_batch(topic, 0, 1, 25, 30, "c", now, "")
         storage.ack([AckItem(m.id, m.lease_token, i % 5 != 0) for i, m in enumerate(done)], now, "c", "b",
@@ -42,6 +43,7 @@ def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_p
     assert deleted == 20
     assert counts["short"] == {"FAIL": 5}  # dead letters are kept for an operator
     assert counts["keep.forever"] == {"SUCCESS": 20, "FAIL": 5}
+    assert counts["archived"] == {"SUCCESS": 20, "FAIL": 5}  # the archive pipeline owns its history
     storage.close()
 
 

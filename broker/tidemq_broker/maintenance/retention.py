@@ -11,8 +11,12 @@ __all__ = ["Retention"]
 
 
 class Retention:
-    """Deletes finished messages past each topic's ``retention_days`` (FAIL ones are kept:
-    they are the dead letters, left for an operator or the archive pipeline)."""
+    """Deletes SUCCESS messages past each topic's ``retention_days``.
+
+    FAIL messages are kept: they are the dead letters, left for an operator or the archive.
+    Topics with ``archive`` set (or ``retention_days`` 0) are left to the archive pipeline, so
+    the two never race for the same rows.
+    """
 
     name = "retention"
 
@@ -25,8 +29,8 @@ class Retention:
         total = 0
         now = clock.now()
         for settings in self._storage.topics():
-            if settings.retention_days <= 0:
-                continue  # 0 keeps everything (the archive pipeline moves it instead)
+            if settings.retention_days <= 0 or settings.archive:
+                continue
             before = now - timedelta(days=settings.retention_days)
             while True:
                 deleted = self._storage.delete_finished(settings.name, before, self._batch)

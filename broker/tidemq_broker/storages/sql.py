@@ -10,7 +10,7 @@ import json
 import logging
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
@@ -20,27 +20,16 @@ from .. import clock
 from ..errors import StorageUnavailableError
 from ..schema import message as m
 from ..schema import metadata, schema_version, topic as t, SCHEMA_VERSION
-from ..storage import (
-    AckItem,
-    AckOutcome,
-    Backoff,
-    MessageFilter,
-    NewRow,
-    Storage,
-    StoredMessage,
-    TopicSettings,
-)
+from ..storage import NewRow, Storage, StoredMessage
 from .. import trace
+from .sql_acks import SqlAcks
+from .sql_reads import SqlReads, to_message
 
-__all__ = ["SqlStorage", "new_lease_token"]
+__all__ = ["SqlStorage", "new_lease_token", "to_message", "INSERT_COLUMNS"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _CHUNK = 1000  # ids per IN (...) list and rows per maintenance batch
-
-
-class _SomeStale(Exception):
-    """Raised inside an ack's fast path to roll it back when an item's lease was lost."""
 
 
 def new_lease_token() -> str:
@@ -75,15 +64,7 @@ def _row_values(row: NewRow, now: datetime, trace_line: str) -> dict[str, Any]:
 INSERT_COLUMNS = list(_row_values(NewRow("t", "0", datetime(2000, 1, 1), 0), datetime(2000, 1, 1), "").keys())
 
 
-def to_message(row: Any) -> StoredMessage:
-    """Map a full message row to a StoredMessage."""
-    values = dict(row._mapping)
-    schedule = values.get("retry_schedule")
-    values["retry_schedule"] = json.loads(schedule) if schedule else None
-    return StoredMessage(**values)
-
-
-class SqlStorage(Storage):
+class SqlStorage(SqlAcks, SqlReads, Storage):
     """Storage over a SQLAlchemy engine; subclasses supply the dialect hooks."""
 
     def __init__(self, engine: Engine) -> None:
@@ -270,107 +251,7 @@ class SqlStorage(Storage):
     def max_id(self) -> int:
         return self._tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
 
-    # -- ack ---------------------------------------------------------------------------------
-    def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings], backoff: Backoff) -> list[AckOutcome]:
-        if items and all(item.success for item in items) and len({item.id for item in items}) == len(items):
-            try:
-                return self._tx(lambda conn: self._ack_all_succeeded(conn, items, now, consumer, broker))
-            except _SomeStale:
-                pass  # rolled back: sort the batch out item by item below
-        return self._ack_each(items, now, consumer, broker, topics, backoff)
-
-    def _ack_all_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
-                           broker: str) -> list[AckOutcome]:
-        """The common case in one statement per lease token instead of a locking read first.
-
-        A row is marked only while it is RUNNING under the very token the item names (tokens are
-        per pulled batch). If any item does not match, the transaction is rolled back and the
-        exact path decides each outcome.
-        """
-        by_token: dict[str, list[int]] = {}
-        for item in items:
-            by_token.setdefault(item.lease_token, []).append(item.id)
-        line = trace.line(now, "SUCCESS", consumer=consumer, broker=broker)
-        for token, ids in by_token.items():
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
-                done = conn.execute(
-                    update(m)
-                    .where(m.c.id.in_(chunk), m.c.lease_token == token, m.c.status == "RUNNING")
-                    .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
-                            trace=m.c.trace + line)
-                ).rowcount
-                if done != len(chunk):
-                    raise _SomeStale()
-        return [AckOutcome.APPLIED] * len(items)
-
-    def _ack_each(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-                  topics: Callable[[str], TopicSettings], backoff: Backoff) -> list[AckOutcome]:
-        def work(conn: Connection) -> list[AckOutcome]:
-            ids = sorted({item.id for item in items})
-            # Only the lease tokens are needed to judge the acks: reading (and decoding) whole
-            # rows with their data and trace was most of an ack's cost. Failures, the rare
-            # case, read their full row below for the retry decision.
-            held: dict[int, Optional[str]] = {}
-            for start in range(0, len(ids), _CHUNK):
-                stmt = (select(m.c.id, m.c.lease_token)
-                        .where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "RUNNING").with_for_update())
-                held.update((row.id, row.lease_token) for row in conn.execute(stmt))
-            outcomes: list[AckOutcome] = []
-            succeeded: list[int] = []
-            failed: list[AckItem] = []
-            for item in items:
-                if item.id not in held or held.pop(item.id) != item.lease_token:
-                    outcomes.append(AckOutcome.STALE)
-                    continue
-                outcomes.append(AckOutcome.APPLIED)
-                if item.success:
-                    succeeded.append(item.id)
-                else:
-                    failed.append(item)
-            if failed:
-                rows = conn.execute(select(m).where(m.c.id.in_([item.id for item in failed])))
-                full = {row.id: to_message(row) for row in rows}
-                for item in failed:
-                    msg = full[item.id]
-                    self._fail_one(conn, msg, item.error, now, consumer, broker, topics(msg.topic), backoff)
-            if succeeded:
-                line = trace.line(now, "SUCCESS", consumer=consumer, broker=broker)
-                for start in range(0, len(succeeded), _CHUNK):
-                    conn.execute(
-                        update(m)
-                        .where(m.c.id.in_(succeeded[start : start + _CHUNK]), m.c.status == "RUNNING")
-                        .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
-                                trace=m.c.trace + line)
-                    )
-            return outcomes
-
-        return self._tx(work)
-
-    def _fail_one(self, conn: Connection, msg: StoredMessage, error: str, now: datetime, consumer: str,
-                  broker: str, settings: TopicSettings, backoff: Backoff) -> None:
-        values: dict[Any, Any] = {"update_time": now, "version": m.c.version + 1}
-        if msg.retry_remaining > 0:
-            delay = backoff(msg, settings)
-            values.update(status="NEW", effect_time=clock.after(now, delay), retry_remaining=msg.retry_remaining - 1,
-                          lease_token=None, lease_expire=None)
-            line = trace.line(now, "RETRY", consumer=consumer, broker=broker, attempt=msg.attempt,
-                              next_in=f"{delay:.3f}s", retries_left=msg.retry_remaining - 1, error=error or "failed")
-        else:
-            values.update(status="FAIL", finish_time=now)
-            line = trace.line(now, "FAIL", consumer=consumer, broker=broker, attempt=msg.attempt, error=error or "failed")
-        values["trace"] = m.c.trace + line
-        conn.execute(update(m).where(m.c.id == msg.id, m.c.status == "RUNNING").values(values))
-
-    def touch(self, id: int, lease_token: str, ttr: int, now: datetime) -> bool:
-        stmt = (
-            update(m)
-            .where(m.c.id == id, m.c.status == "RUNNING", m.c.lease_token == lease_token)
-            .values(lease_expire=clock.after(now, ttr), ttr=ttr, update_time=now)
-        )
-        return self._tx(lambda conn: conn.execute(stmt).rowcount == 1)
-
+    # -- managing --------------------------------------------------------------------------
     def cancel(self, ids: Sequence[int], now: datetime) -> list[bool]:
         def work(conn: Connection) -> list[bool]:
             wanted = sorted(set(ids))
@@ -431,78 +312,3 @@ class SqlStorage(Storage):
             return conn.execute(delete(m).where(m.c.id.in_(old), m.c.status == "SUCCESS")).rowcount
 
         return self._tx(work)
-
-    # -- topics ------------------------------------------------------------------------------
-    def ensure_topics(self, names: Sequence[str], now: datetime) -> None:
-        def work(conn: Connection) -> None:
-            known = set(conn.execute(select(t.c.name).where(t.c.name.in_(list(names)))).scalars())
-            missing = sorted(set(names) - known)
-            if missing:
-                self._insert_topics_ignoring_duplicates(conn, [self._topic_values(TopicSettings(n), now) for n in missing])
-
-        self._tx(work)
-
-    def _insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def _topic_values(s: TopicSettings, now: datetime) -> dict[str, Any]:
-        values = dict(vars(s))
-        values.update(add_time=now, update_time=now)
-        return values
-
-    def topics(self) -> list[TopicSettings]:
-        cols = [c for c in t.c if c.name not in ("add_time", "update_time")]
-        rows = self._tx(lambda conn: conn.execute(select(*cols).order_by(t.c.name)).all())
-        return [TopicSettings(**dict(r._mapping)) for r in rows]
-
-    def save_topic(self, settings: TopicSettings, now: datetime) -> None:
-        def work(conn: Connection) -> None:
-            values = self._topic_values(settings, now)
-            if conn.execute(select(t.c.name).where(t.c.name == settings.name)).first() is None:
-                conn.execute(insert(t).values(values))
-            else:
-                values.pop("add_time")
-                conn.execute(update(t).where(t.c.name == settings.name).values(values))
-
-        self._tx(work)
-
-    # -- reading -----------------------------------------------------------------------------
-    def get_message(self, id: int) -> Optional[StoredMessage]:
-        row = self._tx(lambda conn: conn.execute(select(m).where(m.c.id == id)).first())
-        return to_message(row) if row is not None else None
-
-    def list_messages(self, flt: MessageFilter, limit: int, before_id: Optional[int] = None) -> list[StoredMessage]:
-        stmt = select(m)
-        conds = []
-        if flt.topic:
-            conds.append(m.c.topic == flt.topic)
-        if flt.status:
-            conds.append(m.c.status == flt.status)
-        if flt.id is not None:
-            conds.append(m.c.id == flt.id)
-        if flt.unique_key:
-            conds.append(m.c.unique_key == flt.unique_key)
-        if flt.effect_from:
-            conds.append(m.c.effect_time >= flt.effect_from)
-        if flt.effect_to:
-            conds.append(m.c.effect_time < flt.effect_to)
-        if flt.added_from:
-            conds.append(m.c.add_time >= flt.added_from)
-        if flt.added_to:
-            conds.append(m.c.add_time < flt.added_to)
-        if flt.text:
-            conds.append(m.c.data.contains(flt.text, autoescape=True))
-        if before_id is not None:
-            conds.append(m.c.id < before_id)
-        stmt = stmt.where(*conds).order_by(m.c.id.desc()).limit(limit)
-        return [to_message(r) for r in self._tx(lambda conn: conn.execute(stmt).all())]
-
-    def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
-        stmt = select(m.c.topic, m.c.status, func.count()).group_by(m.c.topic, m.c.status)
-        if topic:
-            stmt = stmt.where(m.c.topic == topic)
-        counts: dict[str, dict[str, int]] = {}
-        for name, status, n in self._tx(lambda conn: conn.execute(stmt).all()):
-            counts.setdefault(name, {})[status] = n
-        return counts
