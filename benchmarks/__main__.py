@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--celery-window", type=float, default=10.0)
     g.add_argument("--celery-pending", type=int, default=20_000, help="ETA tasks pending over the next hours")
     g.add_argument("--celery-workers", type=int, default=2)
+    g.add_argument("--celery-pool", choices=["solo", "prefork"], default="solo", help="worker pool of each Celery worker")
     g.add_argument("--peer-target", type=float, default=10.0, help="required tidemq/Celery throughput ratio")
     return p
 
