@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
+from kazoo.client import KazooClient
 
-from tests.servers import MariaDB, ZooKeeper
+from tests.servers import MariaDB, ZooKeeper, ZooKeeperEnsemble
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +53,6 @@ def zookeeper():
 @pytest.fixture
 def zk_hosts(zookeeper):
     """A connection string with a chroot of this test's own."""
-    from kazoo.client import KazooClient
-
     chroot = f"/test-{uuid.uuid4().hex[:12]}"
     zk = KazooClient(hosts=zookeeper.hosts)
     zk.start(timeout=15)
@@ -62,6 +60,29 @@ def zk_hosts(zookeeper):
     zk.stop()
     zk.close()
     return zookeeper.hosts + chroot
+
+
+@pytest.fixture(scope="session")
+def ensemble():
+    """A 3-node ZooKeeper ensemble shared by the tests that kill its members."""
+    servers = ZooKeeperEnsemble().start()
+    yield servers
+    servers.cleanup()
+
+
+@pytest.fixture
+def ensemble_chroot(ensemble):
+    """This test's chroot on the ensemble; members killed by the test are started again after it."""
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    zk = KazooClient(hosts=ensemble.hosts)
+    zk.start(timeout=30)
+    zk.ensure_path(chroot)
+    zk.stop()
+    zk.close()
+    yield chroot
+    for member in ensemble.members:
+        if member.proc is None or member.proc.poll() is not None:
+            member.start()
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.faults.conftest import all_messages, handler_runs
+from tests.observe import all_messages, handler_runs
 from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
 from tidemq import Client

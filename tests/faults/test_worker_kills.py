@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from tests.faults.conftest import all_messages, handler_runs, success_records
+from tests.observe import all_messages, handler_runs, success_records
 from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
 from tidemq import Client

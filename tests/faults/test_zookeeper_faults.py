@@ -6,22 +6,14 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from kazoo.client import KazooClient
 
-from tests.servers import ZooKeeperEnsemble, wait_until
+from tests.servers import wait_until
 from tidemq import Client, Message, MessageType, Settings, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq_broker.server import BrokerServer
 
 TOPIC = "fault.zk.serial"
-
-
-@pytest.fixture(scope="module")
-def ensemble():
-    servers = ZooKeeperEnsemble().start()
-    yield servers
-    servers.cleanup()
 
 
 def _expire_session(coordinator) -> None:
@@ -34,13 +26,8 @@ def _expire_session(coordinator) -> None:
     intruder.close()
 
 
-def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemble, mysql_url):
-    chroot = f"/zkfault-{time.monotonic_ns()}"
-    setup = KazooClient(hosts=ensemble.hosts)
-    setup.start(timeout=15)
-    setup.ensure_path(chroot)
-    setup.stop()
-    settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=ensemble.hosts + chroot)
+def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemble, ensemble_chroot, mysql_url):
+    settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=ensemble.hosts + ensemble_chroot)
     broker = BrokerServer(settings).start()
     intervals: list[tuple[int, float, float, int]] = []
     running = [0]

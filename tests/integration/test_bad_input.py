@@ -14,7 +14,6 @@ from tidemq.errors import (
     InvalidMessageTypeError,
     InvalidRetryError,
     InvalidTopicError,
-    MalformedRequestError,
 )
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc

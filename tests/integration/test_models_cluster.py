@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import pytest
-from kazoo.client import KazooClient
 
-from tests.integration.handlers_common import (
-    all_messages, count, kill9, read_log, start_broker, start_worker, wait_registered)
-from tests.servers import ZooKeeperEnsemble, wait_until
+from tests.integration.handlers_common import read_log
+from tests.observe import all_messages, count
+from tests.processes import kill9, start_broker_process, start_worker, wait_registered
+from tests.servers import wait_until
 from tidemq import Client, Settings, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq.coordinator import ConnectionState
@@ -22,28 +21,6 @@ from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq.message import MessageType
 from tidemq_broker import trace
 from tidemq_broker.storage import open_storage
-
-
-@pytest.fixture(scope="module")
-def ensemble():
-    servers = ZooKeeperEnsemble().start()
-    yield servers
-    servers.cleanup()
-
-
-@pytest.fixture
-def ensemble_chroot(ensemble):
-    """This test's chroot on the ensemble; members killed by the test are started again after it."""
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    zk = KazooClient(hosts=ensemble.hosts)
-    zk.start(timeout=30)
-    zk.ensure_path(chroot)
-    zk.stop()
-    zk.close()
-    yield chroot
-    for member in ensemble.members:
-        if member.proc is None or member.proc.poll() is not None:
-            member.start()
 
 
 @pytest.fixture
@@ -60,7 +37,7 @@ def test_killing_the_zookeeper_leader_and_a_broker_loses_and_duplicates_nothing(
     log = tmp_path / "handler.log"
     env = {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": hosts, "HANDLER_LOG": str(log), "HANDLER_TOPIC": topic,
            "HANDLER_TTR": "2", "HANDLER_SLEEP": "0.005"}
-    brokers = dict(start_broker(spawn, tmp_path, f"broker{i}", env)[::-1] for i in range(2))  # address -> process
+    brokers = dict(start_broker_process(spawn, tmp_path, env, f"broker{i}")[::-1] for i in range(2))  # address -> process
     client = Client(Settings.from_env({"TIDEMQ_ZK_HOSTS": hosts}))
     ids: list[int] = []
     errors: list[Exception] = []
@@ -122,7 +99,7 @@ def test_a_suspended_consumer_takes_nothing_new_until_reconnected(
         mysql_url, ensemble, ensemble_chroot, spawn, tmp_path, store):
     topic = "it.suspend"
     hosts = ensemble.hosts + ensemble_chroot
-    start_broker(spawn, tmp_path, "broker", {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": hosts})
+    start_broker_process(spawn, tmp_path, {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": hosts}, "broker")
     leader = ensemble.leader()
     follower = next(m for m in ensemble.members if m is not leader)
     # The consumer talks to one follower only, so killing it suspends the session (which lives

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from tests.integration.handlers_common import count
+from tests.observe import count
 from tests.servers import wait_until
 from tidemq import Worker
 from tidemq.consumer import registered_consumers

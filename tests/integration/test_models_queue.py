@@ -7,8 +7,9 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.handlers_common import (
-    all_messages, count, kill9, read_log, start_broker, start_worker, wait_registered)
+from tests.integration.handlers_common import read_log
+from tests.observe import all_messages, count
+from tests.processes import kill9, start_broker_process, start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings
 from tidemq_broker import trace
@@ -28,7 +29,7 @@ def test_workers_joining_and_killed_leave_every_message_success_once(mysql_url, 
     log = tmp_path / "handler.log"
     env = {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": zk_hosts, "HANDLER_LOG": str(log),
            "HANDLER_TOPIC": TOPIC, "HANDLER_TTR": "2", "HANDLER_SLEEP": "0.01", "HANDLER_THREADS": "4"}
-    start_broker(spawn, tmp_path, "broker", env)
+    start_broker_process(spawn, tmp_path, env, "broker")
     client = Client(Settings.from_env({"TIDEMQ_ZK_HOSTS": zk_hosts}))
     try:
         workers = [start_worker(spawn, f"w{i}", "tests.integration.handlers_queue", env) for i in range(3)]

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from tests.integration.handlers_common import read_log, start_worker, wait_registered
+from tests.integration.handlers_common import read_log
+from tests.processes import start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, DataTooLargeError, Settings, Worker
 from tidemq.consumer import ConsumerSpec
