@@ -27,6 +27,7 @@ def run_demo(db_path: str) -> int:
     """Run the demo on a fresh SQLite file next to ``db_path``; return 0 when all went as shown."""
     logging.getLogger("tidemq").setLevel(logging.WARNING)  # the demo narrates; keep the logs for problems
     logging.getLogger("tidemq_broker").setLevel(logging.WARNING)
+    logging.getLogger("tidemq.queue_runner").setLevel(logging.ERROR)  # the demo reports the failure itself
     workdir = tempfile.mkdtemp(prefix="tidemq-demo-")
     broker, client = embedded(os.path.join(workdir, os.path.basename(db_path)))
     _say(f"broker on {broker.address}, SQLite store in {workdir}, in-process coordination")
