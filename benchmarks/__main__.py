@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start_broker()
         for name in chosen:
-            began = time.monotonic()
+            began, load = time.monotonic(), os.getloadavg()
             try:
                 module = __import__(f"benchmarks.{name}", fromlist=["run"])
                 module.run(cluster, report, args)
@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                 report.progress("")
                 print(f"\n{name} failed:\n{traceback.format_exc()}", file=sys.stderr)
             report.record(name, "scenario seconds", round(time.monotonic() - began, 1), "s")
+            # Other jobs on a shared machine move absolute figures; the load says how much.
+            report.record(name, "load average at start / end", f"{load[0]:.1f} / {os.getloadavg()[0]:.1f}", "",
+                          f"{os.cpu_count()} cores")
     finally:
         report.progress("stopping servers")
         cluster.cleanup()
