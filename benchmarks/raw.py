@@ -22,7 +22,7 @@ import pymysql
 from tidemq_broker import clock, trace
 from tidemq_broker.storages.sql import INSERT_COLUMNS
 
-__all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "count", "span",
+__all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "count", "unfinished", "span",
            "make_due", "Row"]
 
 Row = tuple
@@ -183,6 +183,19 @@ def count(url: str, topic: str, status: str) -> int:
         with conn.cursor() as cur:
             cur.execute("SELECT COUNT(*) FROM tidemq_message WHERE topic = %s AND status = %s", (topic, status))
             return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def unfinished(url: str, topic: str) -> bool:
+    """True while any message of ``topic`` is NEW or RUNNING: one index probe, so polling it
+    costs the database next to nothing (a COUNT over 100k rows would not)."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM tidemq_message WHERE topic = %s AND status IN ('NEW', 'RUNNING') LIMIT 1",
+                        (topic,))
+            return cur.fetchone() is not None
     finally:
         conn.close()
 
