@@ -106,6 +106,7 @@ class Cluster:
         self.zk_root = zk_root
         self.brokers: list[Proc] = []
         self.workers: list[Proc] = []
+        self._zk = None  # the benchmark's own ZooKeeper session, to see workers register
         from tidemq_broker.storage import open_storage
 
         storage = open_storage(self.db_url)
@@ -155,16 +156,13 @@ class Cluster:
     def _registered(self, topic: str, procs: list[Proc]) -> int:
         for proc in procs:
             proc.check_alive()
-        from kazoo.client import KazooClient
+        if self._zk is None:
+            from kazoo.client import KazooClient
 
-        zk = KazooClient(hosts=self.zookeeper.hosts)
-        zk.start(10)
-        try:
-            path = f"{self.zk_root}/consumers/{topic}"
-            return len(zk.get_children(path)) if zk.exists(path) else 0
-        finally:
-            zk.stop()
-            zk.close()
+            self._zk = KazooClient(hosts=self.zookeeper.hosts)
+            self._zk.start(10)
+        path = f"{self.zk_root}/consumers/{topic}"
+        return len(self._zk.get_children(path)) if self._zk.exists(path) else 0
 
     def stop_workers(self) -> None:
         for proc in self.workers:
@@ -177,8 +175,12 @@ class Cluster:
         self.brokers = []
 
     def cleanup(self) -> None:
+        """Stop every process this cluster started, then its servers, and remove their files."""
         self.stop_workers()
         self.stop_brokers()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
         self.zookeeper.cleanup()
         self.mariadb.cleanup()
 
