@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Sequence
 
@@ -28,6 +29,7 @@ __all__ = ["rows_from_request", "check_pull", "MAX_PULL", "MAX_WAIT", "MAX_TTR"]
 MAX_PULL = 1000
 MAX_WAIT = 60.0
 MAX_TTR = 7 * 24 * 3600
+_TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
 def rows_from_request(request: pb.ProduceRequest, topics: TopicCache, max_data_bytes: int) -> list[NewRow]:
@@ -87,6 +89,15 @@ def check_pull(request: pb.PullRequest) -> None:
         raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={request.rank} total={request.total}")
     if len(request.consumer) > 255:
         raise MalformedRequestError("consumer name is longer than 255 characters")
+    if request.lease_token:
+        check_lease_token(request.lease_token)
+
+
+def check_lease_token(token: str) -> str:
+    """A caller-chosen lease token must be 32 lowercase hex characters (like uuid4().hex)."""
+    if not _TOKEN.fullmatch(token):
+        raise MalformedRequestError(f"lease_token must be 32 lowercase hex characters, got {token[:40]!r}")
+    return token
 
 
 def check_ids(ids: Sequence[int], what: str = "ids") -> list[int]:

@@ -22,7 +22,7 @@ from .errors import (
     TidemqError,
     ValidationError,
 )
-from .intake import MAX_TTR, check_ids, check_pull, rows_from_request
+from .intake import MAX_TTR, check_ids, check_lease_token, check_pull, rows_from_request
 from .pulls import PullHub, long_poll
 from .retry_policy import next_delay
 from .storage import AckItem, AckOutcome, Storage, StoredMessage
@@ -100,9 +100,10 @@ class BrokerService(pb_grpc.BrokerServicer):
             now = clock.now()
             line = trace.line(now, "LOCKED", consumer=consumer, rank=f"{request.rank}/{request.total}",
                               broker=self.name, ttr=ttr)
+            token = request.lease_token or None
             if request.serial:
-                return self.storage.lock_serial(topic, ttr, consumer, now, line)
-            return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, line)
+                return self.storage.lock_serial(topic, ttr, consumer, now, line, token)
+            return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, line, token)
 
         def next_due() -> Any:
             if request.serial:
@@ -133,6 +134,14 @@ class BrokerService(pb_grpc.BrokerServicer):
             # A success frees a serial topic's head; a failure may make a retry due soon.
             self.hub.notify(request.topic, clock.now())
         return pb.AckReply(outcomes=[pb.APPLIED if o is AckOutcome.APPLIED else pb.STALE for o in outcomes])
+
+    @_rpc
+    def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:
+        token = check_lease_token(request.lease_token)
+        now = clock.now()
+        released = self.storage.release(token, now, trace.line(now, "RELEASED", consumer=request.consumer[:255],
+                                                               broker=self.name))
+        return pb.ReleaseReply(released=released)
 
     @_rpc
     def Touch(self, request: pb.TouchRequest, context: grpc.ServicerContext) -> pb.TouchReply:

@@ -154,16 +154,18 @@ class Storage(abc.ABC):
     # -- pull --------------------------------------------------------------------------------
     @abc.abstractmethod
     def lock_batch(
-        self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime, trace_line: str
+        self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime, trace_line: str,
+        lease_token: Optional[str] = None,
     ) -> list[StoredMessage]:
         """Lease up to ``limit`` due NEW messages with ``MOD(id, total) = rank``, oldest due first.
 
-        One conditional UPDATE sets RUNNING, a fresh lease token and ``lease_expire = now + ttr``;
-        the locked rows are then read back by that token.
+        One conditional UPDATE sets RUNNING, the lease token (``lease_token``, or a fresh one)
+        and ``lease_expire = now + ttr``; the locked rows are then read back by that token.
         """
 
     @abc.abstractmethod
-    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str) -> list[StoredMessage]:
+    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
+                    lease_token: Optional[str] = None) -> list[StoredMessage]:
         """Lease the head of a serial topic: the NEW message first in (order_time, id), if due
         and if no message of the topic is RUNNING. Returns zero or one message."""
 

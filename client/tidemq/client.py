@@ -134,11 +134,20 @@ class Client:
 
     # -- consuming (used by consumers and BatchConsumer) -------------------------------------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
-             max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0) -> list[pb.Delivery]:
-        """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds."""
+             max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "") -> list[pb.Delivery]:
+        """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds.
+
+        ``lease_token`` (32 hex characters) names the lease in advance, so a caller whose call
+        failed or was abandoned can :meth:`release` whatever it may have locked.
+        """
         request = pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
-                                 max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr)
+                                 max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr, lease_token=lease_token)
         return list(self._call("Pull", request, wait + self.settings.rpc_timeout).messages)
+
+    def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
+        """Put back to NEW the messages still leased under ``lease_token``; returns how many."""
+        reply = self._call("Release", pb.ReleaseRequest(lease_token=lease_token, consumer=consumer), timeout)
+        return int(reply.released)
 
     def ack(self, topic: str, consumer: str, items: Sequence[pb.AckItem], timeout: Optional[float] = None) -> list[int]:
         """Report outcomes in one call and one transaction; returns the AckOutcome per item."""

@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Optional
@@ -163,19 +164,25 @@ class QueueRunner:
                 want = min(self.spec.batch, self._capacity - self._inflight)
                 rank, total = rank_of(self.registration.node, self._nodes)  # type: ignore[union-attr]
                 self._pull_shard = (rank, total)
+            # The token is ours before the call: if we abandon the call, whatever the broker locked
+            # under it (even in a reply already on its way) can be given back at once.
+            token = uuid.uuid4().hex
             request = pb.PullRequest(
                 topic=self.spec.topic, consumer=self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
-                serial=self.serial, max_messages=want, wait_seconds=self._long_poll, ttr_seconds=self.spec.ttr)
+                serial=self.serial, max_messages=want, wait_seconds=self._long_poll, ttr_seconds=self.spec.ttr,
+                lease_token=token)
             try:
                 reply = self.client.pool.call("Pull", request, self._long_poll + self.client.settings.rpc_timeout,
                                               track=self._track)
                 deliveries = list(reply.messages)
                 backoff = 0.1
             except grpc.FutureCancelledError:
-                continue  # suspended or stopping: the loop decides what to do next
+                self._give_back(token)
+                continue  # suspended, re-ranked or stopping: the loop decides what to do next
             except TidemqError as exc:
                 level = logging.INFO if isinstance(exc, RetriableError) else logging.ERROR
                 log.log(level, "pull of %s failed: %s", self.spec.topic, exc)
+                self._give_back(token)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
@@ -186,6 +193,16 @@ class QueueRunner:
                 self._inflight += len(deliveries)
             for delivery in deliveries:
                 self._pool.submit(self._handle, delivery, received)
+
+    def _give_back(self, token: str) -> None:
+        """Release what an abandoned pull may have locked; if no broker answers, the lease
+        simply expires and the messages are delivered again then."""
+        try:
+            released = self.client.release(token, self.registration.node if self.registration else "", timeout=5)
+            if released:
+                log.info("gave back %d message(s) of an abandoned pull of %s", released, self.spec.topic)
+        except TidemqError as exc:
+            log.info("could not give back an abandoned pull of %s: %s", self.spec.topic, exc)
 
     def _still_ours(self, delivery: pb.Delivery, received: float) -> bool:
         """A prefetched message's lease runs while it waits for a thread: past half of it,

@@ -124,6 +124,8 @@ def test_broker_enforces_its_own_data_limit(settings, mysql_url):
     ("Cancel", pb.CancelRequest(ids=[0]), "positive message ids"),
     ("Touch", pb.TouchRequest(id=1, ttr_seconds=0), "ttr_seconds"),
     ("Requeue", pb.RequeueRequest(), "either ids or a topic"),
+    ("Pull", pb.PullRequest(topic="t", max_messages=1, total=1, lease_token="not-hex"), "32 lowercase hex"),
+    ("Release", pb.ReleaseRequest(lease_token="A" * 32), "32 lowercase hex"),
 ])
 def test_malformed_requests_are_refused(stub, call, request_, words):
     details = _invalid(getattr(stub, call), request_, "MalformedRequestError")

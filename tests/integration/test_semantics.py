@@ -132,6 +132,20 @@ def test_expired_lease_is_delivered_again_and_the_late_ack_is_refused(client, br
     assert "lost_by=slow-consumer" in stored.trace
 
 
+def test_an_abandoned_pull_is_given_back_by_the_token_its_caller_chose(client, broker):
+    import uuid
+
+    ids = client.produce_many("release.t", [{"n": n} for n in range(3)])
+    token = uuid.uuid4().hex
+    got = client.pull("release.t", "leaver", max_messages=10, wait=5, lease_token=token)
+    assert sorted(d.id for d in got) == ids and {d.lease_token for d in got} == {token}
+    assert client.release(token, "leaver") == 3  # as if the reply had never arrived
+    assert client.release(token, "leaver") == 0
+    again = BatchConsumer("release.t", client=client).pull(max_messages=10, wait=5)
+    assert sorted(m.id for m in again) == ids and {m.attempt for m in again} == {1}
+    assert "RELEASED consumer=leaver" in broker.storage.get_message(ids[0]).trace
+
+
 def test_touch_extends_the_lease(client, broker):
     msg_id = client.produce("lease.touch", {})
     consumer = BatchConsumer("lease.touch", ttr=2, client=client)

@@ -172,10 +172,11 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
         return found
 
     # -- pull --------------------------------------------------------------------------------
-    def _lease_sets(self, ttr: int, consumer: str, now: datetime, trace_line: str) -> dict[str, Any]:
+    def _lease_sets(self, ttr: int, consumer: str, now: datetime, trace_line: str,
+                    lease_token: Optional[str] = None) -> dict[str, Any]:
         return {
             "status": "RUNNING",
-            "lease_token": new_lease_token(),
+            "lease_token": lease_token or new_lease_token(),
             "lease_expire": clock.after(now, ttr),
             "ttr": ttr,
             "consumer": consumer[:255],
@@ -191,8 +192,9 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
         values["trace"] = m.c.trace + sets["trace_line"]
         return values
 
-    def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime, trace_line: str) -> list[StoredMessage]:
-        sets = self._lease_sets(ttr, consumer, now, trace_line)
+    def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
+                   trace_line: str, lease_token: Optional[str] = None) -> list[StoredMessage]:
+        sets = self._lease_sets(ttr, consumer, now, trace_line, lease_token)
 
         def work(conn: Connection) -> list[StoredMessage]:
             self._lock_update(conn, topic, rank, total, limit, sets, now)
@@ -204,8 +206,9 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
         rows = conn.execute(select(m).where(m.c.lease_token == token).order_by(m.c.effect_time, m.c.id))
         return [to_message(r) for r in rows]
 
-    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str) -> list[StoredMessage]:
-        sets = self._lease_sets(ttr, consumer, now, trace_line)
+    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
+                    lease_token: Optional[str] = None) -> list[StoredMessage]:
+        sets = self._lease_sets(ttr, consumer, now, trace_line, lease_token)
 
         def work(conn: Connection) -> list[StoredMessage]:
             self._lock_topic_row(conn, topic)

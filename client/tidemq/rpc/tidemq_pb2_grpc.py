@@ -54,6 +54,11 @@ class BrokerStub:
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchRequest.SerializeToString,
                 response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchReply.FromString,
                 _registered_method=True)
+        self.Release = channel.unary_unary(
+                '/tidemq.v1.Broker/Release',
+                request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ReleaseReply.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/tidemq.v1.Broker/Cancel',
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.CancelRequest.SerializeToString,
@@ -93,6 +98,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Release(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Cancel(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -127,6 +138,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Touch,
                     request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchRequest.FromString,
                     response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchReply.SerializeToString,
+            ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ReleaseRequest.FromString,
+                    response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ReleaseReply.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -247,6 +263,33 @@ class Broker:
             '/tidemq.v1.Broker/Touch',
             tidemq_dot_rpc_dot_tidemq__pb2.TouchRequest.SerializeToString,
             tidemq_dot_rpc_dot_tidemq__pb2.TouchReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidemq.v1.Broker/Release',
+            tidemq_dot_rpc_dot_tidemq__pb2.ReleaseRequest.SerializeToString,
+            tidemq_dot_rpc_dot_tidemq__pb2.ReleaseReply.FromString,
             options,
             channel_credentials,
             insecure,
