@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Optional
 
 from . import clock
-from .storage import Storage, StoredMessage
+from .storage import LeasedMessage, Storage
 
 __all__ = ["PullHub", "Waiter"]
 
@@ -149,8 +149,8 @@ class PullHub:
                 self.notify(topic, when)
 
 
-def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[StoredMessage]],
-              next_due: Callable[[], Optional[datetime]], topic: str) -> list[StoredMessage]:
+def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],
+              next_due: Callable[[], Optional[datetime]], topic: str) -> list[LeasedMessage]:
     """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
     (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline."""
     while True:

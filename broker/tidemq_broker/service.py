@@ -25,7 +25,7 @@ from .errors import (
 from .intake import MAX_TTR, check_ids, check_lease_token, check_pull, rows_from_request
 from .pulls import PullHub, long_poll
 from .retry_policy import next_delay
-from .storage import AckItem, AckOutcome, Storage, StoredMessage
+from .storage import AckItem, AckOutcome, LeasedMessage, Storage
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -94,7 +94,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         deadline = time.monotonic() + wait
         rank, total = (0, 1) if request.serial else (request.rank, request.total)
 
-        def attempt() -> list[StoredMessage]:
+        def attempt() -> list[LeasedMessage]:
             if self.topics.get(topic).paused or not context.is_active():
                 return []
             now = clock.now()
@@ -172,7 +172,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         return pb.RequeueReply(requeued=moved)
 
 
-def _delivery(msg: StoredMessage) -> pb.Delivery:
+def _delivery(msg: LeasedMessage) -> pb.Delivery:
     return pb.Delivery(
         id=msg.id, topic=msg.topic, data=msg.data, effect_time_ms=clock.to_epoch_ms(msg.effect_time),
         retry_remaining=msg.retry_remaining, attempt=msg.attempt, lease_token=msg.lease_token or "",

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
 
 __all__ = [
     "NewRow",
     "StoredMessage",
+    "LeasedMessage",
     "TopicSettings",
     "AckItem",
     "AckOutcome",
@@ -61,6 +62,22 @@ class StoredMessage:
     update_time: datetime
     start_time: Optional[datetime]
     finish_time: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class LeasedMessage:
+    """A message as a pull hands it out: what a consumer needs, without the trace."""
+
+    id: int
+    topic: str
+    data: str
+    status: str
+    effect_time: datetime
+    retry_remaining: int
+    attempt: int
+    ttr: Optional[int]
+    lease_token: str
+    consumer: Optional[str]
 
 
 @dataclass
@@ -156,7 +173,7 @@ class Storage(abc.ABC):
     def lock_batch(
         self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime, trace_line: str,
         lease_token: Optional[str] = None,
-    ) -> list[StoredMessage]:
+    ) -> list[LeasedMessage]:
         """Lease up to ``limit`` due NEW messages with ``MOD(id, total) = rank``, oldest due first.
 
         One conditional UPDATE sets RUNNING, the lease token (``lease_token``, or a fresh one)
@@ -165,7 +182,7 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
-                    lease_token: Optional[str] = None) -> list[StoredMessage]:
+                    lease_token: Optional[str] = None) -> list[LeasedMessage]:
         """Lease the head of a serial topic: the NEW message first in (order_time, id), if due
         and if no message of the topic is RUNNING. Returns zero or one message."""
 
