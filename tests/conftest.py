@@ -43,6 +43,20 @@ def mysql_url(_mysql_store):
     return url
 
 
+@pytest.fixture(params=["sqlite", "mysql"])
+def any_storage(request, tmp_path):
+    """Each storage implementation in turn: a fresh SQLite file, then MariaDB's truncated tables."""
+    from tidemq_broker.storage import open_storage
+
+    if request.param == "sqlite":
+        store = open_storage(f"sqlite:///{tmp_path}/store.sqlite3")
+        store.create_schema()
+    else:
+        store = open_storage(request.getfixturevalue("mysql_url"))
+    yield store
+    store.close()
+
+
 @pytest.fixture(scope="session")
 def zookeeper():
     server = ZooKeeper().start()
@@ -50,16 +64,21 @@ def zookeeper():
     server.cleanup()
 
 
-@pytest.fixture
-def zk_hosts(zookeeper):
-    """A connection string with a chroot of this test's own."""
+def _new_chroot(hosts: str) -> str:
+    """Create a fresh chroot path on ``hosts`` and return it."""
     chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    zk = KazooClient(hosts=zookeeper.hosts)
-    zk.start(timeout=15)
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=30)
     zk.ensure_path(chroot)
     zk.stop()
     zk.close()
-    return zookeeper.hosts + chroot
+    return chroot
+
+
+@pytest.fixture
+def zk_hosts(zookeeper):
+    """A connection string with a chroot of this test's own."""
+    return zookeeper.hosts + _new_chroot(zookeeper.hosts)
 
 
 @pytest.fixture(scope="session")
@@ -73,13 +92,7 @@ def ensemble():
 @pytest.fixture
 def ensemble_chroot(ensemble):
     """This test's chroot on the ensemble; members killed by the test are started again after it."""
-    chroot = f"/test-{uuid.uuid4().hex[:12]}"
-    zk = KazooClient(hosts=ensemble.hosts)
-    zk.start(timeout=30)
-    zk.ensure_path(chroot)
-    zk.stop()
-    zk.close()
-    yield chroot
+    yield _new_chroot(ensemble.hosts)
     for member in ensemble.members:
         if member.proc is None or member.proc.poll() is not None:
             member.start()

@@ -11,15 +11,9 @@ from tidemq_broker.storage import MessageFilter, NewRow, open_storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        storage = open_storage(f"sqlite:///{tmp_path}/admin.sqlite3")
-        storage.create_schema()
-    else:
-        storage = open_storage(request.getfixturevalue("mysql_url"))
-    yield AdminSqlStore(storage)
-    storage.close()
+@pytest.fixture
+def store(any_storage):
+    return AdminSqlStore(any_storage)
 
 
 def _fill(store, topic, datas):

@@ -13,15 +13,9 @@ from tidemq_broker.retry_policy import next_delay
 from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, TopicSettings, open_storage
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
-def storage(request, tmp_path):
-    if request.param == "sqlite":
-        store = open_storage(f"sqlite:///{tmp_path}/conformance.sqlite3")
-        store.create_schema()
-    else:
-        store = open_storage(request.getfixturevalue("mysql_url"))
-    yield store
-    store.close()
+@pytest.fixture
+def storage(any_storage):
+    return any_storage
 
 
 def rows(topic, n, delay=0.0, **kw):
