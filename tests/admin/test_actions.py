@@ -62,7 +62,8 @@ def test_edit_that_lost_a_race_is_not_saved(admin, storage):
 
 def test_a_running_message_cannot_be_edited_or_deleted(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
-    [held] = lease_all(storage, "orders")
+    lease_all(storage, "orders")
+    held = storage.get_message(msg_id)  # the edit form carries the row's version
     resp = _edit(admin, held, data='{"a": 9}', status="NEW")
     assert resp.status_code == 409 and "RUNNING" in resp.get_data(as_text=True)
     admin.post(f"/messages/{msg_id}/delete")
