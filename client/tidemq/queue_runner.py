@@ -9,7 +9,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Callable, Optional
 
 import grpc
 
@@ -28,10 +28,9 @@ _ACK_BATCH = 500
 
 def delivery_to_message(d: pb.Delivery, client: Optional[Client] = None) -> Message:
     """Build the handler's Message from a delivery; ``touch`` extends its lease through ``client``."""
-    touch = None
+    touch: Optional[Callable[[float], bool]] = None
     if client is not None:
-        def touch(ttr: float, _id: int = d.id, _token: str = d.lease_token) -> bool:
-            return client.touch(_id, _token, ttr)
+        touch = lambda ttr, _id=d.id, _token=d.lease_token: client.touch(_id, _token, ttr)  # noqa: E731
     return Message.from_json(
         d.id, d.topic, d.data,
         effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),

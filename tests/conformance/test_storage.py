@@ -64,8 +64,13 @@ def test_unique_key_deduplicates_within_and_across_batches(storage):
     assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
     again = storage.insert_messages([NewRow("t.u", "9", now, 0, unique_key="k1")], now, "")
     assert again == [ids[0]]
+    # Both insert paths (plain and deduplicating) pass a literal % and quotes through intact.
+    odd = ['"50% off, 100%s"', '"it\'s %(x)s"']
+    got = storage.insert_messages([NewRow("t.u", odd[0], now, 0, unique_key="pct"), NewRow("t.u", odd[1], now, 0),
+                                   NewRow("t.u", odd[0], now, 0)], now, "")
+    assert [storage.get_message(i).data for i in got] == [odd[0], odd[1], odd[0]]
     assert storage.get_message(ids[0]).data == "1"
-    assert storage.count_by_status("t.u") == {"t.u": {"NEW": 2}}
+    assert storage.count_by_status("t.u") == {"t.u": {"NEW": 5}}
 
 
 def test_a_failing_batch_stores_nothing(storage):

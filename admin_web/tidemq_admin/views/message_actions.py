@@ -13,7 +13,6 @@ from flask import Blueprint, abort, flash, g, redirect, render_template, request
 from tidemq.validation import MAX_RETRIES
 from tidemq_broker import clock, trace
 from tidemq_broker.storage import MessageFilter, NewRow
-from tidemq_broker.storages.admin_sql import STATUSES
 
 from ..forms import EDIT_STATUSES, filter_args, parse_edit, parse_filter, parse_ids, parse_produce
 from . import console

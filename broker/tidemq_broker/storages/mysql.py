@@ -63,18 +63,14 @@ class MySqlStorage(SqlStorage):
                 result = conn.exec_driver_sql(f"INSERT INTO tidemq_message ({_COLS}) VALUES {_ROW}", _params([row]))
                 ids.append(int(result.lastrowid))
             return ids
-        escape = conn.connection.dbapi_connection.escape  # type: ignore[union-attr]
         for chunk in _chunks_by_size(values):
-            sql = f"INSERT INTO tidemq_message ({_COLS}) VALUES " + _literal_rows(escape, chunk)
-            first = int(conn.exec_driver_sql(sql, (chunk[0]["data"],)).lastrowid)  # LAST_INSERT_ID(): the first row's id
+            first = int(_insert_rows(conn, chunk).lastrowid)  # LAST_INSERT_ID(): the first row's id
             ids.extend(first + k * self._id_step for k in range(len(chunk)))
         return ids
 
     def _insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         for chunk in _chunks_by_size(values):
-            sql = (f"INSERT INTO tidemq_message ({_COLS}) VALUES " + ", ".join([_ROW] * len(chunk))
-                   + " ON DUPLICATE KEY UPDATE id = id")
-            conn.exec_driver_sql(sql, _params(chunk))
+            _insert_rows(conn, chunk, " ON DUPLICATE KEY UPDATE id = id")
 
     def _insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         from sqlalchemy.dialects.mysql import insert
@@ -106,6 +102,13 @@ class MySqlStorage(SqlStorage):
     def _is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())
         return bool(args) and args[0] in _TRANSIENT
+
+
+def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
+    """One multi-row INSERT of ``rows`` (a group commit's chunk), ``suffix`` appended."""
+    escape = conn.connection.dbapi_connection.escape  # type: ignore[union-attr]
+    sql = f"INSERT INTO tidemq_message ({_COLS}) VALUES " + _literal_rows(escape, rows) + suffix
+    return conn.exec_driver_sql(sql, (rows[0]["data"],))
 
 
 def _literal_rows(escape: Callable[[Any], str], rows: list[dict[str, Any]]) -> str:

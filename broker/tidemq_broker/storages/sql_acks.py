@@ -53,16 +53,8 @@ class SqlAcks:
             by_token.setdefault(item.lease_token, []).append(item.id)
         line = trace.line(now, "SUCCESS", consumer=consumer, broker=broker)
         for token, ids in by_token.items():
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
-                done = conn.execute(
-                    update(m)
-                    .where(m.c.id.in_(chunk), m.c.lease_token == token, m.c.status == "RUNNING")
-                    .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
-                            trace=m.c.trace + line)
-                ).rowcount
-                if done != len(chunk):
-                    raise _SomeStale()
+            if _mark_succeeded(conn, ids, now, line, m.c.lease_token == token) != len(ids):
+                raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)
 
     def _ack_each(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
@@ -96,14 +88,8 @@ class SqlAcks:
                     msg = full[item.id]
                     self._fail_one(conn, msg, item.error, now, consumer, broker, topics(msg.topic), backoff)
             if succeeded:
-                line = trace.line(now, "SUCCESS", consumer=consumer, broker=broker)
-                for start in range(0, len(succeeded), _CHUNK):
-                    conn.execute(
-                        update(m)
-                        .where(m.c.id.in_(succeeded[start : start + _CHUNK]), m.c.status == "RUNNING")
-                        .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
-                                trace=m.c.trace + line)
-                    )
+                # The rows are locked FOR UPDATE and their tokens checked above.
+                _mark_succeeded(conn, succeeded, now, trace.line(now, "SUCCESS", consumer=consumer, broker=broker))
             return outcomes
 
         return self._tx(work)
@@ -140,3 +126,15 @@ class SqlAcks:
         )
         return self._tx(lambda conn: conn.execute(stmt).rowcount == 1)
 
+
+def _mark_succeeded(conn: Connection, ids: Sequence[int], now: datetime, line: str, *guard: Any) -> int:
+    """Mark RUNNING messages ``ids`` SUCCESS (and ``guard`` conditions); return how many."""
+    done = 0
+    for start in range(0, len(ids), _CHUNK):
+        done += conn.execute(
+            update(m)
+            .where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "RUNNING", *guard)
+            .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
+                    trace=m.c.trace + line)
+        ).rowcount
+    return done
