@@ -6,24 +6,12 @@ from __future__ import annotations
 import threading
 import time
 
-from kazoo.client import KazooClient
-
 from tests.servers import wait_until
 from tidemq import Client, Message, MessageType, Settings, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq_broker.server import BrokerServer
 
 TOPIC = "fault.zk.serial"
-
-
-def _expire_session(coordinator) -> None:
-    """Expire a kazoo session from outside: a second client joins it with the same id and
-    password, then closes it (ZooKeeper ends the session for both)."""
-    zk = coordinator._zk
-    intruder = KazooClient(hosts=coordinator.hosts, client_id=zk.client_id)
-    intruder.start(timeout=15)
-    intruder.stop()
-    intruder.close()
 
 
 def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemble, ensemble_chroot, mysql_url):
@@ -61,7 +49,7 @@ def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemb
         wait_until(lambda: len(intervals) >= 40, 60, what="serial work under way")
         top = min(workers, key=lambda w: w.runners[0].rank[0])
         old_node = top.runners[0].registration.node
-        _expire_session(top.client.coordinator)
+        top.client.coordinator.expire_session()
         wait_until(lambda: top.runners[0].registration.node != old_node, 30, what="re-registration after expiry")
         new_rank = wait_until(lambda: top.runners[0].rank[0] >= 0 and top.runners[0].rank, 30, what="a rank again")
         assert new_rank[0] == 2, "a consumer that registers again is the newest: it must not take the top rank back"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import threading
+import time
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient, KazooState
@@ -88,21 +89,36 @@ class ZooKeeperCoordinator(Coordinator):
         ident = self._zk.client_id
         return ident[0] if ident else None
 
-    def expire_session(self, timeout: float = 15.0) -> None:
+    def expire_session(self, timeout: float = 30.0) -> None:
         """Fault injection: make ZooKeeper expire this session, as a long partition would.
 
         A second connection that joins the session and closes it ends it on the server; this
-        client then sees LOST, reconnects with a new session and registers again.
+        client then sees LOST, reconnects with a new session and registers again. The join goes
+        without the chroot (kazoo would check the path, and this client reconnecting can take
+        the session back mid-check), and is repeated until this client holds a new session.
         """
         client_id = self._zk.client_id
         if client_id is None:
             raise CoordinationError("not connected: there is no session to expire")
-        twin = KazooClient(hosts=self.hosts, client_id=client_id, timeout=self._zk._session_timeout / 1000.0)
-        try:
-            twin.start(timeout=timeout)
-        finally:
-            twin.stop()
-            twin.close()
+        old_session = client_id[0]
+        servers = self.hosts.split("/", 1)[0]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            twin = KazooClient(hosts=servers, client_id=client_id, timeout=self._zk._session_timeout / 1000.0)
+            try:
+                twin.start(timeout=5)
+            except (KazooTimeoutError, KazooException):
+                pass  # the session moved back to this client first: try again
+            finally:
+                twin.stop()
+                twin.close()
+            renewed = time.monotonic() + 5
+            while time.monotonic() < renewed:
+                current = self._zk.client_id
+                if current is not None and current[0] != old_session:
+                    return
+                time.sleep(0.02)
+        raise CoordinationError(f"session {old_session:#x} did not expire within {timeout} s")
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: never block here, hand work to a thread.
