@@ -47,13 +47,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--due", type=int, default=20_000, help="messages due within --due-window")
     g.add_argument("--due-window", type=float, default=60.0, help="seconds over which --due become due")
     g.add_argument("--delay-workers", type=int, default=2)
-    g = p.add_argument_group("peers (Celery on Redis)")
-    g.add_argument("--celery-messages", type=int, default=20_000, help="tasks produced and consumed")
-    g.add_argument("--celery-due", type=int, default=5000, help="ETA tasks due within --celery-window")
-    g.add_argument("--celery-window", type=float, default=10.0)
-    g.add_argument("--celery-pending", type=int, default=20_000, help="ETA tasks pending over the next hours")
-    g.add_argument("--celery-workers", type=int, default=2)
-    g.add_argument("--celery-pool", choices=["solo", "prefork"], default="solo", help="worker pool of each Celery worker")
+    g = p.add_argument_group("peers (Celery and RQ on Redis)")
+    g.add_argument("--peers", nargs="+", choices=["celery", "rq"], default=["celery", "rq"])
+    g.add_argument("--peer-messages", type=int, default=20_000, help="jobs produced and consumed by each peer")
+    g.add_argument("--peer-seconds", type=float, default=30.0,
+                   help="at most this long per consume measurement (rate = jobs run / time)")
+    g.add_argument("--peer-due", type=int, default=5000, help="delayed jobs due within --peer-window")
+    g.add_argument("--peer-window", type=float, default=10.0)
+    g.add_argument("--peer-pending", type=int, default=20_000, help="delayed jobs pending over the next hours")
+    g.add_argument("--peer-workers", type=int, default=2, help="worker processes of each peer")
+    g.add_argument("--celery-pools", nargs="+", choices=["prefork", "solo", "threads"], default=["prefork", "solo"],
+                   help="Celery worker pools measured; the first is the one the targets use")
+    g.add_argument("--celery-concurrency", type=int, default=0,
+                   help="child processes per prefork worker (0: Celery's default, one per core)")
+    g.add_argument("--rq-workers", nargs="+", choices=["fork", "simple"], default=["fork", "simple"],
+                   help="RQ worker classes measured: fork (rq.Worker, its default), simple (SimpleWorker)")
     g.add_argument("--peer-target", type=float, default=10.0, help="required tidemq/Celery throughput ratio")
     return p
 

@@ -1,7 +1,7 @@
 """delay accuracy: how late due messages run, with and without a million pending, and what the
 pending ones cost in broker and worker memory.
 
-Phase 1 (nothing pending): ``--celery-due`` messages due over ``--celery-window`` seconds, the
+Phase 1 (nothing pending): ``--peer-due`` messages due over ``--peer-window`` seconds, the
 same load the Celery peer gets, so the two lateness rows compare like with like. The broker's
 and workers' RSS after it is the "with none" figure.
 Phase 2: ``--pending`` messages due over the next hours are loaded, then ``--due`` messages
@@ -69,9 +69,9 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     broker = cluster.brokers[0]
     try:
         marks = _Marks(prefix)
-        late0 = _run_phase(cluster, report, marks, args.celery_due, args.celery_window, procs, "no pending")
+        late0 = _run_phase(cluster, report, marks, args.peer_due, args.peer_window, procs, "no pending")
         rss0 = {"broker": rss_mb(broker.pid), "workers": sum(rss_mb(p.pid) for p in procs)}
-        _record(report, f"{args.celery_due} due over {args.celery_window:.0f}s, none pending", late0)
+        _record(report, f"{args.peer_due} due over {args.peer_window:.0f}s, none pending", late0)
         pending_from = clock.after(clock.now(), 3600)
         span = 5 * 3600 / max(args.pending, 1)
         raw.load(cluster.db_url, TOPIC, args.pending, lambda i: pending_from + timedelta(seconds=i * span),

@@ -10,13 +10,15 @@ import os
 import platform
 import subprocess
 import sys
+import signal
 import tempfile
+import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from tests.servers import MariaDB, ZooKeeper, wait_until
 
-__all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "machine", "wait_until"]
+__all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "tree_rss_mb", "machine", "run_threads", "stop_all", "wait_until"]
 
 TIDEMQ = [sys.executable, "-m", "tidemq_cli.main"]
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -41,6 +43,33 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue  # gone while we looked
+    return kids
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and all its descendants in MiB: a pre-forking worker's memory is mostly
+    in its children (Celery's prefork pool, RQ's scheduler)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += rss_mb(p)
+        except OSError:
+            continue
+        todo.extend(_children(p))
+    return total
+
+
 def machine() -> dict:
     """Cores, memory, versions: what the figures were measured on."""
     import grpc
@@ -62,6 +91,42 @@ def machine() -> dict:
         "mariadb": mariadb.split(" Ver ")[-1].split(" for ")[0] if mariadb else "",
         "grpcio": grpc.__version__, "pymysql": pymysql.__version__, "sqlalchemy": sqlalchemy.__version__,
     }
+
+
+def run_threads(total: int, threads: int, send: Callable[[int], None], progress: Callable[[int], None]) -> float:
+    """Run ``send(i)`` for every i < total, split over ``threads`` threads; return calls per second."""
+    done = [0] * threads
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            for i in range(k, total, threads):
+                send(i)
+                done[k] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    began = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        while w.is_alive():
+            progress(sum(done))
+            w.join(0.25)
+    elapsed = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    return total / elapsed
+
+
+def stop_all(procs: "list[Proc]", timeout: float = 15.0) -> None:
+    """SIGTERM every process at once (they shut down in parallel), then wait for each."""
+    for proc in procs:
+        if proc.popen.poll() is None:
+            proc.popen.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.stop(timeout)
 
 
 class Proc:
