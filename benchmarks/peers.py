@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import os
 from argparse import Namespace
-from typing import Optional, Union
+from typing import Optional
 
 from .celery_peer import CeleryPeer
 from .env import Cluster, run_threads
+from .redis_peer import RedisPeer
 from .redis_server import Redis
 from .report import Report, summarize
 from .rq_peer import RQPeer
 
 __all__ = ["run"]
-
-Peer = Union[CeleryPeer, RQPeer]
 
 
 def _figure(report: Report, scenario: str, name: str) -> Optional[float]:
@@ -39,7 +38,7 @@ def _tidemq_single_produce(cluster: Cluster, report: Report, n: int) -> float:
         client.close()
 
 
-def _peer(peer: Peer, report: Report, args: Namespace, single: float, targets: bool) -> None:
+def _peer(peer: RedisPeer, report: Report, args: Namespace, single: float, targets: bool) -> None:
     """Every workload on one peer; ``targets``: check the ratios against ``--peer-target``."""
     n, name = args.peer_messages, peer.name
     report.record("peers", f"{name} version", peer.version)
@@ -85,7 +84,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                                "msg/s", "one message per call, durable")
         for name in args.peers:
             if name == "celery":
-                peer: Peer = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency, report.progress)
+                peer: RedisPeer = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency, report.progress)
             else:
                 peer = RQPeer(redis, cluster, args.rq_workers, report.progress)
             # The issue's targets are set against Celery; RQ is reported beside it.
