@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any, Optional, Sequence
@@ -15,7 +16,8 @@ def percentile(values: Sequence[float], p: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+    # Rank ceil(p% of n), 1-based: the smallest value with at least p% of values at or below it.
+    k = max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))
     return ordered[k]
 
 
@@ -33,6 +35,7 @@ class Report:
         self.stream = stream
         self.figures: dict[str, dict[str, Any]] = {}
         self.checks: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []  # the table as printed, units and notes included
         self.started = time.monotonic()
         self._header = False
 
@@ -45,6 +48,7 @@ class Report:
     def record(self, scenario: str, name: str, value: Any, unit: str = "", note: str = "") -> Any:
         """Store a figure and print its table row."""
         self.figures.setdefault(scenario, {})[name] = value
+        self.rows.append({"scenario": scenario, "figure": name, "value": value, "unit": unit, "note": note})
         if not self._header:
             self._row("scenario", "figure", "value", "unit", "note")
             self._row("-" * 10, "-" * 34, "-" * 12, "-" * 8, "-" * 20)
@@ -73,6 +77,7 @@ class Report:
 
     def document(self, machine: dict, settings: dict, errors: Optional[dict] = None) -> dict:
         return {"machine": machine, "settings": settings, "figures": self.figures, "targets": self.checks,
+                "table": self.rows,
                 "errors": errors or {}, "duration_s": round(time.monotonic() - self.started, 1)}
 
     @staticmethod
