@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import subprocess
 import sys
-import signal
 import tempfile
 import threading
 import time
