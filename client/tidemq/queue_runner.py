@@ -7,7 +7,6 @@ import queue
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
@@ -67,9 +66,12 @@ class QueueRunner:
         self._pull_shard: Optional[tuple[int, int]] = None  # the (rank, total) it was sent with
         self._pull_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._acks: "queue.Queue[pb.AckItem]" = queue.Queue()
-        self._pool = ThreadPoolExecutor(spec.threads, thread_name_prefix=f"tidemq-handler-{spec.topic}")
+        self._acks: "queue.SimpleQueue[Optional[pb.AckItem]]" = queue.SimpleQueue()
+        # Handler threads take deliveries from one queue: an executor's Future and Condition per
+        # message were a third of a worker's CPU at thousands of messages a second.
+        self._work: "queue.SimpleQueue[Optional[tuple[pb.Delivery, float]]]" = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
         self._unwatch = lambda: None
         self.succeeded = self.failed = self.stale = 0
@@ -84,6 +86,11 @@ class QueueRunner:
             thread = threading.Thread(target=target, name=f"tidemq-{name}-{self.spec.topic}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        for i in range(self.spec.threads):
+            thread = threading.Thread(target=self._handler_loop, name=f"tidemq-handler-{self.spec.topic}-{i}",
+                                      daemon=True)
+            thread.start()
+            self._handlers.append(thread)
 
     def stop(self, drain_timeout: float = 30.0) -> None:
         """Stop pulling, let running handlers finish, send their acks, then leave the topic."""
@@ -94,9 +101,10 @@ class QueueRunner:
         self._threads[0].join(self._long_poll + self.client.settings.rpc_timeout)
         with self._cond:
             self._cond.wait_for(lambda: self._inflight == 0, drain_timeout)
-        self._acks.put(None)  # type: ignore[arg-type]
+        self._acks.put(None)
         self._threads[1].join(drain_timeout)
-        self._pool.shutdown(wait=False)
+        for _ in self._handlers:
+            self._work.put(None)
         self._unwatch()
         if self.registration is not None:
             self.client.coordinator.unregister_consumer(self.registration)
@@ -191,7 +199,7 @@ class QueueRunner:
             with self._cond:
                 self._inflight += len(deliveries)
             for delivery in deliveries:
-                self._pool.submit(self._handle, delivery, received)
+                self._work.put((delivery, received))
 
     def _give_back(self, token: str) -> None:
         """Release what an abandoned pull may have locked; if no broker answers, the lease
@@ -214,6 +222,16 @@ class QueueRunner:
             log.info("could not extend the lease of message %d: %s", delivery.id, exc)
             return True
 
+    def _handler_loop(self) -> None:
+        while True:
+            job = self._work.get()
+            if job is None:
+                return
+            try:
+                self._handle(*job)
+            except Exception:  # a bug of ours must not take a handler thread down with it
+                log.exception("handling message %d of %s failed", job[0].id, self.spec.topic)
+
     def _handle(self, delivery: pb.Delivery, received: float) -> None:
         if not self._still_ours(delivery, received):
             self.stale += 1
@@ -234,7 +252,12 @@ class QueueRunner:
     def _release(self, n: int) -> None:
         with self._cond:
             self._inflight -= n
-            self._cond.notify_all()
+            free = self._capacity - self._inflight
+            # Wake the fetch thread when a pull just became worthwhile, and stop() when the last
+            # message is done; waking it on every message made it re-check its rank thousands
+            # of times a second.
+            if free - n < self._min_pull <= free or self._inflight == 0:
+                self._cond.notify_all()
 
     # -- acking ------------------------------------------------------------------------------
     def _ack_loop(self) -> None:
@@ -249,7 +272,7 @@ class QueueRunner:
                 except queue.Empty:
                     break
                 if item is None:
-                    self._acks.put(None)  # type: ignore[arg-type]
+                    self._acks.put(None)
                     break
                 batch.append(item)
             self._send(batch)
