@@ -2,7 +2,7 @@
 pending ones cost in broker and worker memory.
 
 Phase 1 (nothing pending): ``--peer-due`` messages due over ``--peer-window`` seconds, the
-same load the Celery peer gets, so the two lateness rows compare like with like. The broker's
+same load the peers get, so the two lateness rows compare like with like. The broker's
 and workers' RSS after it is the "with none" figure.
 Phase 2: ``--pending`` messages due over the next hours are loaded, then ``--due`` messages
 due within ``--due-window`` seconds are produced through the broker; lateness is what each

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what only the benchmark needs, when missing: redis-server from Debian (the Celery
-# peer's broker) and the project's `bench` extra (Celery, RQ, redis-py, py-spy).
+# Installs what only the benchmark needs, when missing: redis-server from Debian (the peers'
+# broker) and the project's `bench` extra (Celery, RQ, redis-py, py-spy).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 if ! command -v redis-server >/dev/null 2>&1; then

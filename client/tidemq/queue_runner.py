@@ -82,15 +82,13 @@ class QueueRunner:
         coordinator.add_state_listener(self._on_state)
         self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
         self._unwatch = coordinator.watch_consumers(self.spec.topic, self._on_members)
-        for target, name in ((self._fetch_loop, "fetch"), (self._ack_loop, "ack")):
-            thread = threading.Thread(target=target, name=f"tidemq-{name}-{self.spec.topic}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        for i in range(self.spec.threads):
-            thread = threading.Thread(target=self._handler_loop, name=f"tidemq-handler-{self.spec.topic}-{i}",
-                                      daemon=True)
-            thread.start()
-            self._handlers.append(thread)
+        self._threads = [self._spawn(self._fetch_loop, "fetch"), self._spawn(self._ack_loop, "ack")]
+        self._handlers = [self._spawn(self._handler_loop, f"handler-{i}") for i in range(self.spec.threads)]
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=f"tidemq-{name}-{self.spec.topic}", daemon=True)
+        thread.start()
+        return thread
 
     def stop(self, drain_timeout: float = 30.0) -> None:
         """Stop pulling, let running handlers finish, send their acks, then leave the topic."""
