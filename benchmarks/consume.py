@@ -42,23 +42,27 @@ def _workers_seconds(cluster: Cluster, report: Report, topic: str, n: int, procs
                      cpu: CpuMeter, profile: str) -> tuple[float, float]:
     """(seconds by the stored times, seconds by the wall clock) for the workers to drain ``n``."""
     _load(cluster, report, topic, n, 86400)
-    with cpu, profiled(profile, f"{topic}-{len(cluster.brokers)}b", {k: v for k, v in cpu.pids.items() if k != "mariadb"}):
-        raw.make_due(cluster.db_url, topic)
-        began = time.monotonic()
-        deadline = began + max(120.0, n / 500)
-        shown = 0.0
-        while raw.unfinished(cluster.db_url, topic):
-            now = time.monotonic()
-            if now - shown > 2.0:  # counting scans the topic's rows: rarely, so it does not slow the run
-                done = raw.count(cluster.db_url, topic, "SUCCESS")
-                report.progress(f"{label}: {len(procs)} workers, {len(cluster.brokers)} broker(s): {done:,}/{n:,}")
-                shown = now
-            if now > deadline:
-                raise TimeoutError(f"{len(procs)} workers did not finish {n:,} messages in time")
-            for proc in procs:
-                proc.check_alive()
-            time.sleep(0.1)
-        wall = time.monotonic() - began
+    watch = raw.Watch(cluster.db_url)
+    try:
+        with cpu, profiled(profile, f"{topic}-{len(cluster.brokers)}b", {k: v for k, v in cpu.pids.items() if k != "mariadb"}):
+            raw.make_due(cluster.db_url, topic)
+            began = time.monotonic()
+            deadline = began + max(120.0, n / 500)
+            shown = 0.0
+            while watch.unfinished(topic):
+                now = time.monotonic()
+                if now - shown > 2.0:  # counting scans the topic's rows: rarely, so it does not slow the run
+                    done = watch.count(topic, "SUCCESS")
+                    report.progress(f"{label}: {len(procs)} workers, {len(cluster.brokers)} broker(s): {done:,}/{n:,}")
+                    shown = now
+                if now > deadline:
+                    raise TimeoutError(f"{len(procs)} workers did not finish {n:,} messages in time")
+                for proc in procs:
+                    proc.check_alive()
+                time.sleep(0.1)
+            wall = time.monotonic() - began
+    finally:
+        watch.close()
     seconds, done = raw.span(cluster.db_url, topic)
     if done != n:
         raise AssertionError(f"{done} of {n} messages are SUCCESS")

@@ -1,4 +1,4 @@
--- tidemq schema for MySQL 8 / MariaDB 10.5+ (InnoDB, utf8mb4).
+-- tidemq schema (version 2) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -7,8 +7,11 @@
 --   effect_time  when the message may next run (a retry moves it forward)
 --   order_time   effect_time as produced; SERIAL_QUEUE runs in (order_time, id) order
 --   lease_token  set by the pull that leased the row; an ack must present it
+--   lease_expire set while RUNNING, NULL in every other status
 -- idx_message_lock serves the pull lock: topic and status by equality, effect_time in order.
--- idx_message_status_id and idx_message_topic_status_id serve the console's newest-first pages.
+-- idx_message_status_lease finds expired leases and, lease_expire being NULL outside RUNNING,
+-- walks one status in id order for the console; idx_message_topic_status_id does the same
+-- within one topic.
 CREATE TABLE `tidemq_message` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
   `topic` varchar(255) NOT NULL,
@@ -33,9 +36,7 @@ CREATE TABLE `tidemq_message` (
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`effect_time`),
-  KEY `idx_message_lease_token` (`lease_token`),
   KEY `idx_message_status_lease` (`status`,`lease_expire`),
-  KEY `idx_message_status_id` (`status`,`id`),
   KEY `idx_message_topic_status_id` (`topic`,`status`,`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 

@@ -141,7 +141,16 @@ class Storage(abc.ABC):
     # -- lifecycle ---------------------------------------------------------------------------
     @abc.abstractmethod
     def create_schema(self) -> None:
-        """Create the tables and indexes that are missing (idempotent)."""
+        """Create the tables and indexes that are missing (idempotent). An empty database is
+        stamped with the current schema version; an older schema is left to ``migrate``."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """The highest schema version applied (0 when none is recorded)."""
+
+    @abc.abstractmethod
+    def migrate(self, version: int) -> None:
+        """Apply the schema step to ``version`` (one above the current) and record it."""
 
     @abc.abstractmethod
     def drop_schema(self) -> None:
@@ -176,8 +185,9 @@ class Storage(abc.ABC):
     ) -> list[LeasedMessage]:
         """Lease up to ``limit`` due NEW messages with ``MOD(id, total) = rank``, oldest due first.
 
-        One conditional UPDATE sets RUNNING, the lease token (``lease_token``, or a fresh one)
-        and ``lease_expire = now + ttr``; the locked rows are then read back by that token.
+        A locking read picks the rows (skipping rows another transaction holds); one UPDATE by
+        their ids sets RUNNING, the lease token (``lease_token``, or a fresh one) and
+        ``lease_expire = now + ttr``.
         """
 
     @abc.abstractmethod

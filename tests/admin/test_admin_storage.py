@@ -77,7 +77,8 @@ def test_users_are_saved_and_updated(store):
 
 
 def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
-    """EXPLAIN of the console's pages: an index walk in id order, never a filesort."""
+    """EXPLAIN of the console's pages as the store plans them, first and later pages: an index
+    walk in id order, never a filesort."""
     storage = open_storage(mysql_url)
     try:
         store = AdminSqlStore(storage)
@@ -87,12 +88,17 @@ def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
         from tidemq_broker.schema import message as m
         from tidemq_broker.storages.admin_sql import _force_index
 
-        for index, cond in (("idx_message_topic_status_id", (m.c.topic == "t", m.c.status == "NEW")),
-                            ("idx_message_status_id", (m.c.status == "FAIL",))):
-            stmt = _force_index(select(m).where(*cond).order_by(m.c.id.desc()).limit(51), index)
-            sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
-            plan = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
-            assert plan[0][5] == index, plan
-            assert "filesort" not in str(plan[0][-1]), plan
+        cases = [(MessageFilter(topic="t", status="NEW"), "idx_message_topic_status_id")]
+        cases += [(MessageFilter(status=s), "idx_message_status_lease") for s in ("NEW", "SUCCESS", "FAIL")]
+        for flt, index in cases:
+            with storage.engine.connect() as conn:
+                plan = store._plan(conn, flt)
+            assert plan.index == index
+            for keyset in ((), (m.c.id < 40,)):
+                stmt = _force_index(select(m).where(*plan.indexed, *keyset).order_by(m.c.id.desc()).limit(51), index)
+                sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
+                explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
+                assert explained[0][5] == index, (flt, explained)
+                assert "filesort" not in str(explained[0][-1]), (flt, explained)
     finally:
         storage.close()

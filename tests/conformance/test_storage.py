@@ -11,6 +11,7 @@ from tidemq.errors import StorageUnavailableError
 from tidemq_broker import clock
 from tidemq_broker.retry_policy import next_delay
 from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, TopicSettings, open_storage
+from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
 @pytest.fixture
@@ -92,6 +93,44 @@ def test_lock_takes_only_due_messages_oldest_first_up_to_limit(storage):
     rest = lock(storage, "t.l", limit=10)
     assert [m.id for m in rest] == due[3:]
     assert lock(storage, "t.l") == []
+
+
+def test_a_delivery_is_what_the_lock_stored(storage):
+    """The lock builds its deliveries from the rows it read plus the values it set: they must
+    match the stored rows field for field."""
+    insert(storage, "t.same", 3, retry=2)
+    got = lock(storage, "t.same", ttr=45, consumer="worker-7")
+    assert len(got) == 3
+    for msg in got:
+        stored = storage.get_message(msg.id)
+        assert (msg.topic, msg.data, msg.status, msg.effect_time, msg.retry_remaining, msg.attempt, msg.ttr,
+                msg.lease_token, msg.consumer) == (
+            stored.topic, stored.data, stored.status, stored.effect_time, stored.retry_remaining, stored.attempt,
+            stored.ttr, stored.lease_token, stored.consumer)
+        assert stored.trace == "PRODUCED\nLOCKED\n"
+
+
+def test_lease_expire_is_set_only_while_running(storage):
+    """The console pages one status through (status, lease_expire) with lease_expire NULL: every
+    way out of RUNNING must clear it."""
+    ids = insert(storage, "t.inv", 4, retry=1) + insert(storage, "t.inv0", 2, retry=0)
+    got = {m.id: m for m in lock(storage, "t.inv") + lock(storage, "t.inv0")}
+    items = [AckItem(ids[0], got[ids[0]].lease_token, True),          # -> SUCCESS
+             AckItem(ids[1], got[ids[1]].lease_token, False, "x"),    # -> NEW (retry)
+             AckItem(ids[4], got[ids[4]].lease_token, False, "x")]    # -> FAIL
+    assert ack(storage, items) == [AckOutcome.APPLIED] * 3
+    storage.expire_leases(clock.after(clock.now(), 31), 1, "b1")       # the oldest lease -> NEW
+    storage.requeue([ids[4]], None, 0, clock.now(), "REQUEUED\n")    # FAIL -> NEW
+    states = {i: storage.get_message(i) for i in ids}
+    assert {m.status for m in states.values()} >= {"SUCCESS", "NEW", "RUNNING"}
+    for msg in states.values():
+        assert (msg.lease_expire is not None) == (msg.status == "RUNNING"), msg
+    # The console lists each status in full through that index.
+    console = AdminSqlStore(storage)
+    for status in ("NEW", "RUNNING", "SUCCESS"):
+        listed = console.list_page(MessageFilter(status=status), 100).messages
+        assert sorted(m.id for m in listed) == sorted(
+            i for i, m in states.items() if m.status == status)
 
 
 def test_lock_shards_by_id_modulo_total(storage):

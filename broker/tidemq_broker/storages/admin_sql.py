@@ -162,7 +162,11 @@ class AdminSqlStore:
         if flt.id is None and not flt.unique_key and (flt.topic or flt.status):
             # MySQL's planner prefers idx_message_lock for (topic, status) and then sorts every
             # row of the range: 1 s on a 1M table instead of a 5 ms walk down the id index.
-            plan.index = "idx_message_topic_status_id" if flt.topic else "idx_message_status_id"
+            plan.index = "idx_message_topic_status_id" if flt.topic else "idx_message_status_lease"
+            if not flt.topic and flt.status != "RUNNING":
+                # lease_expire is NULL outside RUNNING: (status, NULL, id) is then an id walk.
+                # RUNNING rows (those in flight) are few enough to sort.
+                plan.indexed.append(m.c.lease_expire.is_(None))
         if flt.unique_key:
             plan.indexed.append(m.c.unique_key == flt.unique_key)
             if not flt.topic:

@@ -23,14 +23,16 @@ from ..schema import metadata, schema_version, topic as t, SCHEMA_VERSION
 from ..storage import LeasedMessage, NewRow, Storage
 from .. import trace
 from .sql_acks import SqlAcks
+from .sql_migrations import SqlMigrations
 from .sql_reads import SqlReads, to_message
 
-__all__ = ["SqlStorage", "new_lease_token", "to_message", "INSERT_COLUMNS"]
+__all__ = ["SqlStorage", "new_lease_token", "to_message", "INSERT_COLUMNS", "DUE_COLUMNS"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_CHUNK = 1000
-_LEASED = [m.c[name] for name in LeasedMessage.__dataclass_fields__]  # ids per IN (...) list and rows per maintenance batch
+_CHUNK = 1000  # ids per IN (...) list and rows per maintenance batch
+# What a lock reads of each due row, before it is leased: the rest of a delivery is known.
+DUE_COLUMNS = [m.c.id, m.c.topic, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
 
 
 def new_lease_token() -> str:
@@ -65,7 +67,7 @@ def _row_values(row: NewRow, now: datetime, trace_line: str) -> dict[str, Any]:
 INSERT_COLUMNS = list(_row_values(NewRow("t", "0", datetime(2000, 1, 1), 0), datetime(2000, 1, 1), "").keys())
 
 
-class SqlStorage(SqlAcks, SqlReads, Storage):
+class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
     """Storage over a SQLAlchemy engine; subclasses supply the dialect hooks."""
 
     def __init__(self, engine: Engine) -> None:
@@ -80,8 +82,9 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
         """Insert rows with unique keys, silently skipping (topic, unique_key) already stored."""
         raise NotImplementedError
 
-    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, sets: dict[str, Any], now: datetime) -> None:
-        """The one conditional UPDATE of a batch lock."""
+    def _select_due(self, conn: Connection, topic: str, rank: int, total: int, limit: int, now: datetime) -> list[Any]:
+        """The due NEW rows of the shard, oldest due first, locked for this transaction
+        (columns of ``DUE_COLUMNS``). Rows another transaction holds are skipped, not waited for."""
         raise NotImplementedError
 
     def _is_transient(self, exc: DBAPIError) -> bool:
@@ -116,7 +119,9 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
             metadata.create_all(self.engine)
 
         def record(conn: Connection) -> None:
-            if conn.execute(select(schema_version.c.version).where(schema_version.c.version == SCHEMA_VERSION)).first() is None:
+            # Only a new database is at the current version by creation: an older schema keeps
+            # its version until `tidemq db upgrade` has applied the steps.
+            if conn.execute(select(schema_version.c.version).limit(1)).first() is None:
                 conn.execute(insert(schema_version).values(version=SCHEMA_VERSION, applied_at=clock.now()))
 
         self._tx(record)
@@ -196,17 +201,30 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    trace_line: str, lease_token: Optional[str] = None) -> list[LeasedMessage]:
         sets = self._lease_sets(ttr, consumer, now, trace_line, lease_token)
+        return self._tx(lambda conn: self._lease(conn, self._select_due(conn, topic, rank, total, limit, now), sets))
 
-        def work(conn: Connection) -> list[LeasedMessage]:
-            self._lock_update(conn, topic, rank, total, limit, sets, now)
-            return self._by_token(conn, sets["lease_token"])
+    def _lease(self, conn: Connection, due: list[Any], sets: dict[str, Any]) -> list[LeasedMessage]:
+        """Lease the rows ``due`` (read and locked in this transaction) by their primary keys.
 
-        return self._tx(work)
-
-    def _by_token(self, conn: Connection, token: str) -> list[LeasedMessage]:
-        # Only what a delivery carries: the trace (often the widest column) stays in the table.
-        rows = conn.execute(select(*_LEASED).where(m.c.lease_token == token).order_by(m.c.effect_time, m.c.id))
-        return [LeasedMessage(*row) for row in rows]
+        The delivery is built from what was read plus what was set, so the leased rows are
+        never read back: that saved a statement per pull and the index on lease_token.
+        """
+        if not due:
+            return []
+        ids = [row.id for row in due]
+        values = self._apply_lease_values(sets)
+        leased = 0
+        for start in range(0, len(ids), _CHUNK):
+            leased += conn.execute(
+                update(m).where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "NEW").values(values)).rowcount
+        token = sets["lease_token"]
+        if leased != len(ids):
+            # Only if a row changed between the locking read and the update (a dialect that
+            # cannot lock rows): deliver exactly the rows that carry our token.
+            mine = set(conn.execute(select(m.c.id).where(m.c.id.in_(ids), m.c.lease_token == token)).scalars())
+            due = [row for row in due if row.id in mine]
+        return [LeasedMessage(row.id, row.topic, row.data, "RUNNING", row.effect_time, row.retry_remaining,
+                              row.attempt + 1, sets["ttr"], token, sets["consumer"]) for row in due]
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
                     lease_token: Optional[str] = None) -> list[LeasedMessage]:
@@ -217,16 +235,16 @@ class SqlStorage(SqlAcks, SqlReads, Storage):
             running = conn.execute(select(m.c.id).where(m.c.topic == topic, m.c.status == "RUNNING").limit(1)).first()
             if running is not None:
                 return []
+            # The topic row lock above serialises serial locks, so the head needs no row lock.
             head = conn.execute(
-                select(m.c.id, m.c.effect_time)
+                select(*DUE_COLUMNS)
                 .where(m.c.topic == topic, m.c.status == "NEW")
                 .order_by(m.c.order_time, m.c.id)
                 .limit(1)
             ).first()
             if head is None or head.effect_time > now:
                 return []
-            conn.execute(update(m).where(m.c.id == head.id, m.c.status == "NEW").values(self._apply_lease_values(sets)))
-            return self._by_token(conn, sets["lease_token"])
+            return self._lease(conn, [head], sets)
 
         return self._tx(work)
 

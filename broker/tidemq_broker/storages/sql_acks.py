@@ -104,7 +104,7 @@ class SqlAcks:
             line = trace.line(now, "RETRY", consumer=consumer, broker=broker, attempt=msg.attempt,
                               next_in=f"{delay:.3f}s", retries_left=msg.retry_remaining - 1, error=error or "failed")
         else:
-            values.update(status="FAIL", finish_time=now)
+            values.update(status="FAIL", finish_time=now, lease_expire=None)
             line = trace.line(now, "FAIL", consumer=consumer, broker=broker, attempt=msg.attempt, error=error or "failed")
         values["trace"] = m.c.trace + line
         conn.execute(update(m).where(m.c.id == msg.id, m.c.status == "RUNNING").values(values))
@@ -135,6 +135,6 @@ def _mark_succeeded(conn: Connection, ids: Sequence[int], now: datetime, line: s
             update(m)
             .where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "RUNNING", *guard)
             .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
-                    trace=m.c.trace + line)
+                    lease_expire=None, trace=m.c.trace + line)
         ).rowcount
     return done

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..schema import message as m
 from ..schema import topic as t
-from .sql import SqlStorage
+from .sql import DUE_COLUMNS, SqlStorage
 
 __all__ = ["SqliteStorage"]
 
@@ -56,14 +56,12 @@ class SqliteStorage(SqlStorage):
     def _insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
 
-    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int,
-                     sets: dict[str, Any], now: datetime) -> None:
-        due = select(m.c.id).where(m.c.topic == topic, m.c.status == "NEW", m.c.effect_time <= now)
+    def _select_due(self, conn: Connection, topic: str, rank: int, total: int, limit: int, now: datetime) -> list[Any]:
+        # No row locks in SQLite, and none needed: the process lock serialises transactions.
+        due = select(*DUE_COLUMNS).where(m.c.topic == topic, m.c.status == "NEW", m.c.effect_time <= now)
         if total > 1:
             due = due.where(m.c.id % total == rank)
-        due = due.order_by(m.c.effect_time, m.c.id).limit(limit)
-        conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == "NEW")
-                     .values(self._apply_lease_values(sets)))
+        return list(conn.execute(due.order_by(m.c.effect_time, m.c.id).limit(limit)))
 
     def _lock_topic_row(self, conn: Connection, topic: str) -> None:
         """Nothing to do: the process lock already serialises every transaction."""

@@ -1,0 +1,75 @@
+"""`tidemq db upgrade` from version 1, on both storages: the indexes version 2 drops are gone,
+finished rows lose the lease_expire they kept, and nothing else changes."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import delete, insert, inspect, select, update
+
+from tidemq_broker import clock
+from tidemq_broker.migrations import upgrade
+from tidemq_broker.schema import SCHEMA_VERSION, message as m, schema_version as v
+from tidemq_broker.storage import AckItem, MessageFilter, NewRow, TopicSettings, open_storage
+from tidemq_broker.retry_policy import next_delay
+from tidemq_broker.storages.admin_sql import AdminSqlStore
+
+DROPPED = {"idx_message_lease_token", "idx_message_status_id"}
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def old_store(request, tmp_path):
+    """A database at schema version 1: today's tables plus version 1's extra indexes, and a
+    SUCCESS message that kept its lease_expire as version 1 did."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/v1.sqlite3"
+    else:
+        url = request.getfixturevalue("mariadb").create_database(f"migrate_{tmp_path.name[-12:]}".replace("-", "_"))
+    store = open_storage(url)
+    store.create_schema()
+    now = clock.now()
+    ids = store.insert_messages([NewRow("mig", str(i), now, 0) for i in range(3)], now, "PRODUCED\n")
+    leased = store.lock_batch("mig", 0, 1, 2, 30, "c", now, "LOCKED\n")
+    store.ack([AckItem(leased[0].id, leased[0].lease_token, True)], now, "c", "b", TopicSettings, next_delay)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE INDEX idx_message_lease_token ON {m.name} (lease_token)")
+        conn.exec_driver_sql(f"CREATE INDEX idx_message_status_id ON {m.name} (status, id)")
+        conn.execute(update(m).where(m.c.id == leased[0].id).values(lease_expire=clock.after(now, 30)))
+        conn.execute(delete(v))
+        conn.execute(insert(v).values(version=1, applied_at=now))
+    yield store, ids, leased
+    store.close()
+
+
+def _indexes(store):
+    return {ix["name"] for ix in inspect(store.engine).get_indexes(m.name)}
+
+
+def test_upgrade_applies_version_2_once(old_store):
+    store, ids, leased = old_store
+    assert DROPPED <= _indexes(store)
+    store.create_schema()  # what a starting broker does: it must not claim the new version
+    assert store.schema_version() == 1
+    console = AdminSqlStore(store)
+    assert console.list_page(MessageFilter(status="SUCCESS"), 10).messages == []  # the old row hides
+
+    applied = upgrade(store)
+    assert [step.split(":")[0] for step in applied] == [str(n) for n in range(2, SCHEMA_VERSION + 1)]
+    assert store.schema_version() == SCHEMA_VERSION
+    assert not DROPPED & _indexes(store)
+    done, running, new = (store.get_message(i) for i in (leased[0].id, leased[1].id, ids[2]))
+    assert (done.status, done.lease_expire) == ("SUCCESS", None)
+    assert running.status == "RUNNING" and running.lease_expire is not None  # a live lease is kept
+    assert new.status == "NEW" and new.data == "2"
+    assert [msg.id for msg in console.list_page(MessageFilter(status="SUCCESS"), 10).messages] == [done.id]
+    assert upgrade(store) == []
+    with store.engine.connect() as conn:
+        assert sorted(conn.execute(select(v.c.version)).scalars()) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_new_database_starts_at_the_current_version(tmp_path):
+    store = open_storage(f"sqlite:///{tmp_path}/new.sqlite3")
+    try:
+        assert upgrade(store) == []
+        assert store.schema_version() == SCHEMA_VERSION
+    finally:
+        store.close()
