@@ -132,10 +132,10 @@ def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
                     "ORDER BY effect_time, id LIMIT %s",
                     (token, expire, now, now, topic, now, lock))
                 # The schema has no index on lease_token (tidemq never reads by it); the lease's
-                # expiry time is one range of (status, lease_expire).
+                # expiry time is one range of (topic, status, lease_expire).
                 cur.execute("SELECT id, topic, data, effect_time, retry_remaining, attempt, lease_token "
-                            "FROM tidemq_message WHERE status = 'RUNNING' AND lease_expire = %s AND lease_token = %s",
-                            (expire, token))
+                            "FROM tidemq_message WHERE topic = %s AND status = 'RUNNING' AND lease_expire = %s "
+                            "AND lease_token = %s", (topic, expire, token))
                 rows = cur.fetchall()
                 conn.commit()
                 if not rows:

@@ -9,9 +9,8 @@
 --   lease_token  set by the pull that leased the row; an ack must present it
 --   lease_expire set while RUNNING, NULL in every other status
 -- idx_message_lock serves the pull lock: topic and status by equality, effect_time in order.
--- idx_message_status_lease finds expired leases and, lease_expire being NULL outside RUNNING,
--- walks one status in id order for the console; idx_message_topic_status_id does the same
--- within one topic.
+-- idx_message_topic_status_lease finds each topic's expired leases and, lease_expire being NULL
+-- outside RUNNING, walks one topic and status in id order for the console.
 CREATE TABLE `tidemq_message` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
   `topic` varchar(255) NOT NULL,
@@ -36,8 +35,7 @@ CREATE TABLE `tidemq_message` (
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`effect_time`),
-  KEY `idx_message_status_lease` (`status`,`lease_expire`),
-  KEY `idx_message_topic_status_id` (`topic`,`status`,`id`)
+  KEY `idx_message_topic_status_lease` (`topic`,`status`,`lease_expire`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 
 -- Per-topic settings; a row with defaults is created when a topic is first produced to.

@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
+from tidemq_broker.migrations import warn_if_behind
 from tidemq_broker.storage import Storage, open_storage
 
 from . import security
@@ -36,6 +37,7 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] =
     if storage is None:
         storage = open_storage(settings.db_url)
         storage.create_schema()
+        warn_if_behind(storage, "console")
     app = Flask(__name__)
     app.config.update(
         SECRET_KEY=secret_key or secrets.token_hex(32),

@@ -3,14 +3,18 @@ same steps as SQL for a DBA."""
 
 from __future__ import annotations
 
+import logging
+
 from .schema import SCHEMA_VERSION
 from .storage import Storage
 
-__all__ = ["upgrade", "STEPS"]
+__all__ = ["upgrade", "warn_if_behind", "STEPS"]
+
+log = logging.getLogger(__name__)
 
 # version -> name; the storage's ``migrate(version)`` holds each step's statements.
 STEPS = {
-    2: "lease_expire only while RUNNING; drop idx_message_lease_token and idx_message_status_id",
+    2: "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four",
 }
 
 
@@ -25,3 +29,18 @@ def upgrade(storage: Storage) -> list[str]:
         storage.migrate(version)
         applied.append(f"{version}: {STEPS[version]}")
     return applied
+
+
+def warn_if_behind(storage: Storage, who: str) -> bool:
+    """Log a warning when the database's schema is older than this code's; True if it is.
+
+    Nothing migrates on its own: brokers and consoles start in any order, and a step rewrites
+    indexes on what may be a large table, so `tidemq db upgrade` is run once, on purpose.
+    """
+    found = storage.schema_version()
+    if found >= SCHEMA_VERSION:
+        return False
+    log.warning("the database schema is version %d, this %s expects %d: run `tidemq db upgrade` "
+                "(until then pulls, lease expiry and the console's pages are slower or fail)", found, who,
+                SCHEMA_VERSION)
+    return True

@@ -18,7 +18,7 @@ from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.retention import Retention
 from .pulls import PullHub
-from .schema import SCHEMA_VERSION
+from .migrations import warn_if_behind
 from .service import BrokerService
 from .storage import Storage, open_storage
 from .topics import TopicCache
@@ -79,12 +79,7 @@ class BrokerServer:
         if self.create_schema:
             self.storage.create_schema()
         self.storage.ping()
-        found = self.storage.schema_version()
-        if found < SCHEMA_VERSION:
-            # Still correct on the old schema, but slower, and the console may miss finished
-            # rows that kept a lease_expire: say so rather than migrate from every broker at once.
-            log.warning("the database schema is version %d, this broker expects %d: run `tidemq db upgrade`",
-                        found, SCHEMA_VERSION)
+        warn_if_behind(self.storage, "broker")
         self.writer.start()
         self.hub.start()
         self._server.start()

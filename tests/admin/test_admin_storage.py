@@ -61,6 +61,34 @@ def test_unique_key_is_found_without_a_topic(store):
     assert [m.id for m in store.list_page(MessageFilter(unique_key="k1"), 10).messages] == [wanted]
 
 
+def test_one_status_is_paged_across_topics_newest_first(store):
+    """A status without a topic walks each topic's index range and merges them by id."""
+    from tidemq_broker.retry_policy import next_delay
+    from tidemq_broker.storage import AckItem, TopicSettings
+
+    ids = {}
+    for topic in ("a", "b", "c"):
+        ids[topic] = _fill(store, topic, [str(i) for i in range(4)])
+        leased = store.storage.lock_batch(topic, 0, 1, 3, 30, "c", clock.now(), "x LOCKED\n")
+        items = [AckItem(msg.id, msg.lease_token, i != 1) for i, msg in enumerate(leased)]
+        store.storage.ack(items, clock.now(), "c", "b", TopicSettings, next_delay)  # 2 SUCCESS, 1 FAIL
+    succeeded = sorted((i for topic in ids for i in (ids[topic][0], ids[topic][2])), reverse=True)
+    seen, before = [], None
+    while True:
+        page = store.list_page(MessageFilter(status="SUCCESS"), 4, before)
+        seen += [msg.id for msg in page.messages]
+        assert all(msg.status == "SUCCESS" for msg in page.messages)
+        if page.next_before_id is None:
+            break
+        before = page.next_before_id
+    assert seen == succeeded
+    failed = sorted(ids[topic][1] for topic in ids)
+    assert store.matching_ids(MessageFilter(status="FAIL"), 0, 2) == failed[:2]
+    assert store.matching_ids(MessageFilter(status="FAIL"), failed[1], 2) == failed[2:]
+    assert [m.id for m in store.list_page(MessageFilter(status="NEW"), 10).messages] == sorted(
+        (ids[topic][3] for topic in ids), reverse=True)
+
+
 def test_delete_keeps_running_messages(store):
     ids = _fill(store, "t", ["1", "2"])
     [held] = store.storage.lock_batch("t", 0, 1, 1, 30, "c", clock.now(), "x LOCKED\n")
@@ -88,17 +116,50 @@ def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
         from tidemq_broker.schema import message as m
         from tidemq_broker.storages.admin_sql import _force_index
 
-        cases = [(MessageFilter(topic="t", status="NEW"), "idx_message_topic_status_id")]
-        cases += [(MessageFilter(status=s), "idx_message_status_lease") for s in ("NEW", "SUCCESS", "FAIL")]
-        for flt, index in cases:
+        index = "idx_message_topic_status_lease"
+        filters = [MessageFilter(topic="t", status=s) for s in ("NEW", "SUCCESS", "FAIL")]
+        filters += [MessageFilter(status=s) for s in ("NEW", "SUCCESS", "FAIL")] + [MessageFilter(topic="t")]
+        for flt in filters:
             with storage.engine.connect() as conn:
                 plan = store._plan(conn, flt)
             assert plan.index == index
-            for keyset in ((), (m.c.id < 40,)):
-                stmt = _force_index(select(m).where(*plan.indexed, *keyset).order_by(m.c.id.desc()).limit(51), index)
-                sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
-                explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
-                assert explained[0][5] == index, (flt, explained)
-                assert "filesort" not in str(explained[0][-1]), (flt, explained)
+            for branch in plan.branches or [[]]:
+                for keyset in ((), (m.c.id < 40,)):
+                    stmt = _force_index(select(m.c.id).where(*plan.indexed, *branch, *keyset)
+                                        .order_by(m.c.id.desc()).limit(51), index)
+                    sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
+                    explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
+                    assert explained[0][5] == index, (flt, explained)
+                    if not any("RUNNING" in str(c.compile(compile_kwargs={"literal_binds": True})) for c in branch):
+                        assert "filesort" not in str(explained[0][-1]), (flt, explained)
+    finally:
+        storage.close()
+
+
+def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
+    """Lease expiry and release name every topic, so each is a range of (topic, status,
+    lease_expire) and never a scan of the table."""
+    storage = open_storage(mysql_url)
+    try:
+        store = AdminSqlStore(storage)
+        for topic in ("a", "b"):
+            _fill(store, topic, [str(i) for i in range(3000)])
+        mariadb.execute("ANALYZE TABLE tidemq_message", mysql_url.rsplit("/", 1)[-1])  # as on any table of size
+        from sqlalchemy import select
+
+        from tidemq_broker.schema import message as m
+
+        with storage.engine.connect() as conn:
+            topics = storage.topics_present(conn)
+        assert sorted(topics) == ["a", "b"]
+        for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,)):
+            stmt = select(m.c.id).where(m.c.topic.in_(topics), m.c.status == "RUNNING", *where)
+            sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
+            explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
+            # Either index starting (topic, status) bounds the walk to the RUNNING rows of each topic.
+            assert explained[0][3] == "range", explained
+            assert explained[0][5] in ("idx_message_topic_status_lease", "idx_message_lock"), explained
+        plan = mariadb.execute("EXPLAIN SELECT DISTINCT topic FROM tidemq_message", mysql_url.rsplit("/", 1)[-1])
+        assert "group-by" in str(plan[0][-1]), plan  # a loose index scan: one probe per topic
     finally:
         storage.close()

@@ -90,7 +90,7 @@ class MySqlStorage(SqlStorage):
         # lock cost hundreds of ms on 200k due messages.
         shard = " AND MOD(id, :total) = :rank" if total > 1 else ""
         sql = text(
-            "SELECT id, topic, data, effect_time, retry_remaining, attempt "
+            "SELECT id, data, effect_time, retry_remaining, attempt "
             "FROM tidemq_message FORCE INDEX (idx_message_lock) "
             "WHERE topic = :topic AND status = 'NEW' AND effect_time <= :now" + shard +
             " ORDER BY effect_time, id LIMIT :limit FOR UPDATE SKIP LOCKED"

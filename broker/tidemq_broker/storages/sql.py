@@ -22,6 +22,7 @@ from ..schema import message as m
 from ..schema import metadata, schema_version, topic as t, SCHEMA_VERSION
 from ..storage import LeasedMessage, NewRow, Storage
 from .. import trace
+from .ids import ids_in
 from .sql_acks import SqlAcks
 from .sql_migrations import SqlMigrations
 from .sql_reads import SqlReads, to_message
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _CHUNK = 1000  # ids per IN (...) list and rows per maintenance batch
 # What a lock reads of each due row, before it is leased: the rest of a delivery is known.
-DUE_COLUMNS = [m.c.id, m.c.topic, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
+DUE_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
 
 
 def new_lease_token() -> str:
@@ -201,10 +202,10 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    trace_line: str, lease_token: Optional[str] = None) -> list[LeasedMessage]:
         sets = self._lease_sets(ttr, consumer, now, trace_line, lease_token)
-        return self._tx(lambda conn: self._lease(conn, self._select_due(conn, topic, rank, total, limit, now), sets))
+        return self._tx(lambda conn: self._lease(conn, topic, self._select_due(conn, topic, rank, total, limit, now), sets))
 
-    def _lease(self, conn: Connection, due: list[Any], sets: dict[str, Any]) -> list[LeasedMessage]:
-        """Lease the rows ``due`` (read and locked in this transaction) by their primary keys.
+    def _lease(self, conn: Connection, topic: str, due: list[Any], sets: dict[str, Any]) -> list[LeasedMessage]:
+        """Lease the rows ``due`` of ``topic`` (read and locked in this transaction) by their ids.
 
         The delivery is built from what was read plus what was set, so the leased rows are
         never read back: that saved a statement per pull and the index on lease_token.
@@ -216,14 +217,14 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
         leased = 0
         for start in range(0, len(ids), _CHUNK):
             leased += conn.execute(
-                update(m).where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "NEW").values(values)).rowcount
+                update(m).where(ids_in(ids[start : start + _CHUNK]), m.c.status == "NEW").values(values)).rowcount
         token = sets["lease_token"]
         if leased != len(ids):
             # Only if a row changed between the locking read and the update (a dialect that
             # cannot lock rows): deliver exactly the rows that carry our token.
             mine = set(conn.execute(select(m.c.id).where(m.c.id.in_(ids), m.c.lease_token == token)).scalars())
             due = [row for row in due if row.id in mine]
-        return [LeasedMessage(row.id, row.topic, row.data, "RUNNING", row.effect_time, row.retry_remaining,
+        return [LeasedMessage(row.id, topic, row.data, "RUNNING", row.effect_time, row.retry_remaining,
                               row.attempt + 1, sets["ttr"], token, sets["consumer"]) for row in due]
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
@@ -244,7 +245,7 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
             ).first()
             if head is None or head.effect_time > now:
                 return []
-            return self._lease(conn, [head], sets)
+            return self._lease(conn, topic, [head], sets)
 
         return self._tx(work)
 
@@ -311,8 +312,13 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
     # -- maintenance -------------------------------------------------------------------------
     def expire_leases(self, now: datetime, limit: int, broker: str) -> int:
         def work(conn: Connection) -> int:
+            topics = self.topics_present(conn)
+            if not topics:
+                return 0
+            # One range of (topic, status, lease_expire) per topic.
             expired = list(conn.execute(
-                select(m.c.id).where(m.c.status == "RUNNING", m.c.lease_expire < now).order_by(m.c.lease_expire).limit(limit)
+                select(m.c.id).where(m.c.topic.in_(topics), m.c.status == "RUNNING", m.c.lease_expire < now)
+                .order_by(m.c.lease_expire).limit(limit)
             ).scalars())
             if not expired:
                 return 0
@@ -324,6 +330,12 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
             ).rowcount
 
         return self._tx(work)
+
+    def topics_present(self, conn: Connection) -> list[str]:
+        """Every topic that has messages, from the message table itself (a topic row may be
+        missing, and nothing stored may be left out): MySQL answers it by jumping from topic to
+        topic along an index that starts with topic."""
+        return list(conn.execute(select(m.c.topic).distinct()).scalars())
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
         def work(conn: Connection) -> int:

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, select, update
 from .. import clock, trace
 from ..schema import message as m
 from ..storage import AckItem, AckOutcome, Backoff, StoredMessage, TopicSettings
+from .ids import ids_in
 from .sql_reads import to_message
 
 __all__ = ["SqlAcks"]
@@ -30,6 +31,7 @@ class SqlAcks:
     """Outcomes and leases, shared by every SQL dialect."""
 
     _tx: Callable[..., Any]
+    topics_present: Callable[[Connection], list[str]]
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings], backoff: Backoff) -> list[AckOutcome]:
@@ -67,7 +69,7 @@ class SqlAcks:
             held: dict[int, Optional[str]] = {}
             for start in range(0, len(ids), _CHUNK):
                 stmt = (select(m.c.id, m.c.lease_token)
-                        .where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "RUNNING").with_for_update())
+                        .where(ids_in(ids[start : start + _CHUNK]), m.c.status == "RUNNING").with_for_update())
                 held.update((row.id, row.lease_token) for row in conn.execute(stmt))
             outcomes: list[AckOutcome] = []
             succeeded: list[int] = []
@@ -110,13 +112,20 @@ class SqlAcks:
         conn.execute(update(m).where(m.c.id == msg.id, m.c.status == "RUNNING").values(values))
 
     def release(self, lease_token: str, now: datetime, trace_line: str) -> int:
-        stmt = (
-            update(m)
-            .where(m.c.lease_token == lease_token, m.c.status == "RUNNING")
-            .values(status="NEW", lease_token=None, lease_expire=None, attempt=m.c.attempt - 1,
-                    update_time=now, version=m.c.version + 1, trace=m.c.trace + trace_line)
-        )
-        return self._tx(lambda conn: conn.execute(stmt).rowcount)
+        def work(conn: Connection) -> int:
+            # No index leads with lease_token: the RUNNING rows of each topic (those in flight)
+            # are one range each of (topic, status, lease_expire), and the token picks among them.
+            topics = self.topics_present(conn)
+            if not topics:
+                return 0
+            return conn.execute(
+                update(m)
+                .where(m.c.topic.in_(topics), m.c.status == "RUNNING", m.c.lease_token == lease_token)
+                .values(status="NEW", lease_token=None, lease_expire=None, attempt=m.c.attempt - 1,
+                        update_time=now, version=m.c.version + 1, trace=m.c.trace + trace_line)
+            ).rowcount
+
+        return self._tx(work)
 
     def touch(self, id: int, lease_token: str, ttr: int, now: datetime) -> bool:
         stmt = (
@@ -133,7 +142,7 @@ def _mark_succeeded(conn: Connection, ids: Sequence[int], now: datetime, line: s
     for start in range(0, len(ids), _CHUNK):
         done += conn.execute(
             update(m)
-            .where(m.c.id.in_(ids[start : start + _CHUNK]), m.c.status == "RUNNING", *guard)
+            .where(ids_in(ids[start : start + _CHUNK]), m.c.status == "RUNNING", *guard)
             .values(status="SUCCESS", finish_time=now, update_time=now, version=m.c.version + 1,
                     lease_expire=None, trace=m.c.trace + line)
         ).rowcount

@@ -37,19 +37,23 @@ class SqlMigrations:
         self._tx(lambda conn: conn.execute(insert(v).values(version=version, applied_at=clock.now())))
 
     def _to_2(self) -> None:
-        """Version 2: lease_expire is NULL outside RUNNING, which lets (status, lease_expire)
-        serve the console's per-status pages, so (status, id) goes; the lock no longer reads
-        rows back by lease_token, so that index goes too. Each dropped index was two writes
-        per state change of every message."""
+        """Version 2: lease_expire is NULL outside RUNNING, which lets one (topic, status,
+        lease_expire) index serve both lease expiry and the console's pages; it replaces four
+        indexes (the lock no longer reads rows back by lease_token). Each index holding status
+        costs two index writes per state change of every message."""
         upper = self._tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
         for start in range(0, upper + 1, _CHUNK):
             self._tx(lambda conn, lo=start: conn.execute(
                 update(m).where(m.c.id >= lo, m.c.id < lo + _CHUNK, m.c.status != "RUNNING",
                                 m.c.lease_expire.is_not(None)).values(lease_expire=None)))
         present = {ix["name"] for ix in inspect(self.engine).get_indexes(m.name)}
-        for name in ("idx_message_lease_token", "idx_message_status_id"):
-            if name in present:
-                with self.engine.begin() as conn:
-                    # MySQL names the table in DROP INDEX; SQLite's index names are global.
-                    on = f" ON {m.name}" if conn.dialect.name in ("mysql", "mariadb") else ""
-                    conn.exec_driver_sql(f"DROP INDEX {name}{on}")
+        with self.engine.begin() as conn:
+            if "idx_message_topic_status_lease" not in present:
+                conn.exec_driver_sql(f"CREATE INDEX idx_message_topic_status_lease ON {m.name} (topic, status, lease_expire)")
+            for name in sorted(_REPLACED & present):
+                # MySQL names the table in DROP INDEX; SQLite's index names are global.
+                on = f" ON {m.name}" if conn.dialect.name in ("mysql", "mariadb") else ""
+                conn.exec_driver_sql(f"DROP INDEX {name}{on}")
+
+
+_REPLACED = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease", "idx_message_topic_status_id"}

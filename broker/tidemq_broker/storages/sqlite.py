@@ -6,7 +6,7 @@ import threading
 from datetime import datetime
 from typing import Any, Callable, TypeVar
 
-from sqlalchemy import Connection, create_engine, event, insert, select, update
+from sqlalchemy import Connection, create_engine, event, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..schema import message as m
