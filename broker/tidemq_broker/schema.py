@@ -52,7 +52,7 @@ message = Table(
     Column("attempt", Integer, nullable=False),
     Column("ttr", Integer, nullable=True),
     Column("lease_token", String(32), nullable=True),
-    # Set while RUNNING and NULL in every other status (see idx_message_status_lease).
+    # Set while RUNNING and NULL in every other status (see idx_message_topic_status_lease).
     Column("lease_expire", Time, nullable=True),
     Column("consumer", String(255), nullable=True),
     Column("unique_key", String(255), nullable=True),
@@ -65,9 +65,10 @@ message = Table(
     UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
     # The pull lock: equality on topic and status, range on effect_time, in index order.
     Index("idx_message_lock", "topic", "status", "effect_time"),
-    # Lease expiry finds RUNNING rows of each topic whose lease ran out. Since lease_expire is
-    # NULL outside RUNNING and InnoDB ends every index with the primary key, (topic, status, NULL)
-    # is also the console's walk of one topic and status in id order. Each index holding status
+    # Lease expiry finds RUNNING rows of each topic whose lease ran out, and a pull reads back
+    # what it leased by its lease's expiry time. Since lease_expire is NULL outside RUNNING and
+    # InnoDB ends every index with the primary key, (topic, status, NULL) is also the console's
+    # walk of one topic and status in id order. Each index holding status
     # costs every state change two index writes, so this one index serves both (version 2
     # replaced (status, lease_expire), (topic, status, id), (status, id) and (lease_token)).
     Index("idx_message_topic_status_lease", "topic", "status", "lease_expire"),

@@ -185,9 +185,8 @@ class Storage(abc.ABC):
     ) -> list[LeasedMessage]:
         """Lease up to ``limit`` due NEW messages with ``MOD(id, total) = rank``, oldest due first.
 
-        A locking read picks the rows (skipping rows another transaction holds); one UPDATE by
-        their ids sets RUNNING, the lease token (``lease_token``, or a fresh one) and
-        ``lease_expire = now + ttr``.
+        One conditional UPDATE sets RUNNING, the lease token (``lease_token``, or a fresh one)
+        and ``lease_expire = now + ttr``; the leased rows are then read back by that lease.
         """
 
     @abc.abstractmethod

@@ -1,7 +1,7 @@
 -- Version 2: lease_expire is NULL outside RUNNING, so one (topic, status, lease_expire) index
--- serves lease expiry and the console's pages (the primary key ends every InnoDB index, so
--- (topic, status, NULL) is a walk in id order). It replaces four indexes; the pull no longer
--- reads rows back by lease_token. Each index holding a column the pull or the ack changes costs
+-- serves lease expiry, the pull's read-back of what it leased (by its lease's expiry time) and
+-- the console's pages (the primary key ends every InnoDB index, so (topic, status, NULL) is a
+-- walk in id order). It replaces four indexes. Each index holding a column the pull or the ack changes costs
 -- two index writes per message and state change.
 -- `tidemq db upgrade` does the same, clearing lease_expire in chunks of 10,000 ids.
 UPDATE tidemq_message SET lease_expire = NULL WHERE status <> 'RUNNING' AND lease_expire IS NOT NULL;

@@ -137,8 +137,8 @@ def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
 
 
 def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
-    """Lease expiry and release name every topic, so each is a range of (topic, status,
-    lease_expire) and never a scan of the table."""
+    """Lease expiry, release and a pull's read-back name their topics, so each is a range of
+    (topic, status, lease_expire) and never a scan of the table."""
     storage = open_storage(mysql_url)
     try:
         store = AdminSqlStore(storage)
@@ -152,7 +152,8 @@ def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
         with storage.engine.connect() as conn:
             topics = storage.topics_present(conn)
         assert sorted(topics) == ["a", "b"]
-        for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,)):
+        for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,),
+                      (m.c.lease_expire == clock.now(), m.c.lease_token == "0" * 32)):  # expiry, release, a pull's read-back
             stmt = select(m.c.id).where(m.c.topic.in_(topics), m.c.status == "RUNNING", *where)
             sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
             explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])

@@ -25,7 +25,7 @@ _ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
 
 
 class MySqlStorage(SqlStorage):
-    """Storage on MySQL 8 / MariaDB 10.6+ (for SKIP LOCKED) through PyMySQL."""
+    """Storage on MySQL 8 / MariaDB 10.5+ through PyMySQL."""
 
     def __init__(self, url: str, pool_size: int = 16, **engine_options: Any) -> None:
         engine = create_engine(
@@ -80,22 +80,28 @@ class MySqlStorage(SqlStorage):
         stmt = insert(topic).values(values)
         conn.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
 
-    def _select_due(self, conn: Connection, topic: str, rank: int, total: int, limit: int, now: datetime) -> list[Any]:
-        # A locking read walks the index (topic, status, effect_time) in order and stops after
-        # `limit` rows; the shard condition is checked on the index entry (its id suffix), so
-        # rows of other shards are passed over without being locked. SKIP LOCKED: a row another
-        # pull (or a console edit) holds is left to it instead of making this pull wait.
-        # FORCE INDEX: with the console's (topic, status, id) index present, the optimizer may
-        # pick an index merge plus a filesort of every NEW row of the topic, which made each
-        # lock cost hundreds of ms on 200k due messages.
+    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int,
+                     sets: dict[str, Any], now: datetime) -> None:
+        # MySQL cannot LIMIT an IN-subquery, but a single-table UPDATE takes ORDER BY ... LIMIT
+        # directly: the index (topic, status, effect_time) is walked in order and stops early.
+        # Under READ COMMITTED the UPDATE reads rows another transaction holds semi-consistently:
+        # another shard's row is passed over without waiting, and a row of ours is never skipped
+        # (a locking read with SKIP LOCKED skipped our rows while another consumer's read had
+        # them locked for an instant, which cost delayed messages tens of ms).
+        # FORCE INDEX: with the console's (topic, status, lease_expire) index present, the
+        # optimizer may pick an index merge plus a filesort of every NEW row of the topic, which
+        # made each lock cost hundreds of ms on 200k due messages.
         shard = " AND MOD(id, :total) = :rank" if total > 1 else ""
         sql = text(
-            "SELECT id, data, effect_time, retry_remaining, attempt "
-            "FROM tidemq_message FORCE INDEX (idx_message_lock) "
+            "UPDATE tidemq_message FORCE INDEX (idx_message_lock) SET status = 'RUNNING', lease_token = :lease_token, "
+            "lease_expire = :lease_expire, ttr = :ttr, consumer = :consumer, start_time = :start_time, "
+            "update_time = :update_time, attempt = attempt + 1, version = version + 1, "
+            "trace = CONCAT(trace, :trace_line) "
             "WHERE topic = :topic AND status = 'NEW' AND effect_time <= :now" + shard +
-            " ORDER BY effect_time, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+            " ORDER BY effect_time, id LIMIT :limit"
         )
-        return list(conn.execute(sql, {"topic": topic, "now": now, "total": total, "rank": rank, "limit": limit}))
+        conn.execute(sql, {**{k: v for k, v in sets.items() if k != "status"}, "topic": topic, "now": now,
+                           "total": total, "rank": rank, "limit": limit})
 
     def _is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())

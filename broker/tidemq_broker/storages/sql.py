@@ -22,7 +22,6 @@ from ..schema import message as m
 from ..schema import metadata, schema_version, topic as t, SCHEMA_VERSION
 from ..storage import LeasedMessage, NewRow, Storage
 from .. import trace
-from .ids import ids_in
 from .sql_acks import SqlAcks
 from .sql_migrations import SqlMigrations
 from .sql_reads import SqlReads, to_message
@@ -32,7 +31,7 @@ __all__ = ["SqlStorage", "new_lease_token", "to_message", "INSERT_COLUMNS", "DUE
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _CHUNK = 1000  # ids per IN (...) list and rows per maintenance batch
-# What a lock reads of each due row, before it is leased: the rest of a delivery is known.
+# What a pull reads back of each leased row: the rest of a delivery is what the lock set.
 DUE_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
 
 
@@ -83,9 +82,10 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
         """Insert rows with unique keys, silently skipping (topic, unique_key) already stored."""
         raise NotImplementedError
 
-    def _select_due(self, conn: Connection, topic: str, rank: int, total: int, limit: int, now: datetime) -> list[Any]:
-        """The due NEW rows of the shard, oldest due first, locked for this transaction
-        (columns of ``DUE_COLUMNS``). Rows another transaction holds are skipped, not waited for."""
+    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, sets: dict[str, Any],
+                     now: datetime) -> None:
+        """The one conditional UPDATE of a batch lock: up to ``limit`` due NEW rows of the shard,
+        oldest due first, get ``sets`` (see ``_apply_lease_values``)."""
         raise NotImplementedError
 
     def _is_transient(self, exc: DBAPIError) -> bool:
@@ -202,30 +202,27 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    trace_line: str, lease_token: Optional[str] = None) -> list[LeasedMessage]:
         sets = self._lease_sets(ttr, consumer, now, trace_line, lease_token)
-        return self._tx(lambda conn: self._lease(conn, topic, self._select_due(conn, topic, rank, total, limit, now), sets))
 
-    def _lease(self, conn: Connection, topic: str, due: list[Any], sets: dict[str, Any]) -> list[LeasedMessage]:
-        """Lease the rows ``due`` of ``topic`` (read and locked in this transaction) by their ids.
+        def work(conn: Connection) -> list[LeasedMessage]:
+            self._lock_update(conn, topic, rank, total, limit, sets, now)
+            return self._leased(conn, topic, sets)
 
-        The delivery is built from what was read plus what was set, so the leased rows are
-        never read back: that saved a statement per pull and the index on lease_token.
+        return self._tx(work)
+
+    def _leased(self, conn: Connection, topic: str, sets: dict[str, Any]) -> list[LeasedMessage]:
+        """The rows of ``topic`` this transaction just leased with ``sets``, oldest due first.
+
+        They are one range of (topic, status, lease_expire): RUNNING with this lease's own
+        expiry time, and the token picks ours among any other lease of the same millisecond.
+        No index on lease_token is kept for this.
         """
-        if not due:
-            return []
-        ids = [row.id for row in due]
-        values = self._apply_lease_values(sets)
-        leased = 0
-        for start in range(0, len(ids), _CHUNK):
-            leased += conn.execute(
-                update(m).where(ids_in(ids[start : start + _CHUNK]), m.c.status == "NEW").values(values)).rowcount
-        token = sets["lease_token"]
-        if leased != len(ids):
-            # Only if a row changed between the locking read and the update (a dialect that
-            # cannot lock rows): deliver exactly the rows that carry our token.
-            mine = set(conn.execute(select(m.c.id).where(m.c.id.in_(ids), m.c.lease_token == token)).scalars())
-            due = [row for row in due if row.id in mine]
-        return [LeasedMessage(row.id, topic, row.data, "RUNNING", row.effect_time, row.retry_remaining,
-                              row.attempt + 1, sets["ttr"], token, sets["consumer"]) for row in due]
+        rows = conn.execute(
+            select(*DUE_COLUMNS)
+            .where(m.c.topic == topic, m.c.status == "RUNNING", m.c.lease_expire == sets["lease_expire"],
+                   m.c.lease_token == sets["lease_token"])
+            .order_by(m.c.effect_time, m.c.id))
+        return [LeasedMessage(row.id, topic, row.data, "RUNNING", row.effect_time, row.retry_remaining, row.attempt,
+                              sets["ttr"], sets["lease_token"], sets["consumer"]) for row in rows]
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
                     lease_token: Optional[str] = None) -> list[LeasedMessage]:
@@ -236,16 +233,16 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
             running = conn.execute(select(m.c.id).where(m.c.topic == topic, m.c.status == "RUNNING").limit(1)).first()
             if running is not None:
                 return []
-            # The topic row lock above serialises serial locks, so the head needs no row lock.
             head = conn.execute(
-                select(*DUE_COLUMNS)
+                select(m.c.id, m.c.effect_time)
                 .where(m.c.topic == topic, m.c.status == "NEW")
                 .order_by(m.c.order_time, m.c.id)
                 .limit(1)
             ).first()
             if head is None or head.effect_time > now:
                 return []
-            return self._lease(conn, topic, [head], sets)
+            conn.execute(update(m).where(m.c.id == head.id, m.c.status == "NEW").values(self._apply_lease_values(sets)))
+            return self._leased(conn, topic, sets)
 
         return self._tx(work)
 

@@ -6,12 +6,12 @@ import threading
 from datetime import datetime
 from typing import Any, Callable, TypeVar
 
-from sqlalchemy import Connection, create_engine, event, insert, select
+from sqlalchemy import Connection, create_engine, event, insert, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..schema import message as m
 from ..schema import topic as t
-from .sql import DUE_COLUMNS, SqlStorage
+from .sql import SqlStorage
 
 __all__ = ["SqliteStorage"]
 
@@ -56,12 +56,14 @@ class SqliteStorage(SqlStorage):
     def _insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
 
-    def _select_due(self, conn: Connection, topic: str, rank: int, total: int, limit: int, now: datetime) -> list[Any]:
-        # No row locks in SQLite, and none needed: the process lock serialises transactions.
-        due = select(*DUE_COLUMNS).where(m.c.topic == topic, m.c.status == "NEW", m.c.effect_time <= now)
+    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int,
+                     sets: dict[str, Any], now: datetime) -> None:
+        due = select(m.c.id).where(m.c.topic == topic, m.c.status == "NEW", m.c.effect_time <= now)
         if total > 1:
             due = due.where(m.c.id % total == rank)
-        return list(conn.execute(due.order_by(m.c.effect_time, m.c.id).limit(limit)))
+        due = due.order_by(m.c.effect_time, m.c.id).limit(limit)
+        conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == "NEW")
+                     .values(self._apply_lease_values(sets)))
 
     def _lock_topic_row(self, conn: Connection, topic: str) -> None:
         """Nothing to do: the process lock already serialises every transaction."""
