@@ -51,7 +51,7 @@ def _workers_seconds(cluster: Cluster, report: Report, topic: str, n: int, procs
             shown = 0.0
             while watch.unfinished(topic):
                 now = time.monotonic()
-                if now - shown > 2.0:  # counting scans the topic's rows: rarely, so it does not slow the run
+                if now - shown > 5.0:  # counting scans the topic's rows: rarely, so it does not slow the run
                     done = watch.count(topic, "SUCCESS")
                     report.progress(f"{label}: {len(procs)} workers, {len(cluster.brokers)} broker(s): {done:,}/{n:,}")
                     shown = now

@@ -219,8 +219,10 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
         rows = conn.execute(
             select(*DUE_COLUMNS)
             .where(m.c.topic == topic, m.c.status == "RUNNING", m.c.lease_expire == sets["lease_expire"],
-                   m.c.lease_token == sets["lease_token"])
-            .order_by(m.c.effect_time, m.c.id))
+                   m.c.lease_token == sets["lease_token"])).all()
+        # Sorted here, not by the database: the range comes in id order, and a filesort of the
+        # rows with their data cost MariaDB more than this costs Python.
+        rows.sort(key=lambda row: (row.effect_time, row.id))
         return [LeasedMessage(row.id, topic, row.data, "RUNNING", row.effect_time, row.retry_remaining, row.attempt,
                               sets["ttr"], sets["lease_token"], sets["consumer"]) for row in rows]
 
