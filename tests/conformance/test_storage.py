@@ -133,6 +133,18 @@ def test_lease_expire_is_set_only_while_running(storage):
             i for i, m in states.items() if m.status == status)
 
 
+def test_a_retried_pull_reads_back_only_its_own_lease_and_release_gives_back_both(storage):
+    """A pull retried with the same token (its first reply lost) gets only what it leased itself;
+    the caller releases the token before retrying, which returns both leases to NEW."""
+    ids = insert(storage, "t.retry.pull", 4)
+    token = "ab" * 16
+    first = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.now(), "LOCKED\n", token)
+    second = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.after(clock.now(), 0.01), "LOCKED\n", token)
+    assert [m.id for m in first] == ids[:2] and [m.id for m in second] == ids[2:]
+    assert storage.release(token, clock.now(), "RELEASED\n") == 4
+    assert {storage.get_message(i).status for i in ids} == {"NEW"}
+
+
 def test_lock_shards_by_id_modulo_total(storage):
     ids = insert(storage, "t.s", 12)
     seen = []
