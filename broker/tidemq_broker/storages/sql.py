@@ -26,13 +26,13 @@ from .sql_acks import SqlAcks
 from .sql_migrations import SqlMigrations
 from .sql_reads import SqlReads, to_message
 
-__all__ = ["SqlStorage", "new_lease_token", "to_message", "INSERT_COLUMNS", "DUE_COLUMNS"]
+__all__ = ["SqlStorage", "new_lease_token", "to_message", "INSERT_COLUMNS"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _CHUNK = 1000  # ids per IN (...) list and rows per maintenance batch
 # What a pull reads back of each leased row: the rest of a delivery is what the lock set.
-DUE_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
+_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
 
 
 def new_lease_token() -> str:
@@ -217,7 +217,7 @@ class SqlStorage(SqlAcks, SqlReads, SqlMigrations, Storage):
         No index on lease_token is kept for this.
         """
         rows = conn.execute(
-            select(*DUE_COLUMNS)
+            select(*_LEASED_COLUMNS)
             .where(m.c.topic == topic, m.c.status == "RUNNING", m.c.lease_expire == sets["lease_expire"],
                    m.c.lease_token == sets["lease_token"])).all()
         # Sorted here, not by the database: the range comes in id order, and a filesort of the
