@@ -31,16 +31,14 @@ def upgrade(storage: Storage) -> list[str]:
     return applied
 
 
-def warn_if_behind(storage: Storage, who: str) -> bool:
-    """Log a warning when the database's schema is older than this code's; True if it is.
+def warn_if_behind(storage: Storage, who: str) -> None:
+    """Log a warning when the database's schema is older than this code's.
 
     Nothing migrates on its own: brokers and consoles start in any order, and a step rewrites
     indexes on what may be a large table, so `tidemq db upgrade` is run once, on purpose.
     """
     found = storage.schema_version()
-    if found >= SCHEMA_VERSION:
-        return False
-    log.warning("the database schema is version %d, this %s expects %d: run `tidemq db upgrade` "
-                "(until then pulls, lease expiry and the console's pages are slower or fail)", found, who,
-                SCHEMA_VERSION)
-    return True
+    if found < SCHEMA_VERSION:
+        log.warning("the database schema is version %d, this %s expects %d: run `tidemq db upgrade` "
+                    "(until then pulls, lease expiry and the console's pages are slower or fail)", found, who,
+                    SCHEMA_VERSION)

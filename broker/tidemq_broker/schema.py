@@ -68,9 +68,9 @@ message = Table(
     # Lease expiry finds RUNNING rows of each topic whose lease ran out, and a pull reads back
     # what it leased by its lease's expiry time. Since lease_expire is NULL outside RUNNING and
     # InnoDB ends every index with the primary key, (topic, status, NULL) is also the console's
-    # walk of one topic and status in id order. Each index holding status
-    # costs every state change two index writes, so this one index serves both (version 2
-    # replaced (status, lease_expire), (topic, status, id), (status, id) and (lease_token)).
+    # walk of one topic and status in id order. Each index holding status costs every state
+    # change two index writes, so this one index serves all three (version 2 replaced
+    # (status, lease_expire), (topic, status, id), (status, id) and (lease_token) with it).
     Index("idx_message_topic_status_lease", "topic", "status", "lease_expire"),
     # Never reuse the id of a deleted message (SQLite would, without AUTOINCREMENT).
     sqlite_autoincrement=True,

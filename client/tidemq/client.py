@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from datetime import datetime
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from .config import Settings
 from .coordinator import Coordinator, open_coordinator
-from .errors import ConfigurationError, DataTooLargeError, InvalidDelayError
+from .errors import ConfigurationError, DataTooLargeError, InvalidDelayError, TidemqError
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
 from .validation import (
@@ -25,6 +26,8 @@ from .validation import (
 )
 
 __all__ = ["Client", "BROADCAST_MAX_BYTES", "Retry"]
+
+log = logging.getLogger(__name__)
 
 #: ZooKeeper refuses nodes over about 1 MiB (jute.maxbuffer); leave room for the envelope.
 BROADCAST_MAX_BYTES = 1_000_000
@@ -142,7 +145,29 @@ class Client:
         """
         request = pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
                                  max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr, lease_token=lease_token)
-        return list(self._call("Pull", request, wait + self.settings.rpc_timeout).messages)
+        return list(self.pull_request(request, wait + self.settings.rpc_timeout).messages)
+
+    def pull_request(self, request: pb.PullRequest, timeout: float,
+                     track: Optional[Callable[[Optional[Any]], None]] = None) -> pb.PullReply:
+        """Send ``request`` to some live broker (``track`` as in :meth:`BrokerPool.call`).
+
+        A pull that names its lease token and moves to another broker after a transport failure
+        first releases that token: the failed broker may have leased messages under it before its
+        reply was lost, and a broker's reply carries only the lease it made itself. If the
+        release fails too, those messages come back when their lease expires.
+        """
+        tries = 0
+
+        def before_attempt(_address: str) -> None:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and request.lease_token:
+                try:
+                    self.release(request.lease_token, request.consumer, timeout=5)
+                except TidemqError as exc:
+                    log.info("could not give back the lease of a failed pull of %s: %s", request.topic, exc)
+
+        return self.pool.call("Pull", request, timeout, on_attempt=before_attempt, track=track)
 
     def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
         """Put back to NEW the messages still leased under ``lease_token``; returns how many."""

@@ -176,20 +176,9 @@ class QueueRunner:
                 topic=self.spec.topic, consumer=self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
                 serial=self.serial, max_messages=want, wait_seconds=self._long_poll, ttr_seconds=self.spec.ttr,
                 lease_token=token)
-            tries = 0
-
-            def before_attempt(_address: str, _token: str = token) -> None:
-                nonlocal tries
-                tries += 1
-                if tries > 1:
-                    # The broker that failed may have leased messages under this token before its
-                    # reply was lost; a pull reads back only what it leases itself, so give those
-                    # back first rather than leave them leased until their lease expires.
-                    self._give_back(_token)
-
             try:
-                reply = self.client.pool.call("Pull", request, self._long_poll + self.client.settings.rpc_timeout,
-                                              on_attempt=before_attempt, track=self._track)
+                reply = self.client.pull_request(request, self._long_poll + self.client.settings.rpc_timeout,
+                                                 track=self._track)
                 deliveries = list(reply.messages)
                 backoff = 0.1
             except grpc.FutureCancelledError:

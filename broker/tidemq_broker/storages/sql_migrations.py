@@ -39,8 +39,8 @@ class SqlMigrations:
     def _to_2(self) -> None:
         """Version 2: lease_expire is NULL outside RUNNING, which lets one (topic, status,
         lease_expire) index serve lease expiry, the pull's read-back of what it leased and the
-        console's pages; it replaces four indexes. Each index holding status
-        costs two index writes per state change of every message."""
+        console's pages; it replaces four indexes. Each index holding status costs two index
+        writes per state change of every message."""
         upper = self._tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
         for start in range(0, upper + 1, _CHUNK):
             self._tx(lambda conn, lo=start: conn.execute(
