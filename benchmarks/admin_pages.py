@@ -90,7 +90,7 @@ def main() -> None:
     from tidemq.config import Settings
     from tidemq_admin import create_app
     from tidemq_admin.accounts import add_user
-    from tidemq_broker.storage import open_storage
+    from tidemq_broker.storages import open_storage
 
     server = MariaDB().start()
     try:

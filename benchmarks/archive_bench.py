@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     n = 1_000_000 if args.million else args.messages
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    from tidemq_broker.storage import open_storage
+    from tidemq_broker.storages import open_storage
     from tidemq_pipeline.archive import run_archive
     from tidemq_pipeline.database import Database
     from tidemq_pipeline.session import spark_session

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from argparse import Namespace
 
-from tidemq_broker import clock
+from tidemq import clock
 
 from . import raw
 from .env import Cluster, CpuMeter, Proc

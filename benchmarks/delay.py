@@ -18,7 +18,7 @@ import time
 from argparse import Namespace
 from datetime import datetime, timedelta
 
-from tidemq_broker import clock
+from tidemq import clock
 
 from . import raw
 from .env import Cluster, Proc, rss_mb

@@ -172,7 +172,7 @@ class Cluster:
         self.brokers: list[Proc] = []
         self.workers: list[Proc] = []
         self._zk = None  # the benchmark's own ZooKeeper session, to see workers register
-        from tidemq_broker.storage import open_storage
+        from tidemq_broker.storages import open_storage
 
         storage = open_storage(self.db_url)
         storage.create_schema()

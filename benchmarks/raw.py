@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import pymysql
 
-from tidemq_broker import clock, trace
+from tidemq import clock, trace
 from tidemq_broker.storages.sql import INSERT_COLUMNS
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",

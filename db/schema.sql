@@ -1,4 +1,4 @@
--- tidemq schema (version 2) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 3) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -55,6 +55,7 @@ CREATE TABLE `tidemq_topic` (
   `description` varchar(1000) NOT NULL,
   `add_time` datetime(3) NOT NULL,
   `update_time` datetime(3) NOT NULL,
+  `max_deliveries` int(11) NOT NULL DEFAULT 10,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 

@@ -17,6 +17,20 @@ from kazoo.client import KazooClient
 from tests.servers import MariaDB, ZooKeeper, ZooKeeperEnsemble
 
 
+def truncate(db) -> None:
+    """Delete every row of tidemq's tables except the schema version (per-test isolation)."""
+    from sqlalchemy import delete
+
+    from tidemq_broker.schema import metadata, schema_version
+
+    def work(conn) -> None:
+        for table in reversed(metadata.sorted_tables):
+            if table is not schema_version:
+                conn.execute(delete(table))
+
+    db.tx(work)
+
+
 @pytest.fixture(scope="session")
 def mariadb():
     server = MariaDB().start()
@@ -26,7 +40,7 @@ def mariadb():
 
 @pytest.fixture(scope="session")
 def _mysql_store(mariadb):
-    from tidemq_broker.storage import open_storage
+    from tidemq_broker.storages import open_storage
 
     url = mariadb.create_database("tidemq_test")
     storage = open_storage(url)
@@ -39,14 +53,14 @@ def _mysql_store(mariadb):
 def mysql_url(_mysql_store):
     """A MariaDB database with the schema and no rows."""
     url, storage = _mysql_store
-    storage.truncate()
+    truncate(storage.db)
     return url
 
 
 @pytest.fixture(params=["sqlite", "mysql"])
 def any_storage(request, tmp_path):
     """Each storage implementation in turn: a fresh SQLite file, then MariaDB's truncated tables."""
-    from tidemq_broker.storage import open_storage
+    from tidemq_broker.storages import open_storage
 
     if request.param == "sqlite":
         store = open_storage(f"sqlite:///{tmp_path}/store.sqlite3")

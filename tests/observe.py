@@ -5,8 +5,16 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from tidemq_broker import trace
+from typing import Optional
+
+from tidemq import trace
 from tidemq_broker.storage import MessageFilter
+from tidemq_broker.storages.admin_sql import AdminSqlStore
+
+
+def list_messages(storage, flt: MessageFilter, limit: int, before_id: Optional[int] = None) -> list:
+    """Messages matching ``flt``, newest first, below ``before_id``: the console's pages."""
+    return AdminSqlStore(storage.db).list_page(flt, limit, before_id).messages
 
 
 def all_messages(storage, topic: str) -> list:
@@ -14,7 +22,7 @@ def all_messages(storage, topic: str) -> list:
     found: list = []
     before = None
     while True:
-        page = storage.list_messages(MessageFilter(topic=topic), 5000, before)
+        page = list_messages(storage, MessageFilter(topic=topic), 5000, before)
         if not page:
             return found
         found += page

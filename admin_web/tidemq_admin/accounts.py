@@ -7,9 +7,9 @@ from typing import Optional
 
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from tidemq import clock
 from tidemq.config import Settings
 from tidemq.errors import ValidationError
-from tidemq_broker import clock
 from tidemq_broker.storages.admin_sql import AdminSqlStore, AdminUser
 
 __all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "add_user", "authenticate", "ensure_first_admin"]

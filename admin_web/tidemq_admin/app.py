@@ -12,10 +12,14 @@ from flask import Flask, render_template
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
+from tidemq import trace
 from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
+from tidemq.lifecycle import EDITABLE_STATUSES, STATUSES, Event, MessageStatus
 from tidemq_broker.migrations import warn_if_behind
-from tidemq_broker.storage import Storage, open_storage
+from tidemq_broker.storages import open_database
+from tidemq_broker.storages.admin_sql import AdminSqlStore
+from tidemq_broker.storages.sql import SqlStorage
 
 from . import security
 from .accounts import ensure_first_admin
@@ -26,16 +30,19 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] = None,
+def create_app(settings: Optional[Settings] = None, storage: Optional[SqlStorage] = None,
                coordinator: Optional[Coordinator] = None, secret_key: Optional[str] = None) -> Flask:
     """Build the console for ``settings`` (default: from the environment).
 
-    ``storage`` and ``coordinator`` may be shared with an embedded broker (``tidemq dev``).
-    Without ``secret_key`` sessions last until the process restarts.
+    This is the console's composition root: it opens the database once and builds the message
+    store and the console's own store over that one database object. ``storage`` and
+    ``coordinator`` may be shared with an embedded broker (``tidemq dev``); the console's store
+    then works through the same database. Without ``secret_key`` sessions last until the
+    process restarts.
     """
     settings = settings or Settings.from_env()
     if storage is None:
-        storage = open_storage(settings.db_url)
+        storage = SqlStorage(open_database(settings.db_url))
         storage.create_schema()
         warn_if_behind(storage, "console")
     app = Flask(__name__)
@@ -46,7 +53,7 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] =
         SESSION_COOKIE_NAME="tidemq_session",
         MAX_CONTENT_LENGTH=settings.max_data_bytes * 6 + 65536,  # a form with escaped JSON data
     )
-    console = Console(settings, storage, coordinator)
+    console = Console(settings, storage, AdminSqlStore(storage.db), coordinator)
     app.extensions["tidemq"] = console
     ensure_first_admin(console.admin, settings)
     security.install(app)
@@ -65,7 +72,17 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] =
 
 
 def _install_template_helpers(app: Flask) -> None:
-    app.jinja_env.globals["csrf_token"] = security.csrf_token
+    # Templates compare and list states through the lifecycle's enum, never spelled-out names.
+    app.jinja_env.globals.update(csrf_token=security.csrf_token, Status=MessageStatus, STATUSES=STATUSES,
+                                 EDITABLE_STATUSES=EDITABLE_STATUSES)
+
+    @app.template_filter("last_error")
+    def _last_error(text: str) -> str:
+        """The error of a message's last FAIL trace line (why it is a dead letter), or ''."""
+        for entry in reversed(trace.parse(text or "")):
+            if entry["event"] == Event.FAIL.value:
+                return entry.get("error", "")
+        return ""
 
     @app.template_filter("when")
     def _when(value: Optional[datetime]) -> str:

@@ -7,10 +7,14 @@ import getpass
 import logging
 import os
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from tidemq.config import Settings
 from tidemq.errors import ValidationError
+
+if TYPE_CHECKING:  # the broker's modules load only when a sub-command runs
+    from tidemq_broker.storages.admin_sql import AdminSqlStore
+    from tidemq_broker.storages.database import SqlDatabase
 
 __all__ = ["register", "serve"]
 
@@ -38,13 +42,15 @@ def register(subparsers: Any) -> None:
     lst.set_defaults(func=_user_list)
 
 
-def _store(settings: Settings):  # type: ignore[no-untyped-def]
-    from tidemq_broker.storage import open_storage
+def _store(settings: Settings) -> tuple[SqlDatabase, AdminSqlStore]:
+    """The database (to close) and the console's store over it, with the schema in place."""
+    from tidemq_broker.storages import open_database
     from tidemq_broker.storages.admin_sql import AdminSqlStore
+    from tidemq_broker.storages.sql import SqlStorage
 
-    storage = open_storage(settings.db_url)
-    storage.create_schema()
-    return storage, AdminSqlStore(storage)  # type: ignore[arg-type]
+    db = open_database(settings.db_url)
+    SqlStorage(db).create_schema()
+    return db, AdminSqlStore(db)
 
 
 def _user_add(args: argparse.Namespace, settings: Settings) -> int:
@@ -57,25 +63,25 @@ def _user_add(args: argparse.Namespace, settings: Settings) -> int:
         if getpass.getpass("again: ") != password:
             print("tidemq: the passwords differ; nothing was changed", file=sys.stderr)
             return 2
-    storage, store = _store(settings)
+    db, store = _store(settings)
     try:
         created = add_user(store, args.name, password, args.role)
     except ValidationError as exc:
         print(f"tidemq: {exc}", file=sys.stderr)
         return 2
     finally:
-        storage.close()
+        db.close()
     print(f"user {args.name} {'created' if created else 'updated'} with role {args.role}")
     return 0
 
 
 def _user_list(args: argparse.Namespace, settings: Settings) -> int:
-    storage, store = _store(settings)
+    db, store = _store(settings)
     try:
         for user in store.users():
             print(f"{user.name}\t{user.role}")
     finally:
-        storage.close()
+        db.close()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""What the views share: the store, the admin operations, cluster liveness and settings."""
+"""What the views share: the message store, the console's store, cluster liveness and settings."""
 
 from __future__ import annotations
 
@@ -87,15 +87,16 @@ class ClusterView:
 
 
 class Console:
-    """Everything a request needs, created once per app."""
+    """Everything a request needs, created once per app by the app factory.
 
-    def __init__(self, settings: Settings, storage: Storage, coordinator: Optional[Coordinator] = None) -> None:
-        from tidemq_broker.storages.sql import SqlStorage
+    ``storage`` is the message store (the broker's operations); ``admin`` the console's own
+    store (users, pages, dashboard figures) over the same database object.
+    """
 
-        if not isinstance(storage, SqlStorage):
-            raise TypeError("the console needs a SQL storage (MySQL/MariaDB or SQLite)")
+    def __init__(self, settings: Settings, storage: Storage, admin: AdminSqlStore,
+                 coordinator: Optional[Coordinator] = None) -> None:
         self.settings = settings
         self.storage = storage
-        self.admin = AdminSqlStore(storage)
+        self.admin = admin
         self.cluster = ClusterView(settings, coordinator)
         self.throttle = LoginThrottle()

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from tidemq.errors import ValidationError
+from tidemq.lifecycle import EDITABLE_STATUSES, STATUSES, MessageStatus
 from tidemq.validation import (
     MAX_DELAY_SECONDS,
     MAX_RETRIES,
@@ -15,12 +16,14 @@ from tidemq.validation import (
     check_data_text,
     check_topic,
 )
-from tidemq_broker.storage import MessageFilter, TopicSettings
-from tidemq_broker.storages.admin_sql import STATUSES, MessageEdit
+from tidemq_broker.storage import MessageEdit, MessageFilter, TopicSettings
 
-__all__ = ["Parsed", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_time", "filter_args"]
+__all__ = ["Parsed", "MAX_DELIVERIES", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_time",
+           "filter_args", "parse_ids"]
 
-EDIT_STATUSES = ("NEW", "SUCCESS", "FAIL")  # RUNNING belongs to a consumer's lease
+#: The most deliveries a topic may allow before an expiring lease fails a message: beyond it a
+#: poison message would keep killing consumers for days.
+MAX_DELIVERIES = 1000
 _TIME_FORMS = ("%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S.%f",
                "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d")
 FILTER_FIELDS = ("topic", "status", "id", "unique_key", "effect_from", "effect_to", "added_from", "added_to", "text")
@@ -55,6 +58,13 @@ def _int(text: str, low: int, high: int, what: str) -> int:
     return value
 
 
+def _status(text: str, allowed: tuple[MessageStatus, ...]) -> MessageStatus:
+    """``text`` as one of the ``allowed`` states, or ValueError listing them."""
+    if text not in {s.value for s in allowed}:
+        raise ValueError(f"status must be one of {', '.join(s.value for s in allowed)}")
+    return MessageStatus(text)
+
+
 def _float(text: str, low: float, high: float, what: str) -> float:
     try:
         value = float(text.strip())
@@ -77,9 +87,7 @@ def parse_filter(args: Mapping[str, str]) -> Parsed:
             if name == "topic":
                 flt.topic = check_topic(raw)
             elif name == "status":
-                if raw not in STATUSES:
-                    raise ValueError(f"status must be one of {', '.join(STATUSES)}")
-                flt.status = raw
+                flt.status = _status(raw, STATUSES).value
             elif name == "id":
                 flt.id = _int(raw, 1, 2**63 - 1, "id")
             elif name == "unique_key":
@@ -110,10 +118,10 @@ def parse_edit(form: Mapping[str, str], max_bytes: int) -> Parsed:
         values["data"] = check_data_text((form.get("data") or "").strip(), max_bytes)
     except ValidationError as exc:
         out.errors["data"] = str(exc)
-    status = form.get("status", "")
-    if status not in EDIT_STATUSES:
-        out.errors["status"] = f"status must be one of {', '.join(EDIT_STATUSES)}"
-    values["status"] = status
+    try:  # RUNNING belongs to a consumer's lease: an operator may not set it
+        values["status"] = _status(form.get("status", ""), EDITABLE_STATUSES).value
+    except ValueError as exc:
+        out.errors["status"] = str(exc)
     try:
         values["retry_remaining"] = _int(form.get("retry_remaining", ""), 0, MAX_RETRIES, "retries left")
     except ValueError as exc:
@@ -182,6 +190,7 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
         "retry_max": lambda s: _float(s, 0, 86400 * 365, "backoff cap (seconds)"),
         "ttr": lambda s: _int(s, 1, 86400 * 7, "time to run (seconds)"),
         "retention_days": lambda s: _int(s, 0, 3650, "retention (days)"),
+        "max_deliveries": lambda s: _int(s, 1, MAX_DELIVERIES, "max deliveries"),
     }
     for key, parse in required.items():
         raw = (form.get(key) or "").strip()

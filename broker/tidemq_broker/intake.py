@@ -19,12 +19,13 @@ from tidemq.validation import (
     parse_duration,
 )
 
-from . import clock
+from tidemq import clock
 from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError
 from .storage import NewRow
 from .topics import TopicCache
 
-__all__ = ["rows_from_request", "check_pull", "MAX_PULL", "MAX_WAIT", "MAX_TTR"]
+__all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
+           "MAX_WAIT", "MAX_TTR"]
 
 MAX_PULL = 1000
 MAX_WAIT = 60.0
@@ -91,6 +92,13 @@ def check_pull(request: pb.PullRequest) -> None:
         raise MalformedRequestError("consumer name is longer than 255 characters")
     if request.lease_token:
         check_lease_token(request.lease_token)
+
+
+def check_lease_ttr(seconds: float) -> int:
+    """A lease extension's ttr, rounded to whole seconds, 1 s to MAX_TTR (NaN and infinity refused)."""
+    if not (math.isfinite(seconds) and 1 <= round(seconds) <= MAX_TTR):
+        raise MalformedRequestError(f"ttr_seconds must be between 1 and {MAX_TTR}, got {seconds}")
+    return int(round(seconds))
 
 
 def check_lease_token(token: str) -> str:

@@ -7,16 +7,11 @@ import logging
 
 from .schema import SCHEMA_VERSION
 from .storage import Storage
+from .storages.migrations import STEPS
 
-__all__ = ["upgrade", "warn_if_behind", "STEPS"]
+__all__ = ["upgrade", "warn_if_behind"]
 
 log = logging.getLogger(__name__)
-
-# version -> name; the storage's ``migrate(version)`` holds each step's statements.
-STEPS = {
-    2: "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four",
-}
-
 
 def upgrade(storage: Storage) -> list[str]:
     """Bring the schema to the current version; return the names of the steps applied.
@@ -25,9 +20,11 @@ def upgrade(storage: Storage) -> list[str]:
     """
     storage.create_schema()
     applied = []
-    for version in range(storage.schema_version() + 1, SCHEMA_VERSION + 1):
-        storage.migrate(version)
-        applied.append(f"{version}: {STEPS[version]}")
+    current = storage.schema_version()
+    for step in STEPS:
+        if step.version > current:
+            storage.migrate(step.version)
+            applied.append(f"{step.version}: {step.name}")
     return applied
 
 

@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Callable, Optional
 
-from . import clock
+from tidemq import clock
 from .storage import LeasedMessage, Storage
 
 __all__ = ["PullHub", "Waiter"]

@@ -1,5 +1,8 @@
 """The database schema as SQLAlchemy Core metadata.
 
+Table and column names come from ``tidemq.tables`` (which the pipeline reads too); an import
+check below fails when a table here and its names there drift apart.
+
 db/schema.sql is the same schema written for a MySQL DBA; tests/unit/test_schema_sql.py fails
 when the two drift apart.
 """
@@ -23,9 +26,13 @@ from sqlalchemy import (
 from sqlalchemy import text
 from sqlalchemy.dialects import mysql
 
-__all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "SCHEMA_VERSION"]
+from tidemq import tables
+from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
-SCHEMA_VERSION = 2
+__all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
+           "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 3
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -36,7 +43,7 @@ Id = BigInteger().with_variant(Integer(), "sqlite")
 metadata = MetaData()
 
 message = Table(
-    "tidemq_message",
+    tables.MESSAGE.name,
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("topic", String(255), nullable=False),
@@ -79,7 +86,7 @@ message = Table(
 )
 
 topic = Table(
-    "tidemq_topic",
+    tables.TOPIC.name,
     metadata,
     Column("name", String(255), primary_key=True),
     Column("retry_count", Integer, nullable=False),
@@ -98,12 +105,14 @@ topic = Table(
     Column("description", String(1000), nullable=False),
     Column("add_time", Time, nullable=False),
     Column("update_time", Time, nullable=False),
+    # Deliveries (expired leases included) after which an expiring lease ends in FAIL.
+    Column("max_deliveries", Integer, nullable=False, server_default=text(str(DEFAULT_MAX_DELIVERIES))),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
 
 schema_version = Table(
-    "tidemq_schema_version",
+    tables.SCHEMA_VERSION_TABLE.name,
     metadata,
     Column("version", Integer, primary_key=True, autoincrement=False),
     Column("applied_at", Time, nullable=False),
@@ -113,7 +122,7 @@ schema_version = Table(
 
 # Written by the pipeline's report job, charted by the console: one row per topic and hour.
 topic_stats = Table(
-    "tidemq_topic_stats",
+    tables.TOPIC_STATS.name,
     metadata,
     Column("topic", String(255), primary_key=True),
     Column("hour", Time, primary_key=True),
@@ -136,7 +145,7 @@ topic_stats = Table(
 
 # Raised by the pipeline's alarm job, shown in the console.
 alarm = Table(
-    "tidemq_alarm",
+    tables.ALARM.name,
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("topic", String(255), nullable=False),
@@ -154,7 +163,7 @@ alarm = Table(
 
 # Console users. Passwords are stored only as salted hashes (werkzeug's scrypt format).
 admin_user = Table(
-    "tidemq_admin_user",
+    tables.ADMIN_USER.name,
     metadata,
     Column("name", String(64), primary_key=True),
     Column("password_hash", String(255), nullable=False),
@@ -169,7 +178,7 @@ admin_user = Table(
 # PENDING: being written (a rerun removes its files and writes it again); WRITTEN: the Parquet
 # counts matched; DONE: the rows are deleted from tidemq_message.
 archive_batch = Table(
-    "tidemq_archive_batch",
+    tables.ARCHIVE_BATCH.name,
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("id_from", BigInteger, nullable=False),
@@ -187,3 +196,10 @@ archive_batch = Table(
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
+
+
+for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
+                       (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
+                       (archive_batch, tables.ARCHIVE_BATCH)):
+    if tuple(c.name for c in _table.columns) != _names.columns():
+        raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

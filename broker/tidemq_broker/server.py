@@ -20,7 +20,8 @@ from .maintenance.retention import Retention
 from .pulls import PullHub
 from .migrations import warn_if_behind
 from .service import BrokerService
-from .storage import Storage, open_storage
+from .storage import Storage
+from .storages import open_storage
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -66,10 +67,13 @@ class BrokerServer:
                                      settings.max_data_bytes)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
-            LeaseExpiry(self.storage, self.address, self._wake_all),
+            LeaseExpiry(self.storage, self.address, self._wake_all, self._max_deliveries),
             Retention(self.storage),
             BroadcastPruner(self.coordinator),
         ])
+
+    def _max_deliveries(self, topic: str) -> int:
+        return self.topics.get(topic).max_deliveries
 
     def _wake_all(self) -> None:
         self.hub.wake_all()

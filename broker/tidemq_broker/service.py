@@ -10,11 +10,11 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
+from tidemq import clock
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from tidemq.validation import check_topic
 
-from . import clock, trace
 from .errors import (
     MalformedRequestError,
     RetriableError,
@@ -22,9 +22,8 @@ from .errors import (
     TidemqError,
     ValidationError,
 )
-from .intake import MAX_TTR, check_ids, check_lease_token, check_pull, rows_from_request
+from .intake import MAX_TTR, check_ids, check_lease_token, check_lease_ttr, check_pull, rows_from_request
 from .pulls import PullHub, long_poll
-from .retry_policy import next_delay
 from .storage import AckItem, AckOutcome, LeasedMessage, Storage
 from .topics import TopicCache
 from .writer import GroupCommitWriter
@@ -98,12 +97,11 @@ class BrokerService(pb_grpc.BrokerServicer):
             if self.topics.get(topic).paused or not context.is_active():
                 return []
             now = clock.now()
-            line = trace.line(now, "LOCKED", consumer=consumer, rank=f"{request.rank}/{request.total}",
-                              broker=self.name, ttr=ttr)
             token = request.lease_token or None
             if request.serial:
-                return self.storage.lock_serial(topic, ttr, consumer, now, line, token)
-            return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, line, token)
+                return self.storage.lock_serial(topic, ttr, consumer, now, token, self.name)
+            return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, token,
+                                           self.name)
 
         def next_due() -> Any:
             if request.serial:
@@ -115,8 +113,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
             now = clock.now()
-            self.storage.release(found[0].lease_token or "", now,
-                                 trace.line(now, "RELEASED", consumer=consumer, broker=self.name))
+            self.storage.release(found[0].lease_token or "", now, consumer, self.name)
             self.hub.notify(topic, now)
             return pb.PullReply()
         return pb.PullReply(messages=[_delivery(m) for m in found])
@@ -126,7 +123,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         check_ids([item.id for item in request.items], "acks")
         items = [AckItem(i.id, i.lease_token, i.success, i.error) for i in request.items]
         outcomes = self.storage.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
-                                    self.topics.get, next_delay)
+                                    self.topics.get)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
         if stale:
             log.info("refused %d stale ack(s) from %s", stale, request.consumer)
@@ -138,23 +135,30 @@ class BrokerService(pb_grpc.BrokerServicer):
     @_rpc
     def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:
         token = check_lease_token(request.lease_token)
-        now = clock.now()
-        released = self.storage.release(token, now, trace.line(now, "RELEASED", consumer=request.consumer[:255],
-                                                               broker=self.name))
+        released = self.storage.release(token, clock.now(), request.consumer[:255], self.name)
         return pb.ReleaseReply(released=released)
 
     @_rpc
     def Touch(self, request: pb.TouchRequest, context: grpc.ServicerContext) -> pb.TouchReply:
         check_ids([request.id])
-        ttr = int(round(request.ttr_seconds))
-        if not 1 <= ttr <= MAX_TTR:
-            raise MalformedRequestError(f"ttr_seconds must be between 1 and {MAX_TTR}, got {request.ttr_seconds}")
-        return pb.TouchReply(extended=self.storage.touch(request.id, request.lease_token, ttr, clock.now()))
+        ttr = check_lease_ttr(request.ttr_seconds)
+        [extended] = self.storage.extend_leases([(request.id, request.lease_token)], ttr, clock.now())
+        return pb.TouchReply(extended=extended)
+
+    @_rpc
+    def Extend(self, request: pb.ExtendRequest, context: grpc.ServicerContext) -> pb.ExtendReply:
+        """A consumer's heartbeat: extend every lease it names in one transaction."""
+        check_ids([lease.id for lease in request.leases], "leases")
+        for lease in request.leases:
+            check_lease_token(lease.lease_token)
+        ttr = check_lease_ttr(request.ttr_seconds)
+        leases = [(lease.id, lease.lease_token) for lease in request.leases]
+        return pb.ExtendReply(extended=self.storage.extend_leases(leases, ttr, clock.now()))
 
     @_rpc
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelReply:
         ids = check_ids(request.ids)
-        return pb.CancelReply(cancelled=self.storage.cancel(ids, clock.now()))
+        return pb.CancelReply(cancelled=self.storage.cancel(ids))
 
     @_rpc
     def Requeue(self, request: pb.RequeueRequest, context: grpc.ServicerContext) -> pb.RequeueReply:
@@ -165,8 +169,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.retry < 0:
             raise MalformedRequestError(f"retry must be 0 or more, got {request.retry}")
         now = clock.now()
-        line = trace.line(now, "REQUEUED", broker=self.name, retries=request.retry)
-        moved = self.storage.requeue(ids, topic, request.retry, now, line)
+        moved = self.storage.requeue(ids, topic, request.retry, now, broker=self.name)
         if topic:
             self.hub.notify(topic, now)
         return pb.RequeueReply(requeued=moved)

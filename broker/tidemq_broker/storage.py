@@ -1,28 +1,33 @@
-"""The storage interface: every database operation tidemq performs is one method here.
+"""The storage interface: every database operation tidemq performs is one named method here.
 
-Implementations live in ``tidemq_broker.storages`` (MySQL/MariaDB for production, SQLite for
-``tidemq dev``); both pass tests/conformance/test_storage.py. No other module speaks SQL.
-All times are naive UTC datetimes (see ``tidemq_broker.clock``); all durations are seconds.
+Each transition of a message is one operation (lease, ack, release, extend, expire, requeue,
+cancel, an operator's edit or delete, retention) and applies what ``tidemq.lifecycle`` decides
+for it; the rest are reads and the probes the pull hub needs. ``tidemq_broker.storages`` holds
+the SQL implementation (MySQL/MariaDB for production, SQLite for ``tidemq dev``) and its
+factory; both dialects pass tests/conformance/test_storage.py. No other module speaks SQL.
+All times are naive UTC datetimes (see ``tidemq.clock``); all durations are seconds.
 """
 
 from __future__ import annotations
 
 import abc
-import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, Event
+from tidemq.link import AckItem, AckOutcome
 
 __all__ = [
     "NewRow",
     "StoredMessage",
     "LeasedMessage",
     "TopicSettings",
+    "MessageFilter",
+    "MessageEdit",
+    "Storage",
     "AckItem",
     "AckOutcome",
-    "MessageFilter",
-    "Storage",
-    "open_storage",
 ]
 
 
@@ -97,23 +102,7 @@ class TopicSettings:
     alarm_failure_rate: Optional[float] = None
     alarm_due_age: Optional[int] = None
     description: str = ""
-
-
-@dataclass(frozen=True)
-class AckItem:
-    """One outcome reported by a consumer."""
-
-    id: int
-    lease_token: str
-    success: bool
-    error: str = ""
-
-
-class AckOutcome(str, enum.Enum):
-    """APPLIED: the outcome was recorded. STALE: refused, the lease was lost."""
-
-    APPLIED = "APPLIED"
-    STALE = "STALE"
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
 
 
 @dataclass
@@ -131,14 +120,20 @@ class MessageFilter:
     text: Optional[str] = None
 
 
-#: Picks the delay before the next attempt: (message, topic settings) -> seconds.
-Backoff = Callable[[StoredMessage, TopicSettings], float]
+@dataclass(frozen=True)
+class MessageEdit:
+    """New values for a message's editable fields (an operator's edit); None leaves a field as it is."""
+
+    data: Optional[str] = None
+    status: Optional[str] = None
+    retry_remaining: Optional[int] = None
+    effect_time: Optional[datetime] = None
 
 
 class Storage(abc.ABC):
     """The message store. Each method is one transaction unless it says otherwise."""
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- schema and connection ---------------------------------------------------------------
     @abc.abstractmethod
     def create_schema(self) -> None:
         """Create the tables and indexes that are missing (idempotent). An empty database is
@@ -153,14 +148,6 @@ class Storage(abc.ABC):
         """Apply the schema step to ``version`` (one above the current) and record it."""
 
     @abc.abstractmethod
-    def drop_schema(self) -> None:
-        """Drop tidemq's tables (tests and `tidemq db reset` only)."""
-
-    @abc.abstractmethod
-    def truncate(self) -> None:
-        """Delete every message and topic row (tests)."""
-
-    @abc.abstractmethod
     def close(self) -> None:
         """Release all connections."""
 
@@ -168,33 +155,79 @@ class Storage(abc.ABC):
     def ping(self) -> None:
         """Raise StorageUnavailableError unless the database answers."""
 
-    # -- produce -----------------------------------------------------------------------------
+    # -- transitions (tidemq.lifecycle decides each one) -------------------------------------
     @abc.abstractmethod
-    def insert_messages(self, rows: Sequence[NewRow], now: datetime, trace_line: str) -> list[int]:
-        """Insert ``rows`` in one transaction and return their ids in order.
+    def insert_messages(self, rows: Sequence[NewRow], now: datetime, **who: object) -> list[int]:
+        """Produce: insert ``rows`` as NEW in one transaction and return their ids in order.
 
         A row whose (topic, unique_key) is already stored is not inserted again; its existing
-        id is returned. Either every row is stored or none is.
+        id is returned. Either every row is stored or none is. ``who`` goes to the trace.
         """
 
-    # -- pull --------------------------------------------------------------------------------
     @abc.abstractmethod
-    def lock_batch(
-        self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime, trace_line: str,
-        lease_token: Optional[str] = None,
-    ) -> list[LeasedMessage]:
+    def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
+                   lease_token: Optional[str] = None, broker: str = "") -> list[LeasedMessage]:
         """Lease up to ``limit`` due NEW messages with ``MOD(id, total) = rank``, oldest due first.
 
-        One conditional UPDATE sets RUNNING, the lease token (``lease_token``, or a fresh one)
-        and ``lease_expire = now + ttr``; the leased rows are then read back by that lease.
+        One conditional UPDATE applies the lifecycle's lease (token ``lease_token`` or a fresh
+        one, ``lease_expire = now + ttr``); the leased rows are then read back by that lease.
         """
 
     @abc.abstractmethod
-    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, trace_line: str,
-                    lease_token: Optional[str] = None) -> list[LeasedMessage]:
+    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
+                    broker: str = "") -> list[LeasedMessage]:
         """Lease the head of a serial topic: the NEW message first in (order_time, id), if due
         and if no message of the topic is RUNNING. Returns zero or one message."""
 
+    @abc.abstractmethod
+    def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
+            topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+        """Apply many outcomes in one transaction, each guarded by status RUNNING and its token:
+        ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL)."""
+
+    @abc.abstractmethod
+    def release(self, lease_token: str, now: datetime, consumer: str = "", broker: str = "") -> int:
+        """Give back the messages leased under ``lease_token`` that nobody will run (the pull's
+        caller went away before the reply): RUNNING -> NEW, the attempt not counted."""
+
+    @abc.abstractmethod
+    def extend_leases(self, leases: Sequence[tuple[int, str]], ttr: int, now: datetime) -> list[bool]:
+        """Extend each (id, token) lease still held to now + ``ttr`` (heartbeats, touch); one
+        bool per lease, False for a lease already lost."""
+
+    @abc.abstractmethod
+    def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int]) -> int:
+        """Up to ``limit`` RUNNING messages whose lease ran out: back to NEW (due now), or to FAIL
+        once delivered ``max_deliveries(topic)`` times. Returns how many moved."""
+
+    @abc.abstractmethod
+    def cancel(self, ids: Sequence[int]) -> list[bool]:
+        """Delete the messages that are still NEW; True for each one deleted."""
+
+    @abc.abstractmethod
+    def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
+                event: Event = Event.REQUEUED, **who: object) -> int:
+        """Put FAIL messages (by id, or every one of ``topic``) back to NEW, due now, with
+        ``retry`` retries left after the new attempt (0: one more attempt). Works in batches of
+        1000 so no transaction holds many row locks. Returns how many moved."""
+
+    @abc.abstractmethod
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
+                     changed: Sequence[str]) -> Optional[StoredMessage]:
+        """An operator's edit, applied if the message is still at ``version`` and not RUNNING.
+
+        Returns the updated message, or None when it changed meanwhile, is RUNNING or is gone.
+        """
+
+    @abc.abstractmethod
+    def delete_messages(self, ids: Sequence[int]) -> int:
+        """An operator's delete of messages not RUNNING (a consumer holds those); how many went."""
+
+    @abc.abstractmethod
+    def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
+        """Retention: delete up to ``limit`` SUCCESS messages of ``topic`` finished before ``before``."""
+
+    # -- probes of the pull hub --------------------------------------------------------------
     @abc.abstractmethod
     def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
         """The earliest effect_time of NEW messages of ``topic`` in the shard (None when none)."""
@@ -214,53 +247,7 @@ class Storage(abc.ABC):
     def max_id(self) -> int:
         """The highest message id (0 for an empty table): a cheap 'anything new?' probe."""
 
-    # -- ack ---------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def ack(
-        self,
-        items: Sequence[AckItem],
-        now: datetime,
-        consumer: str,
-        broker: str,
-        topics: Callable[[str], TopicSettings],
-        backoff: Backoff,
-    ) -> list[AckOutcome]:
-        """Apply many outcomes in one transaction, each guarded by status RUNNING and its token.
-
-        Success -> SUCCESS. Failure -> NEW at now + backoff while retries remain, else FAIL.
-        """
-
-    @abc.abstractmethod
-    def release(self, lease_token: str, now: datetime, trace_line: str) -> int:
-        """Give back the messages leased under ``lease_token`` that nobody will run (the pull's
-        caller went away before the reply): RUNNING -> NEW, the attempt not counted."""
-
-    @abc.abstractmethod
-    def touch(self, id: int, lease_token: str, ttr: int, now: datetime) -> bool:
-        """Extend a lease still held under ``lease_token`` to now + ttr."""
-
-    @abc.abstractmethod
-    def cancel(self, ids: Sequence[int], now: datetime) -> list[bool]:
-        """Delete the messages that are still NEW; True for each one deleted."""
-
-    @abc.abstractmethod
-    def requeue(
-        self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime, trace_line: str
-    ) -> int:
-        """Put FAIL messages (by id, or every one of ``topic``) back to NEW, due now, with
-        ``retry`` retries left after the new attempt (0: one more attempt). Works in batches of
-        1000 so no transaction holds many row locks. Returns how many moved."""
-
-    # -- maintenance -------------------------------------------------------------------------
-    @abc.abstractmethod
-    def expire_leases(self, now: datetime, limit: int, broker: str) -> int:
-        """Return up to ``limit`` RUNNING messages whose lease expired to NEW (due now)."""
-
-    @abc.abstractmethod
-    def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
-        """Delete up to ``limit`` SUCCESS messages of ``topic`` finished before ``before``."""
-
-    # -- topics ------------------------------------------------------------------------------
+    # -- topics and reads --------------------------------------------------------------------
     @abc.abstractmethod
     def ensure_topics(self, names: Sequence[str], now: datetime) -> None:
         """Create default settings rows for topics that have none."""
@@ -273,34 +260,10 @@ class Storage(abc.ABC):
     def save_topic(self, settings: TopicSettings, now: datetime) -> None:
         """Insert or update one topic's settings."""
 
-    # -- reading -----------------------------------------------------------------------------
     @abc.abstractmethod
     def get_message(self, id: int) -> Optional[StoredMessage]:
         """One message by id."""
 
     @abc.abstractmethod
-    def list_messages(
-        self, flt: MessageFilter, limit: int, before_id: Optional[int] = None
-    ) -> list[StoredMessage]:
-        """Messages matching ``flt``, newest id first, keyset-paginated by ``before_id``."""
-
-    @abc.abstractmethod
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         """{topic: {status: count}} for one topic or all."""
-
-
-def open_storage(url: str, **options: Any) -> Storage:
-    """Open the store at SQLAlchemy ``url``: MySQL/MariaDB or SQLite."""
-    from .errors import ConfigurationError
-
-    if url.startswith(("mysql", "mariadb")):
-        from .storages.mysql import MySqlStorage
-
-        return MySqlStorage(url, **options)
-    if url.startswith("sqlite"):
-        from .storages.sqlite import SqliteStorage
-
-        return SqliteStorage(url, **options)
-    raise ConfigurationError(
-        f"TIDEMQ_DB_URL {url!r} is not supported: use mysql+pymysql://user:pw@host:3306/db or sqlite:///file"
-    )

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Iterable
 
-from . import clock
+from tidemq import clock
 from .storage import Storage, TopicSettings
 
 __all__ = ["TopicCache"]

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
-from . import clock, trace
+from tidemq import clock
 from .errors import StorageUnavailableError, TidemqError
 from .storage import NewRow, Storage
 from .topics import TopicCache
@@ -104,7 +104,7 @@ class GroupCommitWriter:
         all_rows = [row for rows, _ in batch for row in rows]
         self._topics.ensure({row.topic for row in all_rows})
         now = clock.now()
-        ids = self._storage.insert_messages(all_rows, now, trace.line(now, "PRODUCED", broker=self._broker))
+        ids = self._storage.insert_messages(all_rows, now, broker=self._broker)
         start = 0
         for rows, future in batch:
             future.set_result(ids[start : start + len(rows)])

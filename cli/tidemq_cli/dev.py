@@ -8,23 +8,31 @@ import logging
 import os
 import signal
 import threading
+from typing import Optional
 
 from tidemq import Client, Settings, Worker
 from tidemq.consumer import registered_consumers
 from tidemq.coordinators.local import LocalCoordinator
 from tidemq_broker.server import BrokerServer
+from tidemq_broker.storages import open_storage
+from tidemq_broker.storages.sql import SqlStorage
 
 __all__ = ["run_dev", "embedded"]
 
 log = logging.getLogger(__name__)
 
 
-def embedded(db_path: str, port: int = 0) -> tuple[BrokerServer, Client]:
-    """Start a broker on ``db_path`` with in-process coordination; return it and a client."""
-    settings = Settings.from_env(db_url=f"sqlite:///{os.path.abspath(db_path)}", zk_hosts="", brokers="")
+def _settings(db_path: str) -> Settings:
+    return Settings.from_env(db_url=f"sqlite:///{os.path.abspath(db_path)}", zk_hosts="", brokers="")
+
+
+def embedded(db_path: str, port: int = 0, storage: Optional[SqlStorage] = None) -> tuple[BrokerServer, Client]:
+    """Start a broker on ``db_path`` (or on ``storage``, owned by the caller) with in-process
+    coordination; return it and a client."""
+    settings = _settings(db_path)
     coordinator = LocalCoordinator(settings.zk_root)
     coordinator.start()
-    broker = BrokerServer(settings, port=port, coordinator=coordinator).start()
+    broker = BrokerServer(settings, port=port, storage=storage, coordinator=coordinator).start()
     return broker, Client(settings, coordinator=coordinator)
 
 
@@ -33,13 +41,16 @@ def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
         from .demo import run_demo
 
         return run_demo(db_path)
-    broker, client = embedded(db_path, port)
+    # One store for the broker and the console: the console's pages and the broker's writes go
+    # through the same database object (SQLite takes one writer at a time).
+    storage = open_storage(_settings(db_path).db_url)
+    broker, client = embedded(db_path, port, storage)
     from tidemq_examples import MODULES
 
     for module in MODULES:
         importlib.import_module(module)
     worker = Worker(registered_consumers(), client=client).start()
-    console = _start_console(broker, admin_port)
+    console = _start_console(broker, storage, admin_port)
     print(f"tidemq dev: broker on {broker.address}, store sqlite:///{os.path.abspath(db_path)}, in-process coordination")
     print(f"tidemq dev: running consumers of {', '.join(s.topic for s in worker.specs)}")
     print("tidemq dev: produce from another shell with "
@@ -52,10 +63,11 @@ def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
         console.shutdown()
     worker.stop()
     broker.stop()
+    storage.close()
     return 0
 
 
-def _start_console(broker: BrokerServer, port: int):  # type: ignore[no-untyped-def]
+def _start_console(broker: BrokerServer, storage: SqlStorage, port: int):  # type: ignore[no-untyped-def]
     """Serve the admin console on ``port`` over the broker's own store and coordinator.
 
     Without TIDEMQ_ADMIN_USER an ``admin`` user with a fresh random password is made (and
@@ -70,7 +82,7 @@ def _start_console(broker: BrokerServer, port: int):  # type: ignore[no-untyped-
 
     from tidemq_admin.accounts import add_user
 
-    app = create_app(broker.settings, storage=broker.storage, coordinator=broker.coordinator)
+    app = create_app(broker.settings, storage=storage, coordinator=broker.coordinator)
     admin = app.extensions["tidemq"].admin
     if not broker.settings.admin_user and not admin.users():
         password = secrets.token_urlsafe(9)

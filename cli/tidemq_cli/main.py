@@ -125,7 +125,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 
 def _db(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq_broker.migrations import upgrade
-    from tidemq_broker.storage import open_storage
+    from tidemq_broker.storages import open_storage
 
     storage = open_storage(settings.db_url)
     try:

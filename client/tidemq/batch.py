@@ -5,11 +5,10 @@ from __future__ import annotations
 import threading
 from typing import Mapping, Optional, Sequence, Union
 
-from .client import Client
 from .errors import MalformedRequestError
+from .link import AckItem, AckOutcome, BrokerLink
 from .message import Message
 from .queue_runner import delivery_to_message
-from .rpc import tidemq_pb2 as pb
 from .validation import check_topic
 from .worker import default_instance
 
@@ -33,9 +32,11 @@ class BatchConsumer:
     >>> consumer = BatchConsumer("report.build", ttr=60)
     >>> batch = consumer.pull(max_messages=100, wait=5.0)
     >>> consumer.ack(succeeded=[m.id for m in batch])
+
+    ``client`` is any BrokerLink: the process-wide Client by default, a StubBroker in tests.
     """
 
-    def __init__(self, topic: str, ttr: float = 60.0, client: Optional[Client] = None,
+    def __init__(self, topic: str, ttr: float = 60.0, client: Optional[BrokerLink] = None,
                  name: Optional[str] = None) -> None:
         self.topic = check_topic(topic)
         self.ttr = ttr
@@ -58,18 +59,18 @@ class BatchConsumer:
             unknown = [i for i in list(succeeded) + list(errors) if i not in self._tokens]
             if unknown:
                 raise MalformedRequestError(f"message {unknown[0]} was not pulled by this consumer")
-            items = [pb.AckItem(id=i, lease_token=self._tokens[i], success=True) for i in succeeded]
-            items += [pb.AckItem(id=i, lease_token=self._tokens[i], success=False, error=e) for i, e in errors.items()]
+            items = [AckItem(i, self._tokens[i], True) for i in succeeded]
+            items += [AckItem(i, self._tokens[i], False, e) for i, e in errors.items()]
         outcomes = self.client.ack(self.topic, self.name, items)
         with self._lock:
             for item in items:
                 self._tokens.pop(item.id, None)
-        applied = [it.id for it, o in zip(items, outcomes) if o == pb.APPLIED]
-        stale = [it.id for it, o in zip(items, outcomes) if o != pb.APPLIED]
+        applied = [it.id for it, o in zip(items, outcomes) if o is AckOutcome.APPLIED]
+        stale = [it.id for it, o in zip(items, outcomes) if o is not AckOutcome.APPLIED]
         return AckResult(applied, stale)
 
 
-def _default_client() -> Client:
+def _default_client() -> BrokerLink:
     from . import _default
 
     return _default()

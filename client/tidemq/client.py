@@ -6,12 +6,13 @@ import json
 import logging
 import threading
 import time
-from datetime import datetime
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from datetime import datetime, timezone
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from .config import Settings
 from .coordinator import Coordinator, open_coordinator
 from .errors import ConfigurationError, DataTooLargeError, InvalidDelayError, TidemqError
+from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
 from .validation import (
@@ -35,7 +36,10 @@ Retry = Union[None, int, Sequence[Union[int, float, str]]]
 
 
 class Client:
-    """A connection to a tidemq cluster. Thread-safe; share one per process."""
+    """A connection to a tidemq cluster. Thread-safe; share one per process.
+
+    It is also the consumers' :class:`tidemq.link.BrokerLink` over gRPC.
+    """
 
     def __init__(self, settings: Optional[Settings] = None, coordinator: Optional[Coordinator] = None) -> None:
         self.settings = settings or Settings.from_env()
@@ -135,20 +139,23 @@ class Client:
         request = pb.RequeueRequest(ids=list(ids or ()), topic=topic or "", retry=retry)
         return int(self._call("Requeue", request, timeout).requeued)
 
-    # -- consuming (used by consumers and BatchConsumer) -------------------------------------
+    # -- consuming: the BrokerLink calls (tidemq types in and out; protobuf stays here) -------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
-             max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "") -> list[pb.Delivery]:
+             max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
+             track: Optional[PullHandle] = None) -> list[Delivery]:
         """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds.
 
         ``lease_token`` (32 hex characters) names the lease in advance, so a caller whose call
-        failed or was abandoned can :meth:`release` whatever it may have locked.
+        failed or was abandoned can :meth:`release` whatever it may have locked. ``track`` lets
+        another thread cancel the long-poll (then PullCancelledError is raised).
         """
         request = pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
                                  max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr, lease_token=lease_token)
-        return list(self.pull_request(request, wait + self.settings.rpc_timeout).messages)
+        reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track)
+        return [_delivery(d) for d in reply.messages]
 
     def pull_request(self, request: pb.PullRequest, timeout: float,
-                     track: Optional[Callable[[Optional[Any]], None]] = None) -> pb.PullReply:
+                     track: Optional[PullHandle] = None) -> pb.PullReply:
         """Send ``request`` to some live broker (``track`` as in :meth:`BrokerPool.call`).
 
         A pull that names its lease token and moves to another broker after a transport failure
@@ -174,12 +181,23 @@ class Client:
         reply = self._call("Release", pb.ReleaseRequest(lease_token=lease_token, consumer=consumer), timeout)
         return int(reply.released)
 
-    def ack(self, topic: str, consumer: str, items: Sequence[pb.AckItem], timeout: Optional[float] = None) -> list[int]:
+    def ack(self, topic: str, consumer: str, items: Sequence[AckItem], timeout: Optional[float] = None) -> list[AckOutcome]:
         """Report outcomes in one call and one transaction; returns the AckOutcome per item."""
         if len(items) > MAX_BATCH:
             raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
-        reply = self._call("Ack", pb.AckRequest(consumer=consumer, items=list(items), topic=topic), timeout)
-        return list(reply.outcomes)
+        request = pb.AckRequest(consumer=consumer, topic=topic, items=[
+            pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error) for i in items])
+        reply = self._call("Ack", request, timeout)
+        return [AckOutcome.APPLIED if o == pb.APPLIED else AckOutcome.STALE for o in reply.outcomes]
+
+    def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
+               timeout: Optional[float] = None) -> list[bool]:
+        """Heartbeat: make each lease end ``ttr`` seconds from now, in one call; False where lost."""
+        if len(leases) > MAX_BATCH:
+            raise ConfigurationError(f"at most {MAX_BATCH} leases per extend call")
+        request = pb.ExtendRequest(leases=[pb.LeaseRef(id=l.id, lease_token=l.lease_token) for l in leases],
+                                   ttr_seconds=ttr, consumer=consumer)
+        return list(self._call("Extend", request, timeout).extended)
 
     def touch(self, msg_id: int, lease_token: str, ttr: float, timeout: Optional[float] = None) -> bool:
         """Extend a lease; False when it was already lost."""
@@ -194,3 +212,10 @@ class Client:
         self.pool.close()
         if self._own_coordinator and self._coordinator is not None and self._coordinator_started:
             self._coordinator.stop()
+
+
+def _delivery(d: pb.Delivery) -> Delivery:
+    return Delivery(id=d.id, topic=d.topic, data=d.data,
+                    effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
+                    retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
+                    ttr=d.ttr_seconds)

@@ -19,9 +19,10 @@ _REGISTRY: list["ConsumerSpec"] = []
 class ConsumerSpec:
     """A declared consumer.
 
-    threads: handlers running at once. ttr: seconds a handler may hold a message before it is
-    delivered again (extend with ``message.touch()``). batch: messages pulled per call; at most
-    ``threads + batch`` are leased by this consumer at any time.
+    threads: handlers running at once. ttr: the lease length. While its worker lives, a message's
+    lease is extended every ttr/3 (heartbeats), however long the handler runs; when the worker
+    dies, its messages are delivered again about ttr seconds later. batch: messages pulled per
+    call; at most ``threads + batch`` are leased and not yet acknowledged at any time.
     """
 
     topic: str

@@ -23,6 +23,7 @@ __all__ = [
     "StorageUnavailableError",
     "CoordinationError",
     "LeaseLostError",
+    "PullCancelledError",
     "error_from_name",
 ]
 
@@ -85,6 +86,11 @@ class CoordinationError(RetriableError):
 
 class LeaseLostError(TidemqError):
     """Raised when an ack or touch is refused because the consumer no longer holds the lease."""
+
+
+class PullCancelledError(TidemqError):
+    """Raised when a pull is cancelled through its PullHandle before its reply arrived; give
+    back its lease token with ``release`` in case the broker locked messages under it."""
 
 
 def error_from_name(name: str, message: str) -> TidemqError:

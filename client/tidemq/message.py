@@ -1,4 +1,4 @@
-"""Message models, message states and the Message a handler receives."""
+"""Message models and the Message a handler receives (the states live in ``tidemq.lifecycle``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from .errors import InvalidMessageTypeError
+from .lifecycle import MessageStatus
 
 __all__ = ["MessageType", "MessageStatus", "Message"]
 
@@ -37,22 +38,6 @@ class MessageType(str, enum.Enum):
             raise InvalidMessageTypeError(
                 f"unknown message type {value!r}: expected one of {choices}"
             ) from None
-
-
-class MessageStatus(str, enum.Enum):
-    """The states of a stored message and what moves a message out of each.
-
-    NEW: waiting for its effect_time; a pull locks it (-> RUNNING), cancel or delete removes it.
-    RUNNING: leased to one consumer; its ack moves it to SUCCESS, NEW (retry) or FAIL; an expired
-    lease moves it back to NEW.
-    SUCCESS: done; retention deletes or archives it.
-    FAIL: retries exhausted (a dead letter); requeue moves it back to NEW.
-    """
-
-    NEW = "NEW"
-    RUNNING = "RUNNING"
-    SUCCESS = "SUCCESS"
-    FAIL = "FAIL"
 
 
 @dataclass

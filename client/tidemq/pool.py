@@ -11,7 +11,8 @@ from typing import Any, Callable, Optional
 import grpc
 
 from .coordinator import Coordinator
-from .errors import BrokerUnavailableError, TidemqError, error_from_name
+from .errors import BrokerUnavailableError, PullCancelledError, TidemqError, error_from_name
+from .link import PullHandle
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
 __all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES"]
@@ -81,13 +82,13 @@ class BrokerPool:
             return None
 
     def call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]] = None,
-             track: Optional[Callable[[Optional[grpc.Future]], None]] = None) -> Any:
+             track: Optional[PullHandle] = None) -> Any:
         """Call ``method`` on some live broker within ``timeout`` seconds.
 
         Transport failures (broker dead or unreachable) move the call to another broker; errors a
-        broker reports are raised as the matching tidemq exception. ``track``, when given, is
-        handed each attempt's grpc future (then None when it ends) so the caller can cancel it;
-        a cancelled call raises ``grpc.FutureCancelledError`` and is not retried.
+        broker reports are raised as the matching tidemq exception. ``track``, when given, can
+        cancel each attempt while it is in flight; a cancelled call raises PullCancelledError
+        and is not retried.
         """
         deadline = time.monotonic() + timeout
         tried: set[str] = set()
@@ -102,17 +103,23 @@ class BrokerPool:
             try:
                 if track is None:
                     return getattr(self._stub(address), method)(request, timeout=remaining)
+                if track.cancelled:
+                    raise PullCancelledError(f"{method} was cancelled before it was sent")
                 future = getattr(self._stub(address), method).future(request, timeout=remaining)
-                track(future)
+                track.bind(future.cancel)
                 try:
                     return future.result()
+                except grpc.FutureCancelledError:
+                    raise PullCancelledError(f"{method} on {address} was cancelled") from None
                 finally:
-                    track(None)
+                    track.bind(None)
             except grpc.RpcError as exc:
                 error = _tidemq_error(exc)
                 if error is not None:
                     raise error from None
                 code = exc.code()
+                if code == grpc.StatusCode.CANCELLED and track is not None and track.cancelled:
+                    raise PullCancelledError(f"{method} on {address} was cancelled") from None
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise BrokerUnavailableError(f"{method} on {address} did not finish within {timeout:.1f} s") from None
                 if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,

@@ -1,4 +1,4 @@
-"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling, handlers, acks."""
+"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling, handlers, heartbeats, acks."""
 
 from __future__ import annotations
 
@@ -7,17 +7,13 @@ import queue
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from typing import Callable, Optional
 
-import grpc
-
-from .client import Client
 from .consumer import ConsumerSpec
-from .coordinator import ConnectionState, Registration, rank_of
-from .errors import RetriableError, TidemqError
+from .coordinator import ConnectionState, Coordinator, Registration, rank_of
+from .errors import PullCancelledError, RetriableError, TidemqError
+from .link import AckItem, AckOutcome, BrokerLink, Delivery, LeaseRef, PullHandle
 from .message import Message, MessageType
-from .rpc import tidemq_pb2 as pb
 
 __all__ = ["QueueRunner", "delivery_to_message"]
 
@@ -25,31 +21,31 @@ log = logging.getLogger(__name__)
 _ACK_BATCH = 500
 
 
-def delivery_to_message(d: pb.Delivery, client: Optional[Client] = None) -> Message:
-    """Build the handler's Message from a delivery; ``touch`` extends its lease through ``client``."""
-    touch: Optional[Callable[[float], bool]] = None
-    if client is not None:
-        touch = lambda ttr, _id=d.id, _token=d.lease_token: client.touch(_id, _token, ttr)  # noqa: E731
-    return Message.from_json(
-        d.id, d.topic, d.data,
-        effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
-        retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
-        ttr=d.ttr_seconds, _touch=touch,
-    )
+def delivery_to_message(d: Delivery, link: Optional[BrokerLink] = None,
+                        touch: Optional[Callable[[float], bool]] = None) -> Message:
+    """Build the handler's Message from a delivery; its ``touch`` extends the lease through
+    ``link`` (or calls ``touch`` when given)."""
+    if touch is None and link is not None:
+        touch = lambda ttr, _id=d.id, _token=d.lease_token: link.touch(_id, _token, ttr)  # noqa: E731
+    return Message.from_json(d.id, d.topic, d.data, effect_time=d.effect_time, retry_remaining=d.retry_remaining,
+                             attempt=d.attempt, lease_token=d.lease_token, ttr=d.ttr, _touch=touch)
 
 
 class QueueRunner:
     """One consumer of a QUEUE or SERIAL_QUEUE topic.
 
-    A fetch thread long-polls for at most ``threads + batch`` leased messages at a time (bounded
-    prefetch), a pool of ``threads`` runs handlers, and an ack thread sends outcomes in batches.
-    Rank and total come from the topic's consumer nodes and are re-read before every pull.
-    A SERIAL_QUEUE consumer pulls only while it is rank 0, one message at a time, and asks for
-    the next only after the previous outcome is recorded.
+    A fetch thread long-polls for at most ``threads + batch`` leased, unacknowledged messages at
+    a time (bounded prefetch), a pool of ``threads`` runs handlers, an ack thread sends outcomes
+    in batches, and a heartbeat thread extends every lease the runner holds in one call every
+    ttr/3. Rank and total come from the topic's consumer nodes and are re-read before every
+    pull. A SERIAL_QUEUE consumer pulls only while it is rank 0, one message at a time, and asks
+    for the next only after the previous outcome is recorded.
     """
 
-    def __init__(self, client: Client, spec: ConsumerSpec, instance: str, long_poll: float = 10.0) -> None:
-        self.client = client
+    def __init__(self, link: BrokerLink, coordinator: Coordinator, spec: ConsumerSpec, instance: str,
+                 long_poll: float = 10.0) -> None:
+        self.link = link
+        self.coordinator = coordinator
         self.spec = spec
         self.instance = instance
         self.serial = spec.type is MessageType.SERIAL_QUEUE
@@ -59,30 +55,34 @@ class QueueRunner:
         # slots after every large pull meant a lock transaction per handful of messages.
         self._min_pull = 1 if self.serial else max(1, spec.batch // 2)
         self._cond = threading.Condition()
-        self._inflight = 0
+        self._inflight = 0  # leased and not yet acked: what the prefetch bound counts
         self._nodes: list[str] = []
         self._connected = True
-        self._pull: Optional[grpc.Future] = None  # the long-poll in flight, cancelled on SUSPENDED
+        self._pull: Optional[PullHandle] = None  # the long-poll in flight, cancelled on SUSPENDED
         self._pull_shard: Optional[tuple[int, int]] = None  # the (rank, total) it was sent with
-        self._pull_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._acks: "queue.SimpleQueue[Optional[pb.AckItem]]" = queue.SimpleQueue()
+        self._beat_stop = threading.Event()  # heartbeats go on through the drain, until the last ack
+        self._leases_lock = threading.Lock()
+        self._touched: dict[LeaseRef, float] = {}  # leases a handler lengthened with message.touch(ttr)
+        self._held: set[LeaseRef] = set()  # prefetched, running or finished awaiting their ack
+        self._lost: set[LeaseRef] = set()  # leases a heartbeat found gone before the handler started
+        self._acks: "queue.SimpleQueue[Optional[AckItem]]" = queue.SimpleQueue()
         # Handler threads take deliveries from one queue: an executor's Future and Condition per
         # message were a third of a worker's CPU at thousands of messages a second.
-        self._work: "queue.SimpleQueue[Optional[tuple[pb.Delivery, float]]]" = queue.SimpleQueue()
+        self._work: "queue.SimpleQueue[Optional[Delivery]]" = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
-        self._unwatch = lambda: None
+        self._unwatch: Callable[[], None] = lambda: None
         self.succeeded = self.failed = self.stale = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        coordinator = self.client.coordinator
-        coordinator.add_state_listener(self._on_state)
-        self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
-        self._unwatch = coordinator.watch_consumers(self.spec.topic, self._on_members)
-        self._threads = [self._spawn(self._fetch_loop, "fetch"), self._spawn(self._ack_loop, "ack")]
+        self.coordinator.add_state_listener(self._on_state)
+        self.registration = self.coordinator.register_consumer(self.spec.topic, self.instance)
+        self._unwatch = self.coordinator.watch_consumers(self.spec.topic, self._on_members)
+        self._threads = [self._spawn(self._fetch_loop, "fetch"), self._spawn(self._ack_loop, "ack"),
+                         self._spawn(self._heartbeat_loop, "heartbeat")]
         self._handlers = [self._spawn(self._handler_loop, f"handler-{i}") for i in range(self.spec.threads)]
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
@@ -91,38 +91,47 @@ class QueueRunner:
         return thread
 
     def stop(self, drain_timeout: float = 30.0) -> None:
-        """Stop pulling, let running handlers finish, send their acks, then leave the topic."""
+        """Stop pulling, let running and prefetched handlers finish, send their acks, leave the topic."""
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
         self._cancel_pull()
-        self._threads[0].join(self._long_poll + self.client.settings.rpc_timeout)
+        fetch, ack, heartbeat = self._threads
+        fetch.join(self._long_poll + drain_timeout)
         with self._cond:
             self._cond.wait_for(lambda: self._inflight == 0, drain_timeout)
         self._acks.put(None)
-        self._threads[1].join(drain_timeout)
+        ack.join(drain_timeout)
+        self._beat_stop.set()
+        heartbeat.join(drain_timeout)
         for _ in self._handlers:
             self._work.put(None)
         self._unwatch()
         if self.registration is not None:
-            self.client.coordinator.unregister_consumer(self.registration)
+            self.coordinator.unregister_consumer(self.registration)
 
     @property
     def rank(self) -> tuple[int, int]:
         """(rank, total) as this consumer sees it now; rank -1 until it sees its own node."""
-        node = self.registration.node if self.registration else None
         with self._cond:
-            return rank_of(node, self._nodes)
+            return self._shard()
+
+    def _shard(self) -> tuple[int, int]:
+        return rank_of(self.registration.node if self.registration else None, self._nodes)
+
+    @property
+    def _consumer(self) -> str:
+        return self.registration.node if self.registration else ""
 
     # -- coordination events -----------------------------------------------------------------
     def _on_members(self, nodes: list[str]) -> None:
         with self._cond:
             self._nodes = list(nodes)
-            shard = rank_of(self.registration.node if self.registration else None, self._nodes)
+            # A long-poll waiting with the old (rank, total) would leave a departed consumer's
+            # share untaken (or keep taking a share now someone else's) until it returns.
+            stale_pull = self._pull is not None and self._shard() != self._pull_shard
             self._cond.notify_all()
-        # A long-poll waiting with the old (rank, total) would leave a departed consumer's share
-        # untaken (or keep taking a share now someone else's) until it returns: ask again now.
-        if self._pull_shard is not None and shard != self._pull_shard:
+        if stale_pull:
             self._cancel_pull()
 
     def _on_state(self, state: ConnectionState) -> None:
@@ -134,28 +143,17 @@ class QueueRunner:
         if state is not ConnectionState.CONNECTED:
             self._cancel_pull()
 
-    def _track(self, future: Optional[grpc.Future]) -> None:
-        with self._pull_lock:
-            self._pull = future
-        if future is not None and (not self._connected or self._stopping.is_set() or self._shard_changed()):
-            future.cancel()  # the state changed between the check and the call
-
-    def _shard_changed(self) -> bool:
-        with self._cond:
-            current = rank_of(self.registration.node if self.registration else None, self._nodes)
-            return self._pull_shard is not None and current != self._pull_shard
-
     def _cancel_pull(self) -> None:
-        with self._pull_lock:
-            future = self._pull
-        if future is not None:
-            future.cancel()
+        with self._cond:
+            handle = self._pull
+        if handle is not None:
+            handle.cancel()
 
     # -- pulling -----------------------------------------------------------------------------
     def _ready(self) -> bool:
         if not self._connected or self._capacity - self._inflight < self._min_pull:
             return False
-        rank, _ = rank_of(self.registration.node if self.registration else None, self._nodes)
+        rank, _ = self._shard()
         return rank == 0 if self.serial else rank >= 0
 
     def _fetch_loop(self) -> None:
@@ -167,21 +165,19 @@ class QueueRunner:
                 if self._stopping.is_set():
                     return
                 want = min(self.spec.batch, self._capacity - self._inflight)
-                rank, total = rank_of(self.registration.node, self._nodes)  # type: ignore[union-attr]
-                self._pull_shard = (rank, total)
+                rank, total = self._pull_shard = self._shard()
+                # Made under the same lock the coordination events take, so a rank change or a
+                # suspension that comes after this point always finds the handle to cancel.
+                handle = self._pull = PullHandle()
             # The token is ours before the call: if we abandon the call, whatever the broker locked
             # under it (even in a reply already on its way) can be given back at once.
             token = uuid.uuid4().hex
-            request = pb.PullRequest(
-                topic=self.spec.topic, consumer=self.registration.node, rank=rank, total=total,  # type: ignore[union-attr]
-                serial=self.serial, max_messages=want, wait_seconds=self._long_poll, ttr_seconds=self.spec.ttr,
-                lease_token=token)
             try:
-                reply = self.client.pull_request(request, self._long_poll + self.client.settings.rpc_timeout,
-                                                 track=self._track)
-                deliveries = list(reply.messages)
+                deliveries = self.link.pull(
+                    self.spec.topic, self._consumer, rank=rank, total=total, serial=self.serial, max_messages=want,
+                    wait=self._long_poll, ttr=self.spec.ttr, lease_token=token, track=handle)
                 backoff = 0.1
-            except grpc.FutureCancelledError:
+            except PullCancelledError:
                 self._give_back(token)
                 continue  # suspended, re-ranked or stopping: the loop decides what to do next
             except TidemqError as exc:
@@ -191,61 +187,72 @@ class QueueRunner:
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            finally:
+                with self._cond:
+                    self._pull = None
             if not deliveries:
                 continue
-            received = time.monotonic()
             with self._cond:
                 self._inflight += len(deliveries)
+            with self._leases_lock:
+                self._held.update(LeaseRef(d.id, d.lease_token) for d in deliveries)
             for delivery in deliveries:
-                self._work.put((delivery, received))
+                self._work.put(delivery)
 
     def _give_back(self, token: str) -> None:
         """Release what an abandoned pull may have locked; if no broker answers, the lease
         simply expires and the messages are delivered again then."""
         try:
-            released = self.client.release(token, self.registration.node if self.registration else "", timeout=5)
+            released = self.link.release(token, self._consumer)
             if released:
                 log.info("gave back %d message(s) of an abandoned pull of %s", released, self.spec.topic)
         except TidemqError as exc:
             log.info("could not give back an abandoned pull of %s: %s", self.spec.topic, exc)
 
-    def _still_ours(self, delivery: pb.Delivery, received: float) -> bool:
-        """A prefetched message's lease runs while it waits for a thread: past half of it,
-        extend the lease before starting, and skip the message if it was already lost."""
-        if not delivery.ttr_seconds or time.monotonic() - received < delivery.ttr_seconds / 2:
-            return True
-        try:
-            return self.client.touch(delivery.id, delivery.lease_token, delivery.ttr_seconds)
-        except TidemqError as exc:  # cannot tell: run it (delivery is at-least-once anyway)
-            log.info("could not extend the lease of message %d: %s", delivery.id, exc)
-            return True
-
+    # -- running handlers --------------------------------------------------------------------
     def _handler_loop(self) -> None:
         while True:
-            job = self._work.get()
-            if job is None:
+            delivery = self._work.get()
+            if delivery is None:
                 return
             try:
-                self._handle(*job)
+                self._handle(delivery)
             except Exception:  # a bug of ours must not take a handler thread down with it
-                log.exception("handling message %d of %s failed", job[0].id, self.spec.topic)
+                log.exception("handling message %d of %s failed", delivery.id, self.spec.topic)
 
-    def _handle(self, delivery: pb.Delivery, received: float) -> None:
-        if not self._still_ours(delivery, received):
+    def _handle(self, delivery: Delivery) -> None:
+        lease = LeaseRef(delivery.id, delivery.lease_token)
+        with self._leases_lock:
+            lost = lease in self._lost
+            self._lost.discard(lease)
+        if lost:  # it waited for a thread and a heartbeat found it gone: someone else may run it
             self.stale += 1
-            log.warning("message %d waited past its lease and went elsewhere; not running it", delivery.id)
+            log.warning("message %d lost its lease while it waited for a thread; not running it", delivery.id)
             self._release(1)
             return
-        item = pb.AckItem(id=delivery.id, lease_token=delivery.lease_token, success=True)
+        item = AckItem(delivery.id, delivery.lease_token, True)
         try:
-            self.spec.handler(delivery_to_message(delivery, self.client))
+            self.spec.handler(delivery_to_message(delivery, touch=lambda ttr: self._touch(lease, ttr)))
         except Exception as exc:  # the handler's failure is the message's outcome, not ours
             log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-            item.success = False
-            item.error = f"{type(exc).__name__}: {exc}"
+            item = AckItem(delivery.id, delivery.lease_token, False, f"{type(exc).__name__}: {exc}")
         self._acks.put(item)
         if not self.serial:
+            # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too
+            # held every slot one ack batch longer and cost a fifth of the consume rate. The
+            # lease itself stays held (and beating) until the ack is sent.
             self._release(1)
+
+    def _touch(self, lease: LeaseRef, ttr: float) -> bool:
+        """``message.touch(ttr)``: extend now, and keep a longer ttr for later heartbeats so they
+        do not shorten the lease the handler asked for."""
+        extended = self.link.touch(lease.id, lease.lease_token, ttr)
+        with self._leases_lock:
+            if extended and ttr > self.spec.ttr and lease in self._held:
+                self._touched[lease] = ttr
+            else:
+                self._touched.pop(lease, None)
+        return extended
 
     def _release(self, n: int) -> None:
         with self._cond:
@@ -256,6 +263,44 @@ class QueueRunner:
             # of times a second.
             if free - n < self._min_pull <= free or self._inflight == 0:
                 self._cond.notify_all()
+
+    # -- heartbeats --------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        # Every ttr/3: a lease then always has two thirds of its life left when it is extended,
+        # so one failed heartbeat (a broker failing over) does not lose it.
+        while not self._beat_stop.wait(self.spec.ttr / 3):
+            self._beat()
+
+    def _beat(self) -> None:
+        """Extend every lease held now in one call (one per ttr when a handler lengthened its
+        lease with ``touch``); forget (and report) those found lost."""
+        with self._leases_lock:
+            by_ttr: dict[float, list[LeaseRef]] = {}
+            for lease in self._held:
+                by_ttr.setdefault(self._touched.get(lease, self.spec.ttr), []).append(lease)
+        for ttr, leases in by_ttr.items():
+            self._beat_leases(leases, ttr)
+
+    def _beat_leases(self, leases: list[LeaseRef], ttr: float) -> None:
+        # One call always fits: at most threads + batch (2,024) leases, MAX_BATCH is 10,000.
+        try:
+            extended = self.link.extend(leases, ttr, self._consumer)
+        except TidemqError as exc:
+            log.info("heartbeat of %d lease(s) of %s failed (%s); next one in %.1f s",
+                     len(leases), self.spec.topic, exc, self.spec.ttr / 3)
+            return
+        lost = []
+        with self._leases_lock:
+            for lease, ok in zip(leases, extended):
+                # Not held any more: its ack went out meanwhile, and that is why it was not extended.
+                if not ok and lease in self._held:
+                    self._held.discard(lease)
+                    self._touched.pop(lease, None)
+                    self._lost.add(lease)
+                    lost.append(lease.id)
+        for msg_id in lost:
+            log.warning("lease of message %d of %s was lost (expired or taken over): its ack will be "
+                        "refused as STALE", msg_id, self.spec.topic)
 
     # -- acking ------------------------------------------------------------------------------
     def _ack_loop(self) -> None:
@@ -273,25 +318,39 @@ class QueueRunner:
                     self._acks.put(None)
                     break
                 batch.append(item)
-            self._send(batch)
-            if self.serial:
-                self._release(len(batch))
-
-    def _send(self, batch: list[pb.AckItem]) -> None:
-        """Send acks, retrying through broker failover for up to one ttr (the lease's life)."""
-        deadline_tries = max(int(self.spec.ttr / 0.5), 1)
-        for attempt in range(deadline_tries):
             try:
-                outcomes = self.client.ack(self.spec.topic, self.registration.node, batch)  # type: ignore[union-attr]
+                self._send(batch)
+            finally:
+                if self.serial:
+                    # A serial consumer asks for the next message only after this outcome is
+                    # recorded: at most one message of the topic runs, cluster-wide.
+                    self._release(len(batch))
+
+    def _send(self, batch: list[AckItem]) -> None:
+        """Send acks, retrying through broker failover for up to one ttr (the lease's life)."""
+        with self._leases_lock:
+            # Heartbeats stop here: after the ack a lease is gone anyway, and a heartbeat racing
+            # the ack would report it lost.
+            done = [LeaseRef(item.id, item.lease_token) for item in batch]
+            self._held.difference_update(done)
+            for lease in done:
+                self._touched.pop(lease, None)
+        for _ in range(max(int(self.spec.ttr / 0.5), 1)):
+            try:
+                outcomes = self.link.ack(self.spec.topic, self._consumer, batch)
                 break
             except RetriableError as exc:
                 log.info("ack of %d message(s) failed (%s); retrying", len(batch), exc)
-                self._stopping.wait(0.5) if not self._stopping.is_set() else threading.Event().wait(0.5)
+                time.sleep(0.5)  # a back-off between attempts, not a wait for a condition
+            except TidemqError as exc:  # refused as a whole (a bug of ours): retrying cannot help
+                log.error("ack of %d message(s) of %s refused (%s): they will be delivered again",
+                          len(batch), self.spec.topic, exc)
+                return
         else:
             log.error("gave up acking %d message(s) of %s: they will be delivered again", len(batch), self.spec.topic)
             return
         for item, outcome in zip(batch, outcomes):
-            if outcome == pb.STALE:
+            if outcome is AckOutcome.STALE:
                 self.stale += 1
                 log.warning("ack of message %d refused: the lease was lost (it was or will be run elsewhere)", item.id)
             elif item.success:

@@ -8,9 +8,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Optional
 
-from .client import Client
 from .consumer import ConsumerSpec
-from .coordinator import Registration
+from .coordinator import Coordinator, Registration
 from .errors import TidemqError
 from .message import Message
 
@@ -26,8 +25,8 @@ class BroadcastRunner:
     events coalesce loses nothing: the runner works through every number above its cursor.
     """
 
-    def __init__(self, client: Client, spec: ConsumerSpec, instance: str) -> None:
-        self.client = client
+    def __init__(self, coordinator: Coordinator, spec: ConsumerSpec, instance: str) -> None:
+        self.coordinator = coordinator
         self.spec = spec
         self.instance = instance
         self._cond = threading.Condition()
@@ -40,7 +39,7 @@ class BroadcastRunner:
         self.succeeded = self.failed = 0
 
     def start(self) -> None:
-        coordinator = self.client.coordinator
+        coordinator = self.coordinator
         # Read the newest sequence before registering: a broadcast sent once we are registered
         # (online) is then always above the cursor, and none is skipped in between.
         existing = coordinator.broadcast_sequences(self.spec.topic)
@@ -56,7 +55,7 @@ class BroadcastRunner:
         self._thread.join(drain_timeout)
         self._unwatch()
         if self.registration is not None:
-            self.client.coordinator.unregister_consumer(self.registration)
+            self.coordinator.unregister_consumer(self.registration)
 
     def _on_sequences(self, sequences: list[int]) -> None:
         with self._cond:
@@ -75,7 +74,7 @@ class BroadcastRunner:
                 if self._stopping.is_set():
                     return
                 try:
-                    payload = self.client.coordinator.read_broadcast(self.spec.topic, seq)
+                    payload = self.coordinator.read_broadcast(self.spec.topic, seq)
                 except TidemqError as exc:
                     # ZooKeeper unreachable for now: keep the cursor and read this one again.
                     log.info("reading broadcast %d of %s failed (%s); retrying", seq, self.spec.topic, exc)

@@ -7,13 +7,18 @@ import os
 import signal
 import socket
 import threading
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from .client import Client
 from .consumer import ConsumerSpec, registered_consumers
+from .coordinator import Coordinator
+from .errors import ConfigurationError
+from .link import BrokerLink
 from .message import MessageType
 from .queue_runner import QueueRunner
 from .topic_runner import BroadcastRunner
+
+if TYPE_CHECKING:
+    from .client import Client
 
 __all__ = ["Worker", "default_instance"]
 
@@ -27,25 +32,47 @@ def default_instance() -> str:
 
 
 class Worker:
-    """Runs consumers: ``Worker().run()`` blocks until SIGTERM or SIGINT, then drains."""
+    """Runs consumers: ``Worker().run()`` blocks until SIGTERM or SIGINT, then drains.
 
-    def __init__(self, specs: Optional[Sequence[ConsumerSpec]] = None, client: Optional[Client] = None,
-                 instance: Optional[str] = None, drain_timeout: float = 30.0) -> None:
-        self.client = client or Client()
-        self._own_client = client is None
+    Consumers talk to brokers through ``link`` and register through ``coordinator``; both default
+    to ``client``'s (a Client made from the environment when none is given). Tests pass a
+    :class:`tidemq.stub.StubBroker` as ``link`` and an in-process coordinator.
+    """
+
+    def __init__(self, specs: Optional[Sequence[ConsumerSpec]] = None, client: Optional["Client"] = None,
+                 instance: Optional[str] = None, drain_timeout: float = 30.0, *,
+                 link: Optional[BrokerLink] = None, coordinator: Optional[Coordinator] = None) -> None:
+        if client is None and link is None:
+            from .client import Client  # only here: a Worker given its link needs no gRPC
+
+            client = Client()
+            self._own_client = True
+        else:
+            self._own_client = False
+        if coordinator is None and client is None:
+            raise ConfigurationError("a Worker given a link also needs its coordinator")
+        self.client = client
+        self.link: BrokerLink = link if link is not None else client  # type: ignore[assignment]
+        self._coordinator = coordinator
         self.specs = list(specs if specs is not None else registered_consumers())
         self.instance = instance or default_instance()
         self.drain_timeout = drain_timeout
         self.runners: list[Runner] = []
         self._stop = threading.Event()
 
+    @property
+    def coordinator(self) -> Coordinator:
+        """The coordinator consumers register with (the client's, connected on first use)."""
+        return self._coordinator if self._coordinator is not None else self.client.coordinator  # type: ignore[union-attr]
+
     def start(self) -> "Worker":
+        coordinator = self.coordinator
         for spec in self.specs:
             runner: Runner
             if spec.type is MessageType.TOPIC:
-                runner = BroadcastRunner(self.client, spec, self.instance)
+                runner = BroadcastRunner(coordinator, spec, self.instance)
             else:
-                runner = QueueRunner(self.client, spec, self.instance)
+                runner = QueueRunner(self.link, coordinator, spec, self.instance)
             runner.start()
             self.runners.append(runner)
             log.info("consuming %s (%s) with %s", spec.topic, spec.type.value, spec.name)
@@ -57,15 +84,22 @@ class Worker:
         runners, self.runners = self.runners, []
         for runner in runners:
             runner.stop(self.drain_timeout)
-        if self._own_client:
+        if self._own_client and self.client is not None:
             self.client.close()
 
     def run(self) -> None:
-        """Start, wait for SIGTERM/SIGINT, drain, return."""
+        """Start, wait for SIGTERM/SIGINT, drain, return (main thread only: it sets signal handlers)."""
+        previous: dict[int, Any] = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stop.set())
-        self.start()
-        while not self._stop.wait(0.5):
-            pass
-        log.info("draining %d consumer(s)", len(self.runners))
-        self.stop()
+            previous[sig] = signal.signal(sig, lambda *_: self._stop.set())
+        try:
+            try:
+                self.start()
+                while not self._stop.wait(0.5):
+                    pass
+                log.info("draining %d consumer(s)", len(self.runners))
+            finally:  # also when a consumer failed to start: drain the ones that did
+                self.stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -8,6 +8,9 @@ import logging
 from datetime import timedelta
 from typing import Optional, Sequence
 
+from tidemq.tables import MESSAGE as M
+from tidemq.tables import TOPIC
+
 from . import rules, store
 from .database import Database
 from .notifiers import Alarm, LogNotifier, Notifier
@@ -40,14 +43,15 @@ def run_alarm(spark, db: Database, notifiers: Optional[Sequence[Notifier]] = Non
         now = store.db_now(conn)
         since = (now.replace(microsecond=0) - timedelta(seconds=window)).isoformat(" ")
         # Only what the rules look at: unfinished messages and those finished within the window.
-        messages = live_messages(spark, db, where=f"status IN ('NEW', 'RUNNING') OR finish_time >= '{since}'")
-        topic_rows = store.topics(conn)
+        where = f"{store.status_in(rules.PENDING_STATUSES)} OR {M.finish_time} >= '{since}'"
+        messages = live_messages(spark, db, where=where)
         topics = spark.createDataFrame(
-            [(t.name, t.alarm_backlog, t.alarm_failure_rate, t.alarm_due_age) for t in topic_rows],
-            "name string, alarm_backlog long, alarm_failure_rate double, alarm_due_age long")
+            [(t.name, t.alarm_backlog, t.alarm_failure_rate, t.alarm_due_age) for t in store.topics(conn)],
+            f"{TOPIC.topic_name} string, {TOPIC.alarm_backlog} long, {TOPIC.alarm_failure_rate} double, "
+            f"{TOPIC.alarm_due_age} long")
         figures = rules.health(messages, now, window, lease_grace).cache()
         summary.read = int(figures.groupBy().sum("rows").collect()[0][0] or 0)
-        found = {(r["topic"], r["kind"]): (r["value"], r["threshold"]) for r in rules.raised(figures, topics).collect()}
+        found = {(r[M.topic], r["kind"]): (r["value"], r["threshold"]) for r in rules.raised(figures, topics).collect()}
         figures.unpersist()
         opened = store.open_alarms(conn)
         fresh = []

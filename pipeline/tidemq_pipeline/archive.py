@@ -16,8 +16,10 @@ from datetime import date
 from typing import Optional
 
 from tidemq.errors import TidemqError
+from tidemq.tables import MESSAGE as M
 
 from . import frames, store
+from .store import BatchState
 from .database import Database
 from .progress import JobSummary
 
@@ -65,10 +67,10 @@ class ArchiveFiles:
 def read_batch(spark, db: Database, id_from: int, id_to: int, predicate: str, partitions: int):
     """The archivable rows of [id_from, id_to) over JDBC, split into ``partitions`` id ranges
     read in parallel."""
-    query = f"(SELECT * FROM {store.MESSAGE} WHERE id >= {int(id_from)} AND id < {int(id_to)} AND {predicate}) AS src"
+    query = f"(SELECT * FROM {M.name} WHERE {M.id} >= {int(id_from)} AND {M.id} < {int(id_to)} AND {predicate}) AS src"
     options = db.jdbc_options(dbtable=query)
     if partitions > 1 and id_to - id_from > partitions:
-        options.update(partitionColumn="id", lowerBound=str(id_from), upperBound=str(id_to), numPartitions=str(partitions))
+        options.update(partitionColumn=M.id, lowerBound=str(id_from), upperBound=str(id_to), numPartitions=str(partitions))
     return spark.read.format("jdbc").options(**options).load()
 
 
@@ -124,7 +126,7 @@ class _Job:
         self._pending: list[Future] = []
 
     def finish(self, batch: store.BatchRow, expected: Optional[dict] = None) -> None:
-        if batch.state == "PENDING":
+        if batch.state is BatchState.PENDING:
             self.write(batch, expected)
         self._pending.append(self._deleter.submit(self.delete, batch))
         for future in [f for f in self._pending if f.done()]:
@@ -160,7 +162,8 @@ class _Job:
                               "nothing was deleted; run the archive again (it rewrites this batch)")
         self.summary.read += total
         self.summary.written += total
-        store.set_batch_state(self.conn, batch.id, "WRITTEN", store.db_now(self.conn), written=total, expected=total)
+        store.set_batch_state(self.conn, batch.id, BatchState.WRITTEN, store.db_now(self.conn), written=total,
+                              expected=total)
         self.summary.progress(f"batch {batch.id}: {total} rows written to Parquet and verified "
                               f"({len(written)} topic/day partitions)")
 
@@ -172,5 +175,5 @@ class _Job:
         for start in range(batch.id_from, batch.id_to, DELETE_CHUNK):
             deleted += store.delete_range(conn, start, min(start + DELETE_CHUNK, batch.id_to), batch.cutoffs)
         self.summary.deleted += deleted
-        store.set_batch_state(conn, batch.id, "DONE", store.db_now(conn), deleted=deleted)
+        store.set_batch_state(conn, batch.id, BatchState.DONE, store.db_now(conn), deleted=deleted)
         self.summary.progress(f"batch {batch.id}: {deleted} rows deleted from MySQL")

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from tidemq.config import Settings
 from tidemq.errors import TidemqError
+from tidemq.lifecycle import ARCHIVABLE_STATUSES, MessageStatus
 
 from .database import Database
 from .progress import JobSummary
@@ -63,7 +64,8 @@ def register(subparsers) -> None:
     _common(restore)
     _archive_path(restore, True)
     restore.add_argument("--topic", required=True)
-    restore.add_argument("--status", default="FAIL", help="FAIL (default) or SUCCESS")
+    restore.add_argument("--status", default=MessageStatus.FAIL.value,
+                         help=f"{' or '.join(s.value for s in ARCHIVABLE_STATUSES)} (default {MessageStatus.FAIL.value})")
     restore.add_argument("--since", help="finished at or after this UTC time, e.g. 2024-03-01T12:00:00")
     restore.add_argument("--until", help="finished before this UTC time")
     restore.add_argument("--retry", type=int, default=0, help="retries the restored messages get")

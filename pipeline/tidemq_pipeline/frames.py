@@ -5,25 +5,35 @@ from __future__ import annotations
 
 from datetime import date
 
-from pyspark.sql import DataFrame
+from typing import Iterable
+
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["PARTITION_COLUMNS", "for_archive", "partition_counts", "newest_copy"]
+from tidemq.lifecycle import MessageStatus
+from tidemq.tables import MESSAGE as M
+
+__all__ = ["PARTITION_COLUMNS", "has_status", "for_archive", "partition_counts", "newest_copy"]
 
 #: The archive's directory levels: root/topic=T/day=YYYY-MM-DD/archive_batch=N/part-*.parquet.
 #: The batch level lets a rerun remove exactly the files of a batch that was cut short.
-PARTITION_COLUMNS = ("topic", "day", "archive_batch")
+PARTITION_COLUMNS = (M.topic, "day", "archive_batch")
+
+
+def has_status(statuses: Iterable[MessageStatus]) -> Column:
+    """The Spark condition: the message's status is one of ``statuses``."""
+    return F.col(M.status).isin(*[s.value for s in statuses])
 
 
 def for_archive(messages: DataFrame, batch_id: int) -> DataFrame:
     """Message rows (every column, trace included) plus their partition columns: the UTC day the
     message finished and the batch that moved it."""
-    return messages.withColumn("day", F.to_date("finish_time")).withColumn("archive_batch", F.lit(int(batch_id)))
+    return messages.withColumn("day", F.to_date(M.finish_time)).withColumn("archive_batch", F.lit(int(batch_id)))
 
 
 def partition_counts(rows: DataFrame) -> dict[tuple[str, date], int]:
     """Rows per (topic, day), collected to the driver (one entry per partition: small)."""
-    return {(r["topic"], r["day"]): int(r["count"]) for r in rows.groupBy("topic", "day").count().collect()}
+    return {(r[M.topic], r["day"]): int(r["count"]) for r in rows.groupBy(M.topic, "day").count().collect()}
 
 
 def newest_copy(messages: DataFrame) -> DataFrame:
@@ -33,6 +43,6 @@ def newest_copy(messages: DataFrame) -> DataFrame:
     restored one is also live; statistics must count each message once, as it is now."""
     from pyspark.sql import Window
 
-    latest = Window.partitionBy("id").orderBy(F.col("update_time").desc(), F.col("_source").asc())
+    latest = Window.partitionBy(M.id).orderBy(F.col(M.update_time).desc(), F.col("_source").asc())
     return (messages.withColumn("_rank", F.row_number().over(latest)).where(F.col("_rank") == 1)
             .drop("_rank", "_source"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Optional
 
+from tidemq.tables import TOPIC_STATS
+
 from . import stats, store
 from .database import Database
 from .progress import JobSummary
@@ -25,7 +27,7 @@ def run_report(spark, db: Database, archive_path: Optional[str] = None, since: O
         summary.progress(f"{summary.read} messages read (live table{' + archive' if archive_path else ''})")
         hourly = stats.hourly_stats(messages)
         if since is not None:
-            hourly = hourly.where(hourly.hour >= since.replace(minute=0, second=0, microsecond=0))
+            hourly = hourly.where(hourly[TOPIC_STATS.hour] >= since.replace(minute=0, second=0, microsecond=0))
         rows = [row.asDict() for row in hourly.collect()]
     finally:
         messages.unpersist()
@@ -33,10 +35,10 @@ def run_report(spark, db: Database, archive_path: Optional[str] = None, since: O
     try:
         now = store.db_now(conn)
         for row in rows:
-            row["computed_at"] = now
+            row[TOPIC_STATS.computed_at] = now
         summary.written = store.upsert_stats(conn, rows)
     finally:
         conn.close()
-    summary.extra["topics"] = len({row["topic"] for row in rows})
-    summary.progress(f"{summary.written} topic-hours written to {store.STATS}")
+    summary.extra["topics"] = len({row[TOPIC_STATS.topic] for row in rows})
+    summary.progress(f"{summary.written} topic-hours written to {TOPIC_STATS.name}")
     return summary

@@ -8,20 +8,24 @@ range twice puts each message back once.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Optional
+from typing import Any, Optional
 
 from pyspark.sql import functions as F
 
+from tidemq import lifecycle
 from tidemq.errors import TidemqError, ValidationError
+from tidemq.lifecycle import ARCHIVABLE_STATUSES, Change, MessageStatus
+from tidemq.tables import MESSAGE as M
 
 from . import frames, store
 from .database import Database
 from .progress import JobSummary
-from .sources import MESSAGE_COLUMNS, archived_messages
+from .sources import archived_messages
 
-__all__ = ["run_restore", "parse_time", "RESTORABLE"]
+__all__ = ["run_restore", "parse_time", "RESTORABLE", "restored"]
 
-RESTORABLE = ("FAIL", "SUCCESS")
+#: What a restore may put back: finished messages, the archive's content.
+RESTORABLE: tuple[MessageStatus, ...] = ARCHIVABLE_STATUSES
 CHUNK = 1000
 
 
@@ -39,41 +43,47 @@ def parse_time(text: Optional[str], flag: str) -> Optional[datetime]:
     return moment
 
 
-def _trace_line(at: datetime, event: str, **fields: object) -> str:
-    # The broker's trace format (tidemq_broker.trace), which the pipeline may not import.
-    head = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z {event}"
-    return head + "".join(f" {key}={value}" for key, value in fields.items()) + "\n"
+def _status(status: str) -> MessageStatus:
+    if status not in {s.value for s in RESTORABLE}:
+        raise ValidationError(f"--status must be one of {', '.join(s.value for s in RESTORABLE)}, got {status!r}")
+    return MessageStatus(status)
 
 
-def run_restore(spark, db: Database, archive_path: str, topic: str, status: str = "FAIL",
+def restored(message: dict[str, Any], change: Change) -> dict[str, Any]:
+    """An archived message row as the lifecycle's ``restore`` puts it back: its columns set,
+    its trace line appended, its version moved on."""
+    row = {**message, **change.values}
+    row[M.trace] = (message.get(M.trace) or "") + change.trace
+    if change.bump_version and message.get(M.version) is not None:
+        row[M.version] = message[M.version] + 1
+    if change.attempt_delta and message.get(M.attempt) is not None:
+        row[M.attempt] = message[M.attempt] + change.attempt_delta
+    return row
+
+
+def run_restore(spark, db: Database, archive_path: str, topic: str, status: str = MessageStatus.FAIL.value,
                 since: Optional[datetime] = None, until: Optional[datetime] = None, retry: int = 0,
                 summary: Optional[JobSummary] = None) -> JobSummary:
     """Put archived ``status`` messages of ``topic`` finished in [since, until) back as NEW."""
-    if status not in RESTORABLE:
-        raise ValidationError(f"--status must be one of {', '.join(RESTORABLE)}, got {status!r}")
+    wanted_status = _status(status)
     if retry < 0:
         raise ValidationError(f"--retry must be 0 or more, got {retry}")
     summary = summary or JobSummary("restore")
     archived = archived_messages(spark, archive_path)
     if archived is None:
         raise TidemqError(f"no archive at {archive_path}: run `tidemq pipeline archive --archive {archive_path}` first")
-    wanted = archived.where((F.col("topic") == topic) & (F.col("status") == status))
+    wanted = archived.where((F.col(M.topic) == topic) & frames.has_status([wanted_status]))
     if since is not None:
-        wanted = wanted.where(F.col("finish_time") >= F.lit(since))
+        wanted = wanted.where(F.col(M.finish_time) >= F.lit(since))
     if until is not None:
-        wanted = wanted.where(F.col("finish_time") < F.lit(until))
-    wanted = frames.newest_copy(wanted.withColumn("_source", F.lit(1))).orderBy("id")
+        wanted = wanted.where(F.col(M.finish_time) < F.lit(until))
+    wanted = frames.newest_copy(wanted.withColumn("_source", F.lit(1))).orderBy(M.id)
     conn = db.connect(autocommit=False)
     try:
-        now = store.db_now(conn)
-        note = _trace_line(now, "RESTORED", source="archive", retry=retry)
+        change = lifecycle.restore(store.db_now(conn), retry, source="archive", retries=retry)
         chunk: list[dict] = []
-        for row in wanted.select(*MESSAGE_COLUMNS).toLocalIterator():
-            message = row.asDict()
-            message.update(status="NEW", effect_time=now, retry_remaining=retry, lease_token=None, lease_expire=None,
-                           consumer=None, finish_time=None, update_time=now, version=message["version"] + 1,
-                           trace=message["trace"] + note)
-            chunk.append(message)
+        for row in wanted.select(*archived.columns).toLocalIterator():
+            chunk.append(restored(row.asDict(), change))
             if len(chunk) >= CHUNK:
                 summary.written += store.insert_messages(conn, chunk)
                 summary.read += len(chunk)
@@ -83,6 +93,6 @@ def run_restore(spark, db: Database, archive_path: str, topic: str, status: str 
     finally:
         conn.close()
     summary.extra["skipped"] = summary.read - summary.written
-    summary.progress(f"{summary.written} {status} message(s) of {topic} restored as NEW, "
-                     f"{summary.read - summary.written} already live")
+    summary.progress(f"{summary.written} {wanted_status.value} message(s) of {topic} restored as "
+                     f"{MessageStatus.NEW.value}, {summary.read - summary.written} already live")
     return summary

@@ -17,26 +17,34 @@ from datetime import datetime, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["KINDS", "health", "raised"]
+from tidemq.lifecycle import ARCHIVABLE_STATUSES, MessageStatus
+from tidemq.tables import MESSAGE as M
+from tidemq.tables import TOPIC
+
+from .frames import has_status
+
+__all__ = ["KINDS", "PENDING_STATUSES", "health", "raised"]
 
 KINDS = ("backlog", "failure_rate", "lease_overrun", "due_age")
+#: Not finished yet: what the backlog counts.
+PENDING_STATUSES = (MessageStatus.NEW, MessageStatus.RUNNING)
 
 
 def health(messages: DataFrame, now: datetime, window: float, lease_grace: float) -> DataFrame:
     """One row per topic: backlog, finished and failed in the window, overrun leases, oldest due age (s)."""
     since = now - timedelta(seconds=window)
     overrun = now - timedelta(seconds=lease_grace)
-    pending = F.col("status").isin("NEW", "RUNNING")
-    finished_recently = F.col("status").isin("SUCCESS", "FAIL") & (F.col("finish_time") >= F.lit(since))
-    due_new = (F.col("status") == "NEW") & (F.col("effect_time") <= F.lit(now))
-    return messages.groupBy("topic").agg(
+    pending = has_status(PENDING_STATUSES)
+    finished_recently = has_status(ARCHIVABLE_STATUSES) & (F.col(M.finish_time) >= F.lit(since))
+    due_new = has_status([MessageStatus.NEW]) & (F.col(M.effect_time) <= F.lit(now))
+    overrun_lease = has_status([MessageStatus.RUNNING]) & (F.col(M.lease_expire) < F.lit(overrun))
+    return messages.groupBy(M.topic).agg(
         F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(pending & (F.greatest("add_time", "order_time") <= F.lit(now)), 1).otherwise(0)).alias("backlog"),
+        F.sum(F.when(pending & (F.greatest(M.add_time, M.order_time) <= F.lit(now)), 1).otherwise(0)).alias("backlog"),
         F.sum(F.when(finished_recently, 1).otherwise(0)).alias("finished"),
-        F.sum(F.when(finished_recently & (F.col("status") == "FAIL"), 1).otherwise(0)).alias("failed"),
-        F.sum(F.when((F.col("status") == "RUNNING") & (F.col("lease_expire") < F.lit(overrun)), 1).otherwise(0))
-        .alias("lease_overrun"),
-        F.min(F.when(due_new, F.col("effect_time"))).alias("oldest_due"),
+        F.sum(F.when(finished_recently & has_status([MessageStatus.FAIL]), 1).otherwise(0)).alias("failed"),
+        F.sum(F.when(overrun_lease, 1).otherwise(0)).alias("lease_overrun"),
+        F.min(F.when(due_new, F.col(M.effect_time))).alias("oldest_due"),
     ).withColumn(
         "due_age", F.coalesce((F.unix_micros(F.lit(now)) - F.unix_micros("oldest_due")) / F.lit(1e6), F.lit(0.0))
     ).drop("oldest_due")
@@ -45,16 +53,17 @@ def health(messages: DataFrame, now: datetime, window: float, lease_grace: float
 def raised(figures: DataFrame, topics: DataFrame) -> DataFrame:
     """(topic, kind, value, threshold) for every figure above its topic's threshold.
 
-    ``topics`` has name, alarm_backlog, alarm_failure_rate, alarm_due_age (NULL: no alarm)."""
-    joined = figures.join(topics.withColumnRenamed("name", "topic"), "topic", "left")
+    ``topics`` has the topic table's name, alarm_backlog, alarm_failure_rate and alarm_due_age
+    (NULL: no alarm)."""
+    joined = figures.join(topics.withColumnRenamed(TOPIC.topic_name, M.topic), M.topic, "left")
     rate = F.when(F.col("finished") > 0, F.col("failed") / F.col("finished")).otherwise(F.lit(0.0))
     checks = [
-        ("backlog", F.col("backlog").cast("double"), F.col("alarm_backlog").cast("double")),
-        ("failure_rate", rate, F.col("alarm_failure_rate").cast("double")),
+        ("backlog", F.col("backlog").cast("double"), F.col(TOPIC.alarm_backlog).cast("double")),
+        ("failure_rate", rate, F.col(TOPIC.alarm_failure_rate).cast("double")),
         ("lease_overrun", F.col("lease_overrun").cast("double"), F.lit(0.0)),
-        ("due_age", F.col("due_age").cast("double"), F.col("alarm_due_age").cast("double")),
+        ("due_age", F.col("due_age").cast("double"), F.col(TOPIC.alarm_due_age).cast("double")),
     ]
-    parts = [joined.select("topic", F.lit(kind).alias("kind"), value.alias("value"), threshold.alias("threshold"))
+    parts = [joined.select(M.topic, F.lit(kind).alias("kind"), value.alias("value"), threshold.alias("threshold"))
              for kind, value, threshold in checks]
     union = parts[0]
     for part in parts[1:]:

@@ -7,14 +7,12 @@ from typing import Optional
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import frames, store
+from tidemq.tables import MESSAGE as M
+
+from . import frames
 from .database import Database
 
-__all__ = ["MESSAGE_COLUMNS", "live_messages", "archived_messages", "all_messages"]
-
-MESSAGE_COLUMNS = ("id", "topic", "data", "status", "effect_time", "order_time", "retry_remaining", "retry_schedule",
-                   "attempt", "ttr", "lease_token", "lease_expire", "consumer", "unique_key", "version", "trace",
-                   "add_time", "update_time", "start_time", "finish_time")
+__all__ = ["live_messages", "archived_messages", "all_messages"]
 
 
 def live_messages(spark, db: Database, where: str = "", partitions: Optional[int] = None) -> DataFrame:
@@ -23,19 +21,23 @@ def live_messages(spark, db: Database, where: str = "", partitions: Optional[int
     conn = db.connect()
     try:
         with conn.cursor() as cur:
-            cur.execute(f"SELECT MIN(id), MAX(id) FROM {store.MESSAGE}")
+            cur.execute(f"SELECT MIN({M.id}), MAX({M.id}) FROM {M.name}")
             low, high = cur.fetchone()
     finally:
         conn.close()
-    query = f"(SELECT * FROM {store.MESSAGE}{' WHERE ' + where if where else ''}) AS live"
+    query = f"(SELECT * FROM {M.name}{' WHERE ' + where if where else ''}) AS live"
     options = db.jdbc_options(dbtable=query)
     if low is not None and partitions > 1 and high - low > partitions:
-        options.update(partitionColumn="id", lowerBound=str(low), upperBound=str(high + 1), numPartitions=str(partitions))
-    return spark.read.format("jdbc").options(**options).load().select(*MESSAGE_COLUMNS)
+        options.update(partitionColumn=M.id, lowerBound=str(low), upperBound=str(high + 1), numPartitions=str(partitions))
+    return spark.read.format("jdbc").options(**options).load().select(*M.columns())
 
 
 def archived_messages(spark, archive_path: Optional[str]) -> Optional[DataFrame]:
-    """The archive's rows (message columns only), or None when there is no archive yet."""
+    """The archive's rows (message columns only), or None when there is no archive yet.
+
+    The archive grows over the years while the table gains columns: the files' schemas are
+    merged, a file older than a column reads it as NULL, and a column no file has yet is left
+    out (callers union by name, or let the table's default fill it on restore)."""
     if not archive_path:
         return None
     jvm = spark._jvm
@@ -43,7 +45,8 @@ def archived_messages(spark, archive_path: Optional[str]) -> Optional[DataFrame]
     fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
     if not fs.exists(path) or not fs.globStatus(jvm.org.apache.hadoop.fs.Path(archive_path.rstrip("/") + "/topic=*")):
         return None
-    return spark.read.parquet(archive_path).select(*MESSAGE_COLUMNS)
+    archived = spark.read.option("mergeSchema", "true").parquet(archive_path)
+    return archived.select(*[name for name in M.columns() if name in archived.columns])
 
 
 def all_messages(spark, db: Database, archive_path: Optional[str]) -> DataFrame:
@@ -52,4 +55,5 @@ def all_messages(spark, db: Database, archive_path: Optional[str]) -> DataFrame:
     archived = archived_messages(spark, archive_path)
     if archived is None:
         return live.drop("_source")
-    return frames.newest_copy(live.unionByName(archived.withColumn("_source", F.lit(1))))
+    both = live.unionByName(archived.withColumn("_source", F.lit(1)), allowMissingColumns=True)
+    return frames.newest_copy(both)

@@ -1,30 +1,39 @@
 """Every SQL statement the pipeline sends to MySQL itself (Spark's JDBC reads aside).
 
-The tables are defined in broker/tidemq_broker/schema.py; the pipeline does not import the
-broker, so the column names are repeated here and nowhere else.
+Table and column names come from ``tidemq.tables`` and message states from ``tidemq.lifecycle``
+(the pipeline does not import the broker, which builds its schema from the same names).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Iterable, Optional, Sequence
 
+from tidemq.lifecycle import ARCHIVABLE_STATUSES, MessageStatus, retention_deletes_success
+from tidemq.tables import ALARM, ARCHIVE_BATCH, MESSAGE, TOPIC, TOPIC_STATS
+
 __all__ = [
-    "MESSAGE", "ARCHIVE_BATCH", "TopicRow", "Cutoffs", "BatchRow", "db_now", "try_lock", "topics",
+    "BatchState", "TopicRow", "Cutoffs", "BatchRow", "status_in", "db_now", "try_lock", "topics",
     "eligible_bounds", "partition_counts", "open_batches", "start_batch", "set_batch_state", "delete_range",
-    "upsert_stats", "open_alarms", "insert_alarm", "resolve_alarm", "insert_messages", "existing_ids",
+    "upsert_stats", "open_alarms", "insert_alarm", "resolve_alarm", "insert_messages",
 ]
 
-MESSAGE = "tidemq_message"
-ARCHIVE_BATCH = "tidemq_archive_batch"
-STATS = "tidemq_topic_stats"
-ALARM = "tidemq_alarm"
-TOPIC = "tidemq_topic"
+M, B, A = MESSAGE, ARCHIVE_BATCH, ALARM
 DEFAULT_RETENTION_DAYS = 7  # a topic without a row in tidemq_topic (TopicSettings' default)
 _SAFE = re.compile(r"^[A-Za-z0-9._:-]+$")
+
+
+class BatchState(str, enum.Enum):
+    """An archive batch's manifest state: PENDING (Parquet being written) -> WRITTEN (verified)
+    -> DONE (its rows deleted from MySQL)."""
+
+    PENDING = "PENDING"
+    WRITTEN = "WRITTEN"
+    DONE = "DONE"
 
 
 def _literal(value: str) -> str:
@@ -32,6 +41,11 @@ def _literal(value: str) -> str:
     if _SAFE.match(value):
         return f"'{value}'"
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def status_in(statuses: Iterable[MessageStatus]) -> str:
+    """The SQL condition ``status IN (...)`` for ``statuses``."""
+    return f"{M.status} IN ({', '.join(_literal(s.value) for s in statuses)})"
 
 
 @dataclass(frozen=True)
@@ -47,9 +61,9 @@ class TopicRow:
 
     @property
     def broker_deletes_success(self) -> bool:
-        """The broker's retention job deletes this topic's SUCCESS rows itself (it leaves topics
-        marked ``archive`` or kept forever with ``retention_days`` 0 to the archive)."""
-        return not self.archive and self.retention_days > 0
+        """The broker's retention job deletes this topic's SUCCESS rows itself (the lifecycle's
+        rule; the archive takes the others)."""
+        return retention_deletes_success(self.retention_days, self.archive)
 
 
 @dataclass(frozen=True)
@@ -91,12 +105,15 @@ class Cutoffs:
         """The SQL condition selecting archivable rows."""
         fmt = "%Y-%m-%d %H:%M:%S.%f"
         cases = " ".join(f"WHEN {_literal(t)} THEN '{c.strftime(fmt)}'" for t, c in sorted(self.topics.items()))
-        cutoff = f"CASE topic {cases} ELSE '{self.default.strftime(fmt)}' END" if cases else f"'{self.default.strftime(fmt)}'"
-        statuses = "status IN ('SUCCESS', 'FAIL')"
+        default = f"'{self.default.strftime(fmt)}'"
+        cutoff = f"CASE {M.topic} {cases} ELSE {default} END" if cases else default
+        statuses = status_in(ARCHIVABLE_STATUSES)
         if self.success_by_broker:
             kept = ", ".join(_literal(t) for t in self.success_by_broker)
-            statuses = f"(status = 'FAIL' OR (status = 'SUCCESS' AND topic NOT IN ({kept})))"
-        return f"{statuses} AND finish_time IS NOT NULL AND finish_time < {cutoff}"
+            others = [s for s in ARCHIVABLE_STATUSES if s is not MessageStatus.SUCCESS]
+            success = f"{M.status} = {_literal(MessageStatus.SUCCESS.value)} AND {M.topic} NOT IN ({kept})"
+            statuses = f"({status_in(others)} OR ({success}))"
+        return f"{statuses} AND {M.finish_time} IS NOT NULL AND {M.finish_time} < {cutoff}"
 
 
 @dataclass(frozen=True)
@@ -107,7 +124,7 @@ class BatchRow:
     id_from: int
     id_to: int
     cutoffs: Cutoffs
-    state: str
+    state: BatchState
     expected_rows: int
 
 
@@ -125,16 +142,21 @@ def try_lock(conn, name: str) -> bool:
         return cur.fetchone()[0] == 1
 
 
+_TOPIC_COLUMNS = (TOPIC.topic_name, TOPIC.retention_days, TOPIC.alarm_backlog, TOPIC.alarm_failure_rate,
+                  TOPIC.alarm_due_age, TOPIC.archive)  # TopicRow's fields, in order
+
+
 def topics(conn) -> list[TopicRow]:
+    """Every configured topic's settings."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT name, retention_days, alarm_backlog, alarm_failure_rate, alarm_due_age, archive FROM {TOPIC}")
+        cur.execute(f"SELECT {', '.join(_TOPIC_COLUMNS)} FROM {TOPIC.name}")
         return [TopicRow(*row) for row in cur.fetchall()]
 
 
 def eligible_bounds(conn, cutoffs: Cutoffs) -> tuple[Optional[int], Optional[int], int]:
     """(smallest id, largest id, count) of the archivable rows."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT MIN(id), MAX(id), COUNT(*) FROM {MESSAGE} WHERE {cutoffs.predicate()}")
+        cur.execute(f"SELECT MIN({M.id}), MAX({M.id}), COUNT(*) FROM {M.name} WHERE {cutoffs.predicate()}")
         low, high, count = cur.fetchone()
         return low, high, int(count)
 
@@ -142,105 +164,97 @@ def eligible_bounds(conn, cutoffs: Cutoffs) -> tuple[Optional[int], Optional[int
 def partition_counts(conn, id_from: int, id_to: int, cutoffs: Cutoffs) -> dict[tuple[str, date], int]:
     """Archivable rows in [id_from, id_to) per (topic, day of finish_time)."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT topic, DATE(finish_time), COUNT(*) FROM {MESSAGE} WHERE id >= %s AND id < %s AND "
-                    f"{cutoffs.predicate()} GROUP BY topic, DATE(finish_time)", (id_from, id_to))
+        cur.execute(f"SELECT {M.topic}, DATE({M.finish_time}), COUNT(*) FROM {M.name} "
+                    f"WHERE {M.id} >= %s AND {M.id} < %s AND {cutoffs.predicate()} "
+                    f"GROUP BY {M.topic}, DATE({M.finish_time})", (id_from, id_to))
         return {(topic, day): int(n) for topic, day, n in cur.fetchall()}
 
 
 def open_batches(conn) -> list[BatchRow]:
     """Batches a previous run started and did not finish, oldest first."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT id, id_from, id_to, cutoffs, state, expected_rows FROM {ARCHIVE_BATCH} "
-                    "WHERE state <> 'DONE' ORDER BY id")
-        return [BatchRow(i, lo, hi, Cutoffs.from_json(c), s, int(e)) for i, lo, hi, c, s, e in cur.fetchall()]
+        cur.execute(f"SELECT {B.id}, {B.id_from}, {B.id_to}, {B.cutoffs}, {B.state}, {B.expected_rows} "
+                    f"FROM {B.name} WHERE {B.state} <> %s ORDER BY {B.id}", (BatchState.DONE.value,))
+        return [BatchRow(i, lo, hi, Cutoffs.from_json(c), BatchState(s), int(e)) for i, lo, hi, c, s, e in cur.fetchall()]
 
 
 def start_batch(conn, id_from: int, id_to: int, cutoffs: Cutoffs, expected: int, path: str, now: datetime) -> BatchRow:
+    """Record a new PENDING batch in the manifest."""
+    columns = (B.id_from, B.id_to, B.cutoffs, B.path, B.state, B.expected_rows, B.started_at)
     with conn.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {ARCHIVE_BATCH} (id_from, id_to, cutoffs, path, state, expected_rows, started_at) "
-            "VALUES (%s, %s, %s, %s, 'PENDING', %s, %s)",
-            (id_from, id_to, cutoffs.to_json(), path, expected, now))
-        return BatchRow(cur.lastrowid, id_from, id_to, cutoffs, "PENDING", expected)
+        cur.execute(f"INSERT INTO {B.name} ({', '.join(columns)}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (id_from, id_to, cutoffs.to_json(), path, BatchState.PENDING.value, expected, now))
+        return BatchRow(cur.lastrowid, id_from, id_to, cutoffs, BatchState.PENDING, expected)
 
 
-def set_batch_state(conn, batch_id: int, state: str, now: datetime, written: Optional[int] = None,
+def set_batch_state(conn, batch_id: int, state: BatchState, now: datetime, written: Optional[int] = None,
                     deleted: Optional[int] = None, expected: Optional[int] = None) -> None:
     """Move a batch to WRITTEN (Parquet verified) or DONE (rows deleted from MySQL)."""
     with conn.cursor() as cur:
         cur.execute(
-            f"UPDATE {ARCHIVE_BATCH} SET state = %s, written_rows = COALESCE(%s, written_rows), "
-            "deleted_rows = COALESCE(%s, deleted_rows), expected_rows = COALESCE(%s, expected_rows), "
-            "finished_at = IF(%s = 'DONE', %s, finished_at) WHERE id = %s",
-            (state, written, deleted, expected, state, now, batch_id))
+            f"UPDATE {B.name} SET {B.state} = %s, {B.written_rows} = COALESCE(%s, {B.written_rows}), "
+            f"{B.deleted_rows} = COALESCE(%s, {B.deleted_rows}), {B.expected_rows} = COALESCE(%s, {B.expected_rows}), "
+            f"{B.finished_at} = IF(%s, %s, {B.finished_at}) WHERE {B.id} = %s",
+            (state.value, written, deleted, expected, state is BatchState.DONE, now, batch_id))
 
 
 def delete_range(conn, id_from: int, id_to: int, cutoffs: Cutoffs) -> int:
     """Delete the archivable rows in [id_from, id_to) in one transaction; return how many."""
     with conn.cursor() as cur:
-        cur.execute(f"DELETE FROM {MESSAGE} WHERE id >= %s AND id < %s AND {cutoffs.predicate()}", (id_from, id_to))
+        cur.execute(f"DELETE FROM {M.name} WHERE {M.id} >= %s AND {M.id} < %s AND {cutoffs.predicate()}",
+                    (id_from, id_to))
         return cur.rowcount
-
-
-_STAT_COLUMNS = ("topic", "hour", "produced", "succeeded", "failed", "retried", "lease_expired", "backlog",
-                 "lateness_p50_ms", "lateness_p95_ms", "lateness_p99_ms",
-                 "duration_p50_ms", "duration_p95_ms", "duration_p99_ms", "computed_at")
 
 
 def upsert_stats(conn, rows: Sequence[dict[str, Any]], chunk: int = 1000) -> int:
     """Write one row per (topic, hour), replacing what an earlier run computed."""
-    names = ", ".join(_STAT_COLUMNS)
-    marks = ", ".join(["%s"] * len(_STAT_COLUMNS))
-    updates = ", ".join(f"{c} = VALUES({c})" for c in _STAT_COLUMNS[2:])
-    sql = f"INSERT INTO {STATS} ({names}) VALUES ({marks}) ON DUPLICATE KEY UPDATE {updates}"
+    columns = TOPIC_STATS.columns()
+    key = (TOPIC_STATS.topic, TOPIC_STATS.hour)
+    updates = ", ".join(f"{c} = VALUES({c})" for c in columns if c not in key)
+    sql = (f"INSERT INTO {TOPIC_STATS.name} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
+           f"ON DUPLICATE KEY UPDATE {updates}")
     with conn.cursor() as cur:
         for start in range(0, len(rows), chunk):
-            cur.executemany(sql, [tuple(row[c] for c in _STAT_COLUMNS) for row in rows[start:start + chunk]])
+            cur.executemany(sql, [tuple(row[c] for c in columns) for row in rows[start:start + chunk]])
     return len(rows)
 
 
 def open_alarms(conn) -> dict[tuple[str, str], int]:
     """(topic, kind) -> id of each alarm raised and not yet resolved."""
     with conn.cursor() as cur:
-        cur.execute(f"SELECT topic, kind, MAX(id) FROM {ALARM} WHERE resolved_at IS NULL GROUP BY topic, kind")
+        cur.execute(f"SELECT {A.topic}, {A.kind}, MAX({A.id}) FROM {A.name} WHERE {A.resolved_at} IS NULL "
+                    f"GROUP BY {A.topic}, {A.kind}")
         return {(topic, kind): alarm_id for topic, kind, alarm_id in cur.fetchall()}
 
 
 def insert_alarm(conn, topic: str, kind: str, value: float, threshold: float, message: str, now: datetime) -> int:
+    """Record a raised alarm; return its id."""
+    columns = (A.topic, A.kind, A.value, A.threshold, A.message, A.raised_at)
     with conn.cursor() as cur:
-        cur.execute(f"INSERT INTO {ALARM} (topic, kind, value, threshold, message, raised_at) "
-                    "VALUES (%s, %s, %s, %s, %s, %s)", (topic, kind, value, threshold, message[:1000], now))
+        cur.execute(f"INSERT INTO {A.name} ({', '.join(columns)}) VALUES (%s, %s, %s, %s, %s, %s)",
+                    (topic, kind, value, threshold, message[:1000], now))
         return cur.lastrowid
 
 
 def resolve_alarm(conn, alarm_id: int, now: datetime) -> None:
+    """Mark an alarm resolved (once)."""
     with conn.cursor() as cur:
-        cur.execute(f"UPDATE {ALARM} SET resolved_at = %s WHERE id = %s AND resolved_at IS NULL", (now, alarm_id))
-
-
-_MESSAGE_COLUMNS = ("id", "topic", "data", "status", "effect_time", "order_time", "retry_remaining", "retry_schedule",
-                    "attempt", "ttr", "lease_token", "lease_expire", "consumer", "unique_key", "version", "trace",
-                    "add_time", "update_time", "start_time", "finish_time")
-
-
-def existing_ids(conn, ids: Sequence[int]) -> set[int]:
-    """Which of ``ids`` are in the message table."""
-    if not ids:
-        return set()
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT id FROM {MESSAGE} WHERE id IN ({', '.join(['%s'] * len(ids))})", list(ids))
-        return {row[0] for row in cur.fetchall()}
+        cur.execute(f"UPDATE {A.name} SET {A.resolved_at} = %s WHERE {A.id} = %s AND {A.resolved_at} IS NULL",
+                    (now, alarm_id))
 
 
 def insert_messages(conn, rows: Sequence[dict[str, Any]]) -> int:
     """Insert whole message rows (ids kept) in one transaction; rows whose id or (topic,
-    unique_key) is taken are skipped, so restoring twice is harmless. Returns rows inserted."""
+    unique_key) is taken are skipped, so restoring twice is harmless. Returns rows inserted.
+
+    The rows' keys name the columns written (all rows alike): a row read from an archive written
+    before a column existed lacks it, and the table's default fills it."""
     if not rows:
         return 0
-    names = ", ".join(_MESSAGE_COLUMNS)
-    marks = ", ".join(["%s"] * len(_MESSAGE_COLUMNS))
+    columns = [c for c in M.columns() if c in rows[0]]
+    marks = ", ".join(["%s"] * len(columns))
     with conn.cursor() as cur:
-        inserted = cur.executemany(f"INSERT IGNORE INTO {MESSAGE} ({names}) VALUES ({marks})",
-                                   [tuple(row[c] for c in _MESSAGE_COLUMNS) for row in rows])
+        inserted = cur.executemany(f"INSERT IGNORE INTO {M.name} ({', '.join(columns)}) VALUES ({marks})",
+                                   [tuple(row[c] for c in columns) for row in rows])
     conn.commit()
     return int(inserted or 0)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from tidemq import clock
 from tidemq.config import Settings
-from tidemq_broker import clock, trace
-from tidemq_broker.storage import AckItem, NewRow, TopicSettings, open_storage
+from tidemq_broker.storage import AckItem, NewRow, TopicSettings
 
 ADMIN, VIEWER, PASSWORD = "ops", "watcher", "correct-horse-9"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -84,20 +84,26 @@ def produce(storage, topic, datas, delay=0.0, retry=0, unique_keys=None):
     storage.ensure_topics([topic], now)
     rows = [NewRow(topic=topic, data=d, effect_time=clock.after(now, delay), retry_remaining=retry,
                    unique_key=(unique_keys[i] if unique_keys else None)) for i, d in enumerate(datas)]
-    return storage.insert_messages(rows, now, trace.line(now, "PRODUCED", broker="test"))
+    return storage.insert_messages(rows, now, broker="test")
 
 
 def fail_all(storage, topic, limit=1000):
     """Lease every due message of ``topic`` and report it failed (retry 0 -> FAIL)."""
-    now = clock.now()
-    locked = storage.lock_batch(topic, 0, 1, limit, 30, "test-consumer", now,
-                                trace.line(now, "LOCKED", consumer="test-consumer", rank="0/1"))
+    locked = storage.lock_batch(topic, 0, 1, limit, 30, "test-consumer", clock.now(), broker="test-broker")
     items = [AckItem(m.id, m.lease_token, False, "boom") for m in locked]
-    storage.ack(items, clock.now(), "test-consumer", "test-broker", lambda n: TopicSettings(n), lambda m, s: 1.0)
+    storage.ack(items, clock.now(), "test-consumer", "test-broker", TopicSettings)
     return [m.id for m in locked]
 
 
-def lease_all(storage, topic, limit=1000):
-    now = clock.now()
-    return storage.lock_batch(topic, 0, 1, limit, 300, "test-consumer", now,
-                              trace.line(now, "LOCKED", consumer="test-consumer", rank="0/1"))
+def lease_all(storage, topic, limit=1000, ttr=300):
+    """Lease every due message of ``topic`` for ``ttr`` seconds."""
+    return storage.lock_batch(topic, 0, 1, limit, ttr, "test-consumer", clock.now(), broker="test-broker")
+
+
+def poison_all(storage, topic, limit=1000):
+    """Make dead letters the way a consumer that dies on every delivery does: lease, let the
+    lease run out, and expire it with max_deliveries 1 (FAIL by lease expiry)."""
+    leased = lease_all(storage, topic, limit, ttr=1)
+    moved = storage.expire_leases(clock.after(clock.now(), 2), 100, "b", lambda topic: 1)
+    assert moved == len(leased)
+    return [m.id for m in leased]

@@ -6,7 +6,8 @@ from datetime import datetime
 
 from tidemq_broker.storage import MessageFilter
 
-from tests.admin.conftest import ADMIN, fail_all, lease_all, produce
+from tests.admin.conftest import ADMIN, fail_all, lease_all, poison_all, produce
+from tests.observe import list_messages
 
 
 def _edit(admin, msg, **changes):
@@ -28,6 +29,21 @@ def test_edit_saves_fields_and_traces_the_admin(admin, storage):
     assert after.version == msg.version + 1
     last = after.trace.strip().splitlines()[-1]
     assert "ADMIN_EDIT" in last and f"user={ADMIN}" in last and "changed=data,retry_remaining,effect_time" in last
+
+
+def test_edit_sets_only_what_changed(admin, storage):
+    """Fixing the data of a dead letter keeps it FAIL with its finish time: an unchanged status
+    is not set again (setting one restarts finish_time)."""
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    fail_all(storage, "orders")
+    msg = storage.get_message(msg_id)
+    assert _edit(admin, msg, data='{"a": 2}').status_code == 302
+    after = storage.get_message(msg_id)
+    assert (after.status, after.finish_time, after.data) == ("FAIL", msg.finish_time, '{"a": 2}')
+    last = after.trace.strip().splitlines()[-1]
+    assert "changed=data" in last and "status=" not in last
+    assert _edit(admin, after, status="NEW").status_code == 302
+    assert (storage.get_message(msg_id).status, storage.get_message(msg_id).finish_time) == ("NEW", None)
 
 
 def test_edit_rejects_bad_values_next_to_each_field_and_stores_nothing(admin, storage):
@@ -114,6 +130,34 @@ def test_requeue_refuses_a_non_fail_status_filter(admin, storage):
     assert admin.post("/messages/requeue", {"status": "SUCCESS"}).status_code == 400
 
 
+def test_poison_messages_failed_by_lease_expiry_are_dead_letters_to_requeue(admin, storage):
+    """A message whose consumer dies on every delivery ends in FAIL by lease expiry: the dead
+    letters list it with its reason next to ordinary failures, and bulk requeue moves it."""
+    produce(storage, "orders", ['{"poison": 1}', '{"poison": 2}', '{"poison": 3}'])
+    produce(storage, "sms", ['{"ok": 1}'])
+    poisoned = poison_all(storage, "orders")
+    [failed] = fail_all(storage, "sms")
+    reason = "_max_deliveries_1_reached"
+    for msg_id in poisoned:
+        msg = storage.get_message(msg_id)
+        assert msg.status == "FAIL" and msg.lease_expire is None and reason in msg.trace.splitlines()[-1]
+    html = admin.get("/messages?status=FAIL").get_data(as_text=True)
+    assert {i for i in poisoned + [failed] if f'href="/messages/{i}"' in html} == set(poisoned + [failed])
+    assert html.count(reason) == 3 and "Failed with" in html and ">boom</td>" in html
+    assert reason in admin.get(f"/messages/{poisoned[0]}").get_data(as_text=True)
+
+    resp = admin.post("/messages/bulk", {"ids": [str(i) for i in poisoned[:2]], "action": "requeue", "retries": "1"},
+                      follow_redirects=True)
+    assert "Requeued 2 of 2 selected messages." in resp.get_data(as_text=True)
+    for msg_id in poisoned[:2]:
+        msg = storage.get_message(msg_id)
+        assert msg.status == "NEW" and msg.retry_remaining == 1
+        assert "ADMIN_RETRY" in msg.trace.splitlines()[-1] and f"user={ADMIN}" in msg.trace.splitlines()[-1]
+    resp = admin.post("/messages/requeue", {"status": "FAIL", "topic": "orders"}, follow_redirects=True)
+    assert "Requeued 1 failed message of topic orders" in resp.get_data(as_text=True)
+    assert storage.get_message(poisoned[2]).status == "NEW" and storage.get_message(failed).status == "FAIL"
+
+
 def test_bulk_delete_and_requeue_of_the_selection(admin, storage):
     ids = produce(storage, "orders", ['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}'])
     failed = fail_all(storage, "orders", limit=2)
@@ -145,7 +189,7 @@ def test_produce_a_test_message(admin, storage):
     resp = admin.post("/messages/new", {"topic": "console.test", "data": '{"hello": "world"}', "delay": "60",
                                         "retry": "2", "unique_key": "t-1"})
     assert resp.status_code == 302
-    [msg] = storage.list_messages(MessageFilter(topic="console.test"), 10)
+    [msg] = list_messages(storage, MessageFilter(topic="console.test"), 10)
     assert msg.data == '{"hello": "world"}' and msg.retry_remaining == 2 and msg.unique_key == "t-1"
     assert (msg.effect_time - msg.add_time).total_seconds() == 60
     assert f"user={ADMIN}" in msg.trace
@@ -158,4 +202,4 @@ def test_produce_rejects_bad_input_naming_the_rule(admin, storage):
     html = resp.get_data(as_text=True)
     assert "characters outside [A-Za-z0-9._:-]" in html
     assert "valid JSON" in html and "delay (seconds) must be between 0" in html and "retries must be a whole number" in html
-    assert storage.list_messages(MessageFilter(), 10) == []
+    assert list_messages(storage, MessageFilter(), 10) == []

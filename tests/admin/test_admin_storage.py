@@ -6,25 +6,31 @@ import json
 
 import pytest
 
-from tidemq_broker import clock
-from tidemq_broker.storage import MessageFilter, NewRow, open_storage
+from tidemq import clock
+from tidemq_broker.storage import MessageFilter, NewRow
+from tidemq_broker.storages import open_storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
 @pytest.fixture
-def store(any_storage):
-    return AdminSqlStore(any_storage)
+def storage(any_storage):
+    return any_storage
 
 
-def _fill(store, topic, datas):
+@pytest.fixture
+def store(storage):
+    return AdminSqlStore(storage.db)
+
+
+def _fill(storage, topic, datas):
     now = clock.now()
-    store.storage.ensure_topics([topic], now)
+    storage.ensure_topics([topic], now)
     rows = [NewRow(topic=topic, data=d, effect_time=now, retry_remaining=0) for d in datas]
-    return store.storage.insert_messages(rows, now, "x PRODUCED\n")
+    return storage.insert_messages(rows, now, broker="x")
 
 
-def test_text_search_scans_a_bounded_window_and_continues_older(store):
-    ids = _fill(store, "t", [json.dumps({"n": i, "tag": "hit" if i in (2, 25) else "miss"}) for i in range(30)])
+def test_text_search_scans_a_bounded_window_and_continues_older(store, storage):
+    ids = _fill(storage, "t", [json.dumps({"n": i, "tag": "hit" if i in (2, 25) else "miss"}) for i in range(30)])
     flt = MessageFilter(text="hit")
     first = store.list_page(flt, 10, window=10)
     assert [m.id for m in first.messages] == [ids[25]] and first.scanned_from == ids[-1] + 1 - 10
@@ -43,35 +49,34 @@ def test_text_search_scans_a_bounded_window_and_continues_older(store):
     assert pages >= 3
 
 
-def test_topic_pages_merge_statuses_newest_first(store):
-    ids = _fill(store, "t", ["1", "2", "3", "4", "5"])
-    _fill(store, "other", ["9"])
-    store.storage.lock_batch("t", 0, 1, 2, 30, "c", clock.now(), "x LOCKED\n")
+def test_topic_pages_merge_statuses_newest_first(store, storage):
+    ids = _fill(storage, "t", ["1", "2", "3", "4", "5"])
+    _fill(storage, "other", ["9"])
+    storage.lock_batch("t", 0, 1, 2, 30, "c", clock.now())
     page = store.list_page(MessageFilter(topic="t"), 3)
     assert [m.id for m in page.messages] == sorted(ids, reverse=True)[:3]
     rest = store.list_page(MessageFilter(topic="t"), 3, page.next_before_id)
     assert [m.id for m in rest.messages] == sorted(ids, reverse=True)[3:] and rest.next_before_id is None
 
 
-def test_unique_key_is_found_without_a_topic(store):
+def test_unique_key_is_found_without_a_topic(store, storage):
     now = clock.now()
-    store.storage.ensure_topics(["a", "b"], now)
-    [wanted] = store.storage.insert_messages([NewRow("b", "1", now, 0, unique_key="k1")], now, "x P\n")
-    store.storage.insert_messages([NewRow("a", "1", now, 0, unique_key="k2")], now, "x P\n")
+    storage.ensure_topics(["a", "b"], now)
+    [wanted] = storage.insert_messages([NewRow("b", "1", now, 0, unique_key="k1")], now)
+    storage.insert_messages([NewRow("a", "1", now, 0, unique_key="k2")], now)
     assert [m.id for m in store.list_page(MessageFilter(unique_key="k1"), 10).messages] == [wanted]
 
 
-def test_one_status_is_paged_across_topics_newest_first(store):
+def test_one_status_is_paged_across_topics_newest_first(store, storage):
     """A status without a topic walks each topic's index range and merges them by id."""
-    from tidemq_broker.retry_policy import next_delay
     from tidemq_broker.storage import AckItem, TopicSettings
 
     ids = {}
     for topic in ("a", "b", "c"):
-        ids[topic] = _fill(store, topic, [str(i) for i in range(4)])
-        leased = store.storage.lock_batch(topic, 0, 1, 3, 30, "c", clock.now(), "x LOCKED\n")
+        ids[topic] = _fill(storage, topic, [str(i) for i in range(4)])
+        leased = storage.lock_batch(topic, 0, 1, 3, 30, "c", clock.now())
         items = [AckItem(msg.id, msg.lease_token, i != 1) for i, msg in enumerate(leased)]
-        store.storage.ack(items, clock.now(), "c", "b", TopicSettings, next_delay)  # 2 SUCCESS, 1 FAIL
+        storage.ack(items, clock.now(), "c", "b", TopicSettings)  # 2 SUCCESS, 1 FAIL
     succeeded = sorted((i for topic in ids for i in (ids[topic][0], ids[topic][2])), reverse=True)
     seen, before = [], None
     while True:
@@ -89,11 +94,11 @@ def test_one_status_is_paged_across_topics_newest_first(store):
         (ids[topic][3] for topic in ids), reverse=True)
 
 
-def test_delete_keeps_running_messages(store):
-    ids = _fill(store, "t", ["1", "2"])
-    [held] = store.storage.lock_batch("t", 0, 1, 1, 30, "c", clock.now(), "x LOCKED\n")
-    assert store.delete_messages(ids) == 1
-    assert store.storage.get_message(held.id).status == "RUNNING"
+def test_delete_keeps_running_messages(storage):
+    ids = _fill(storage, "t", ["1", "2"])
+    [held] = storage.lock_batch("t", 0, 1, 1, 30, "c", clock.now())
+    assert storage.delete_messages(ids) == 1
+    assert storage.get_message(held.id).status == "RUNNING"
 
 
 def test_users_are_saved_and_updated(store):
@@ -109,8 +114,8 @@ def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
     walk in id order, never a filesort."""
     storage = open_storage(mysql_url)
     try:
-        store = AdminSqlStore(storage)
-        _fill(store, "t", [str(i) for i in range(50)])
+        store = AdminSqlStore(storage.db)
+        _fill(storage, "t", [str(i) for i in range(50)])
         from sqlalchemy import select
 
         from tidemq_broker.schema import message as m
@@ -120,14 +125,14 @@ def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
         filters = [MessageFilter(topic="t", status=s) for s in ("NEW", "SUCCESS", "FAIL")]
         filters += [MessageFilter(status=s) for s in ("NEW", "SUCCESS", "FAIL")] + [MessageFilter(topic="t")]
         for flt in filters:
-            with storage.engine.connect() as conn:
+            with storage.db.engine.connect() as conn:
                 plan = store._plan(conn, flt)
             assert plan.index == index
             for branch in plan.branches or [[]]:
                 for keyset in ((), (m.c.id < 40,)):
                     stmt = _force_index(select(m.c.id).where(*plan.indexed, *branch, *keyset)
                                         .order_by(m.c.id.desc()).limit(51), index)
-                    sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
+                    sql = str(stmt.compile(storage.db.engine, compile_kwargs={"literal_binds": True}))
                     explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
                     assert explained[0][5] == index, (flt, explained)
                     if not any("RUNNING" in str(c.compile(compile_kwargs={"literal_binds": True})) for c in branch):
@@ -141,21 +146,21 @@ def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
     (topic, status, lease_expire) and never a scan of the table."""
     storage = open_storage(mysql_url)
     try:
-        store = AdminSqlStore(storage)
         for topic in ("a", "b"):
-            _fill(store, topic, [str(i) for i in range(3000)])
+            _fill(storage, topic, [str(i) for i in range(3000)])
         mariadb.execute("ANALYZE TABLE tidemq_message", mysql_url.rsplit("/", 1)[-1])  # as on any table of size
         from sqlalchemy import select
 
         from tidemq_broker.schema import message as m
+        from tidemq_broker.storages.reads import topics_present
 
-        with storage.engine.connect() as conn:
-            topics = storage.topics_present(conn)
+        with storage.db.engine.connect() as conn:
+            topics = topics_present(conn)
         assert sorted(topics) == ["a", "b"]
         for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,),
                       (m.c.lease_expire == clock.now(), m.c.lease_token == "0" * 32)):  # expiry, release, a pull's read-back
             stmt = select(m.c.id).where(m.c.topic.in_(topics), m.c.status == "RUNNING", *where)
-            sql = str(stmt.compile(storage.engine, compile_kwargs={"literal_binds": True}))
+            sql = str(stmt.compile(storage.db.engine, compile_kwargs={"literal_binds": True}))
             explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
             # Either index starting (topic, status) bounds the walk to the RUNNING rows of each topic.
             assert explained[0][3] == "range", explained

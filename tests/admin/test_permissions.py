@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tidemq_broker.storage import MessageFilter
+
 from tests.admin.conftest import fail_all, produce
+from tests.observe import list_messages
 
 VIEWER_PAGES = ["/", "/messages", "/messages?status=FAIL", "/topics", "/cluster"]
 
@@ -42,7 +45,7 @@ def test_every_change_is_refused_for_a_viewer(viewer, storage):
         ("/messages/requeue", {"topic": "orders"}),
         ("/messages/new", {"topic": "orders", "data": "{}", "delay": "0", "retry": "0"}),
         ("/topics/orders/edit", {"retry_count": "9", "retry_base": "1", "retry_max": "2", "ttr": "5",
-                                 "retention_days": "1"}),
+                                 "retention_days": "1", "max_deliveries": "2"}),
         ("/topics/orders/pause", {}),
     ]
     for path, data in attempts:
@@ -51,9 +54,9 @@ def test_every_change_is_refused_for_a_viewer(viewer, storage):
         assert "viewer" in resp.get_data(as_text=True)
     after = {i: storage.get_message(i) for i in ids}
     assert after == before
-    assert len(storage.list_messages(__import__("tidemq_broker.storage", fromlist=["MessageFilter"]).MessageFilter(), 100)) == 3
+    assert len(list_messages(storage, MessageFilter(), 100)) == 3
     [orders] = [t for t in storage.topics() if t.name == "orders"]
-    assert orders.retry_count == 3 and not orders.paused
+    assert orders.retry_count == 3 and not orders.paused and orders.max_deliveries == 10
 
 
 def test_viewer_may_sign_out(viewer):

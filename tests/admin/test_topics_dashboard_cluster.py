@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from tidemq import clock
 from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
-from tidemq_broker import clock
 from tidemq_broker.schema import alarm, topic_stats
 from tidemq_broker.storages.admin_sql import hours_ago
 
@@ -13,7 +13,7 @@ from tests.admin.conftest import fail_all, produce
 from tests.servers import wait_until
 
 SETTINGS = {"retry_count": "5", "retry_base": "2", "retry_max": "120", "ttr": "30", "retention_days": "3",
-            "max_data_bytes": "2048", "alarm_backlog": "1000", "alarm_failure_rate": "0.2", "alarm_due_age": "300",
+            "max_data_bytes": "2048", "max_deliveries": "4", "alarm_backlog": "1000", "alarm_failure_rate": "0.2", "alarm_due_age": "300",
             "description": "order closing"}
 
 
@@ -28,9 +28,32 @@ def test_topics_list_and_edit(admin, storage):
     assert resp.status_code == 302
     t = _topic(storage, "orders")
     assert (t.retry_count, t.retry_base, t.retry_max, t.ttr, t.retention_days) == (5, 2.0, 120.0, 30, 3)
+    assert t.max_deliveries == 4
     assert (t.max_data_bytes, t.alarm_backlog, t.alarm_failure_rate, t.alarm_due_age) == (2048, 1000, 0.2, 300)
     html = admin.get("/topics").get_data(as_text=True)
     assert "backlog &gt; 1000" in html and "order closing" in html
+    assert 'title="an expired lease after this many deliveries' in html and ">4</td>" in html
+
+
+def test_topic_max_deliveries_is_edited_and_its_limit_named(admin, storage):
+    """max_deliveries (how many deliveries before an expiring lease fails a poison message) is
+    shown in the form, saved, and refused outside 1..1000 with the limit in the message."""
+    produce(storage, "orders", ['{"a": 1}'])
+    form = admin.get("/topics/orders/edit").get_data(as_text=True)
+    assert 'name="max_deliveries" value="10"' in form
+    for bad, message in (("0", "max deliveries must be between 1 and 1000"),
+                         ("1001", "max deliveries must be between 1 and 1000"),
+                         ("lots", "max deliveries must be a whole number"),
+                         ("", "required")):
+        resp = admin.post("/topics/orders/edit", {**SETTINGS, "max_deliveries": bad})
+        assert resp.status_code == 400, bad
+        html = resp.get_data(as_text=True)
+        assert 'id="err-max_deliveries"' in html and message in html, bad
+        assert _topic(storage, "orders").max_deliveries == 10
+    assert admin.post("/topics/orders/edit", {**SETTINGS, "max_deliveries": "1000"}).status_code == 302
+    assert _topic(storage, "orders").max_deliveries == 1000
+    admin.post("/topics/orders/pause")  # pausing keeps the other settings
+    assert _topic(storage, "orders").max_deliveries == 1000
 
 
 def test_topic_edit_errors_are_named_and_nothing_saved(admin, storage):
@@ -70,7 +93,7 @@ def test_dashboard_draws_charts_and_alarms_from_pipeline_tables(admin, storage):
              "retried": 1, "lease_expired": 0, "backlog": 5, "lateness_p50_ms": 3.0, "lateness_p95_ms": 12.5,
              "lateness_p99_ms": 40.0, "duration_p50_ms": None, "duration_p95_ms": None, "duration_p99_ms": None,
              "computed_at": now} for h in range(6)]
-    with storage.engine.begin() as conn:  # the pipeline writes these tables; stand in for it
+    with storage.db.engine.begin() as conn:  # the pipeline writes these tables; stand in for it
         conn.execute(topic_stats.insert(), rows)
         conn.execute(alarm.insert(), [{"topic": "orders", "kind": "backlog", "value": 5000, "threshold": 1000,
                                        "message": "<b>backlog</b> too high", "raised_at": now, "resolved_at": None}])

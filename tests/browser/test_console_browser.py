@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from tidemq import clock
 from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
-from tidemq_broker import clock
 from tidemq_broker.schema import topic_stats
 from tidemq_broker.storages.admin_sql import hours_ago
 
@@ -20,7 +20,7 @@ def _stats(storage, topic):
              "failed": (h * 7) % 13, "retried": 3, "lease_expired": 0, "backlog": 20, "lateness_p50_ms": 4.0 + h % 3,
              "lateness_p95_ms": 15.0 + (h % 6), "lateness_p99_ms": 30.0 + (h % 9), "duration_p50_ms": None,
              "duration_p95_ms": None, "duration_p99_ms": None, "computed_at": now} for h in range(30)]
-    with storage.engine.begin() as conn:  # stands in for the pipeline's report job
+    with storage.db.engine.begin() as conn:  # stands in for the pipeline's report job
         conn.execute(topic_stats.insert(), rows)
 
 

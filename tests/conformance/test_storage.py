@@ -7,10 +7,12 @@ from datetime import timedelta
 
 import pytest
 
+from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
-from tidemq_broker import clock
-from tidemq_broker.retry_policy import next_delay
-from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, TopicSettings, open_storage
+from tidemq import clock, trace
+from tidemq.lifecycle import next_delay
+from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, TopicSettings
+from tidemq_broker.storages import open_storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
@@ -27,11 +29,11 @@ def rows(topic, n, delay=0.0, **kw):
 
 
 def insert(storage, topic, n, **kw):
-    return storage.insert_messages(rows(topic, n, **kw), clock.now(), "PRODUCED\n")
+    return storage.insert_messages(rows(topic, n, **kw), clock.now())
 
 
 def lock(storage, topic, limit=100, rank=0, total=1, ttr=30, consumer="c1"):
-    return storage.lock_batch(topic, rank, total, limit, ttr, consumer, clock.now(), "LOCKED\n")
+    return storage.lock_batch(topic, rank, total, limit, ttr, consumer, clock.now())
 
 
 def settings(name):
@@ -39,7 +41,7 @@ def settings(name):
 
 
 def ack(storage, items):
-    return storage.ack(items, clock.now(), "c1", "b1", settings, next_delay)
+    return storage.ack(items, clock.now(), "c1", "b1", settings)
 
 
 def test_insert_returns_ids_in_order_and_stores_rows(storage):
@@ -48,12 +50,12 @@ def test_insert_returns_ids_in_order_and_stores_rows(storage):
     stored = [storage.get_message(i) for i in ids]
     assert [m.data for m in stored] == [f'{{"n": {i}}}' for i in range(5)]
     assert {m.status for m in stored} == {"NEW"}
-    assert stored[0].trace == "PRODUCED\n"
+    assert [e["event"] for e in trace.parse(stored[0].trace)] == ["PRODUCED"]
 
 
 def test_millisecond_effect_time_round_trips(storage):
     moment = clock.after(clock.now(), 1.234)
-    [msg_id] = storage.insert_messages([NewRow("t.ms", "1", moment, 0)], clock.now(), "")
+    [msg_id] = storage.insert_messages([NewRow("t.ms", "1", moment, 0)], clock.now())
     assert storage.get_message(msg_id).effect_time == moment
 
 
@@ -61,14 +63,14 @@ def test_unique_key_deduplicates_within_and_across_batches(storage):
     now = clock.now()
     batch = [NewRow("t.u", "1", now, 0, unique_key="k1"), NewRow("t.u", "2", now, 0, unique_key="k1"),
              NewRow("t.u", "3", now, 0), NewRow("t.other", "4", now, 0, unique_key="k1")]
-    ids = storage.insert_messages(batch, now, "")
+    ids = storage.insert_messages(batch, now)
     assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
-    again = storage.insert_messages([NewRow("t.u", "9", now, 0, unique_key="k1")], now, "")
+    again = storage.insert_messages([NewRow("t.u", "9", now, 0, unique_key="k1")], now)
     assert again == [ids[0]]
     # Both insert paths (plain and deduplicating) pass a literal % and quotes through intact.
     odd = ['"50% off, 100%s"', '"it\'s %(x)s"']
     got = storage.insert_messages([NewRow("t.u", odd[0], now, 0, unique_key="pct"), NewRow("t.u", odd[1], now, 0),
-                                   NewRow("t.u", odd[0], now, 0)], now, "")
+                                   NewRow("t.u", odd[0], now, 0)], now)
     assert [storage.get_message(i).data for i in got] == [odd[0], odd[1], odd[0]]
     assert storage.get_message(ids[0]).data == "1"
     assert storage.count_by_status("t.u") == {"t.u": {"NEW": 5}}
@@ -79,7 +81,7 @@ def test_a_failing_batch_stores_nothing(storage):
     now = clock.now()
     bad = [NewRow("t.bad", "1", now, 0), NewRow("t.bad", None, now, 0)]  # NOT NULL violated
     with pytest.raises(Exception):
-        storage.insert_messages(bad, now, "")
+        storage.insert_messages(bad, now)
     assert storage.count_by_status() == {"t.keep": {"NEW": 2}}
 
 
@@ -107,7 +109,7 @@ def test_a_delivery_is_what_the_lock_stored(storage):
                 msg.lease_token, msg.consumer) == (
             stored.topic, stored.data, stored.status, stored.effect_time, stored.retry_remaining, stored.attempt,
             stored.ttr, stored.lease_token, stored.consumer)
-        assert stored.trace == "PRODUCED\nLOCKED\n"
+        assert [e["event"] for e in trace.parse(stored.trace)] == ["PRODUCED", "LOCKED"]
 
 
 def test_lease_expire_is_set_only_while_running(storage):
@@ -119,14 +121,14 @@ def test_lease_expire_is_set_only_while_running(storage):
              AckItem(ids[1], got[ids[1]].lease_token, False, "x"),    # -> NEW (retry)
              AckItem(ids[4], got[ids[4]].lease_token, False, "x")]    # -> FAIL
     assert ack(storage, items) == [AckOutcome.APPLIED] * 3
-    storage.expire_leases(clock.after(clock.now(), 31), 1, "b1")       # the oldest lease -> NEW
-    storage.requeue([ids[4]], None, 0, clock.now(), "REQUEUED\n")    # FAIL -> NEW
+    storage.expire_leases(clock.after(clock.now(), 31), 1, "b1", lambda topic: 10)       # the oldest lease -> NEW
+    storage.requeue([ids[4]], None, 0, clock.now())    # FAIL -> NEW
     states = {i: storage.get_message(i) for i in ids}
     assert {m.status for m in states.values()} >= {"SUCCESS", "NEW", "RUNNING"}
     for msg in states.values():
         assert (msg.lease_expire is not None) == (msg.status == "RUNNING"), msg
     # The console lists each status in full through that index.
-    console = AdminSqlStore(storage)
+    console = AdminSqlStore(storage.db)
     for status in ("NEW", "RUNNING", "SUCCESS"):
         listed = console.list_page(MessageFilter(status=status), 100).messages
         assert sorted(m.id for m in listed) == sorted(
@@ -138,10 +140,10 @@ def test_a_retried_pull_reads_back_only_its_own_lease_and_release_gives_back_bot
     the caller releases the token before retrying, which returns both leases to NEW."""
     ids = insert(storage, "t.retry.pull", 4)
     token = "ab" * 16
-    first = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.now(), "LOCKED\n", token)
-    second = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.after(clock.now(), 0.01), "LOCKED\n", token)
+    first = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.now(), token)
+    second = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.after(clock.now(), 0.01), token)
     assert [m.id for m in first] == ids[:2] and [m.id for m in second] == ids[2:]
-    assert storage.release(token, clock.now(), "RELEASED\n") == 4
+    assert storage.release(token, clock.now()) == 4
     assert {storage.get_message(i).status for i in ids} == {"NEW"}
 
 
@@ -196,7 +198,7 @@ def test_ack_failure_retries_on_schedule_then_fails(storage):
     assert stored.status == "NEW" and stored.retry_remaining == 1
     assert timedelta(seconds=4.9) <= stored.effect_time - before <= timedelta(seconds=6)
     assert "RETRY" in stored.trace and "error=boom" in stored.trace
-    storage.requeue([], "t.retry", 0, clock.now(), "")  # not FAIL: nothing moves
+    storage.requeue([], "t.retry", 0, clock.now())  # not FAIL: nothing moves
     assert storage.get_message(msg_id).status == "NEW"
 
 
@@ -212,23 +214,60 @@ def test_mixed_batch_ack_in_one_call(storage):
 def test_touch_extends_only_a_held_lease(storage):
     insert(storage, "t.touch", 1)
     [msg] = lock(storage, "t.touch", ttr=5)
-    assert storage.touch(msg.id, msg.lease_token, 600, clock.now())
+    assert storage.extend_leases([(msg.id, msg.lease_token)], 600, clock.now())[0]
     assert storage.get_message(msg.id).lease_expire > clock.after(clock.now(), 500)
-    assert not storage.touch(msg.id, "other", 600, clock.now())
+    assert not storage.extend_leases([(msg.id, "other")], 600, clock.now())[0]
 
 
 def test_cancel_removes_only_pending_messages(storage):
     ids = insert(storage, "t.cancel", 2)
     lock(storage, "t.cancel", limit=1)
-    assert storage.cancel([ids[0], ids[1], 999999], clock.now()) == [False, True, False]
+    assert storage.cancel([ids[0], ids[1], 999999]) == [False, True, False]
     assert storage.get_message(ids[1]) is None and storage.get_message(ids[0]).status == "RUNNING"
+
+
+def test_a_poison_message_fails_after_max_deliveries_with_a_trace_that_says_why(storage):
+    """Each expired lease counts as a delivery: the third expiry of a topic with max_deliveries 3
+    ends in FAIL (a dead letter) instead of NEW; a message of another topic is not affected."""
+    [poison] = insert(storage, "t.poison", 1, retry=5)
+    [other] = insert(storage, "t.calm", 1)
+    limits = {"t.poison": 3, "t.calm": 10}
+    now = clock.now()
+    for delivery in range(1, 4):
+        leased = {m.id for m in lock(storage, "t.poison", ttr=1) + lock(storage, "t.calm", ttr=1)}
+        assert poison in leased
+        now = clock.after(now, 2)
+        assert storage.expire_leases(now, 100, "b1", limits.__getitem__) == len(leased)
+        expected = "FAIL" if delivery == 3 else "NEW"
+        assert storage.get_message(poison).status == expected
+    dead = storage.get_message(poison)
+    assert (dead.attempt, dead.lease_expire, dead.retry_remaining) == (3, None, 5) and dead.finish_time is not None
+    last = trace.parse(dead.trace)[-1]
+    assert last["event"] == "FAIL" and last["error"].startswith("lease_expired_3_times") and "max_deliveries_3" in last["error"]
+    assert storage.get_message(other).status == "NEW"
+    assert storage.requeue([poison], None, 0, clock.now()) == 1  # a dead letter like any other
+    assert storage.get_message(poison).status == "NEW"
+
+
+def test_leases_are_extended_in_one_call_and_lost_ones_say_so(storage):
+    ids = insert(storage, "t.beat", 3)
+    first = lock(storage, "t.beat", limit=2, ttr=5)
+    [third] = lock(storage, "t.beat", limit=1, ttr=5)
+    before = {m.id: storage.get_message(m.id) for m in first + [third]}
+    leases = [(m.id, m.lease_token) for m in first] + [(third.id, third.lease_token), (third.id, "0" * 32), (999999, "x")]
+    assert storage.extend_leases(leases, 600, clock.now()) == [True, True, True, False, False]
+    for msg_id, old in before.items():
+        new = storage.get_message(msg_id)
+        assert new.lease_expire > clock.after(old.lease_expire, 500)
+        assert (new.version, new.trace, new.status) == (old.version, old.trace, "RUNNING")  # heartbeats leave no trace
+    assert sorted(ids) == sorted(before)
 
 
 def test_expired_leases_return_to_new_and_name_the_lost_consumer(storage):
     [msg_id] = insert(storage, "t.lease", 1)
     [msg] = lock(storage, "t.lease", ttr=1, consumer="worker-a-0000000001")
-    assert storage.expire_leases(clock.now(), 100, "b1") == 0
-    assert storage.expire_leases(clock.after(clock.now(), 2), 100, "b1") == 1
+    assert storage.expire_leases(clock.now(), 100, "b1", lambda topic: 10) == 0
+    assert storage.expire_leases(clock.after(clock.now(), 2), 100, "b1", lambda topic: 10) == 1
     stored = storage.get_message(msg_id)
     assert stored.status == "NEW" and stored.lease_token is None
     assert "LEASE_EXPIRED" in stored.trace and "lost_by=worker-a-0000000001" in stored.trace
@@ -241,32 +280,32 @@ def test_requeue_moves_dead_letters_back(storage):
     ids = insert(storage, "t.dead", 3, retry=0)
     for msg in lock(storage, "t.dead"):
         ack(storage, [AckItem(msg.id, msg.lease_token, False, "x")])
-    assert storage.requeue([ids[0]], None, 2, clock.now(), "REQUEUED\n") == 1
+    assert storage.requeue([ids[0]], None, 2, clock.now()) == 1
     assert storage.get_message(ids[0]).status == "NEW" and storage.get_message(ids[0]).retry_remaining == 2
-    assert storage.requeue([], "t.dead", 0, clock.now(), "REQUEUED\n") == 2
+    assert storage.requeue([], "t.dead", 0, clock.now()) == 2
     assert storage.count_by_status("t.dead") == {"t.dead": {"NEW": 3}}
 
 
 def test_serial_lock_takes_the_head_only_and_keeps_order_across_retries(storage):
     storage.ensure_topics(["t.serial"], clock.now())
     ids = insert(storage, "t.serial", 3, retry=1, schedule=[0.0])
-    [first] = storage.lock_serial("t.serial", 30, "c1", clock.now(), "")
+    [first] = storage.lock_serial("t.serial", 30, "c1", clock.now())
     assert first.id == ids[0]
-    assert storage.lock_serial("t.serial", 30, "c2", clock.now(), "") == []
+    assert storage.lock_serial("t.serial", 30, "c2", clock.now()) == []
     assert storage.serial_head_due("t.serial") is None
     ack(storage, [AckItem(first.id, first.lease_token, False, "retry me")])
-    [again] = storage.lock_serial("t.serial", 30, "c1", clock.after(clock.now(), 1), "")
+    [again] = storage.lock_serial("t.serial", 30, "c1", clock.after(clock.now(), 1))
     assert again.id == ids[0] and again.attempt == 2
 
 
 def test_serial_head_not_due_blocks_later_messages(storage):
     storage.ensure_topics(["t.sd"], clock.now())
     now = clock.now()
-    storage.insert_messages([NewRow("t.sd", "1", clock.after(now, 60), 0), NewRow("t.sd", "2", now, 0)], now, "")
-    [head] = storage.lock_serial("t.sd", 30, "c1", now, "")
+    storage.insert_messages([NewRow("t.sd", "1", clock.after(now, 60), 0), NewRow("t.sd", "2", now, 0)], now)
+    [head] = storage.lock_serial("t.sd", 30, "c1", now)
     assert head.data == "2"  # (order_time, id) order: the due one is first in time
     ack(storage, [AckItem(head.id, head.lease_token, True)])
-    assert storage.lock_serial("t.sd", 30, "c1", clock.now(), "") == []
+    assert storage.lock_serial("t.sd", 30, "c1", clock.now()) == []
     assert storage.serial_head_due("t.sd") == clock.after(now, 60)
 
 
@@ -302,12 +341,12 @@ def test_topic_settings_round_trip(storage):
 def test_list_messages_filters_and_keyset_pages(storage):
     insert(storage, "t.list", 5)
     insert(storage, "t.other", 2)
-    page1 = storage.list_messages(MessageFilter(topic="t.list"), limit=3)
-    page2 = storage.list_messages(MessageFilter(topic="t.list"), limit=3, before_id=page1[-1].id)
+    page1 = list_messages(storage, MessageFilter(topic="t.list"), limit=3)
+    page2 = list_messages(storage, MessageFilter(topic="t.list"), limit=3, before_id=page1[-1].id)
     assert len(page1) == 3 and len(page2) == 2
     assert [m.id for m in page1 + page2] == sorted((m.id for m in page1 + page2), reverse=True)
-    assert [m.data for m in storage.list_messages(MessageFilter(text='"n": 4'), limit=10)] == ['{"n": 4}']
-    assert storage.list_messages(MessageFilter(text="%"), limit=10) == []
+    assert [m.data for m in list_messages(storage, MessageFilter(text='"n": 4'), limit=10)] == ['{"n": 4}']
+    assert list_messages(storage, MessageFilter(text="%"), limit=10) == []
 
 
 def test_unreachable_database_raises_a_retriable_error(tmp_path):

@@ -11,7 +11,7 @@ from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
 from tidemq import Client
 from tidemq.errors import RetriableError, TidemqError
-from tidemq_broker.storage import open_storage
+from tidemq_broker.storages import open_storage
 
 TOPIC = "fault.database"
 CALL_TIMEOUT = 3.0

@@ -10,7 +10,7 @@ import grpc
 from tests.processes import process_env, start_broker_process
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
-from tidemq_broker.storage import open_storage
+from tidemq_broker.storages import open_storage
 
 
 def _raw(channel, method):

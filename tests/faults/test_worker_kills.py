@@ -9,8 +9,8 @@ from tests.observe import all_messages, handler_runs, success_records
 from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
 from tidemq import Client
-from tidemq_broker import trace
-from tidemq_broker.storage import open_storage
+from tidemq import trace
+from tidemq_broker.storages import open_storage
 
 TOPIC = "fault.workers"
 

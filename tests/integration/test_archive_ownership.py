@@ -8,11 +8,12 @@ import pymysql
 from sqlalchemy import update
 from sqlalchemy.engine import make_url
 
-from tidemq_broker import clock
+from tidemq import clock
 from tidemq_broker.maintenance.retention import Retention
-from tidemq_broker.retry_policy import next_delay
+from tidemq.lifecycle import next_delay
 from tidemq_broker.schema import message
-from tidemq_broker.storage import AckItem, NewRow, TopicSettings, open_storage
+from tidemq_broker.storage import AckItem, NewRow, TopicSettings
+from tidemq_broker.storages import open_storage
 from tidemq_pipeline import store
 
 
@@ -25,11 +26,11 @@ def test_archive_takes_only_what_retention_leaves(mysql_url):
     for s in settings.values():
         storage.save_topic(s, now)
     for topic in [*settings, "no.settings.row"]:
-        storage.insert_messages([NewRow(topic, "1", now, 0) for _ in range(10)], now, "")
-        leased = storage.lock_batch(topic, 0, 1, 10, 30, "c", now, "")
+        storage.insert_messages([NewRow(topic, "1", now, 0) for _ in range(10)], now)
+        leased = storage.lock_batch(topic, 0, 1, 10, 30, "c", now)
         storage.ack([AckItem(m.id, m.lease_token, i % 2 == 0) for i, m in enumerate(leased)], now, "c", "b",
-                    TopicSettings, next_delay)
-    with storage.engine.begin() as conn:  # everything finished ten days ago
+                    TopicSettings)
+    with storage.db.engine.begin() as conn:  # everything finished ten days ago
         conn.execute(update(message).values(finish_time=now - timedelta(days=10)))
 
     url = make_url(mysql_url)

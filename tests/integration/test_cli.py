@@ -11,7 +11,7 @@ from tests.servers import wait_until
 from tidemq import Client
 from tidemq.errors import TidemqError
 from tidemq_broker.schema import metadata
-from tidemq_broker.storage import open_storage
+from tidemq_broker.storages import open_storage
 
 
 def run(args, env=None, **kw):

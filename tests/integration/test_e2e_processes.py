@@ -9,9 +9,10 @@ import threading
 
 from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
+from tests.observe import list_messages
 from tidemq import Client
 from tidemq.errors import TidemqError
-from tidemq_broker.storage import open_storage
+from tidemq_broker.storages import open_storage
 
 
 def _success_count(storage, topic):
@@ -86,7 +87,7 @@ def test_broker_killed_with_sigkill_loses_no_acknowledged_message(settings, spaw
 
         last = None
         while True:
-            page = storage.list_messages(MessageFilter(topic="kill.produce"), 5000, last)
+            page = list_messages(storage, MessageFilter(topic="kill.produce"), 5000, last)
             if not page:
                 break
             stored_ids.update(m.id for m in page)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import delete, insert, inspect, select, update
 
-from tidemq_broker import clock
+from tidemq import clock
 from tidemq_broker.migrations import upgrade
 from tidemq_broker.schema import SCHEMA_VERSION, message as m, schema_version as v
-from tidemq_broker.storage import AckItem, MessageFilter, NewRow, TopicSettings, open_storage
-from tidemq_broker.retry_policy import next_delay
+from tidemq_broker.storage import AckItem, MessageFilter, NewRow, TopicSettings
+from tidemq_broker.storages import open_storage
+from tidemq.lifecycle import next_delay
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 DROPPED = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease", "idx_message_topic_status_id"}
@@ -27,10 +28,10 @@ def old_store(request, tmp_path):
     store = open_storage(url)
     store.create_schema()
     now = clock.now()
-    ids = store.insert_messages([NewRow("mig", str(i), now, 0) for i in range(3)], now, "PRODUCED\n")
-    leased = store.lock_batch("mig", 0, 1, 2, 30, "c", now, "LOCKED\n")
-    store.ack([AckItem(leased[0].id, leased[0].lease_token, True)], now, "c", "b", TopicSettings, next_delay)
-    with store.engine.begin() as conn:
+    ids = store.insert_messages([NewRow("mig", str(i), now, 0) for i in range(3)], now)
+    leased = store.lock_batch("mig", 0, 1, 2, 30, "c", now)
+    store.ack([AckItem(leased[0].id, leased[0].lease_token, True)], now, "c", "b", TopicSettings)
+    with store.db.engine.begin() as conn:
         for name, columns in (("idx_message_lease_token", "lease_token"), ("idx_message_status_id", "status, id"),
                               ("idx_message_status_lease", "status, lease_expire"),
                               ("idx_message_topic_status_id", "topic, status, id")):
@@ -45,7 +46,7 @@ def old_store(request, tmp_path):
 
 
 def _indexes(store):
-    return {ix["name"] for ix in inspect(store.engine).get_indexes(m.name)}
+    return {ix["name"] for ix in inspect(store.db.engine).get_indexes(m.name)}
 
 
 def test_upgrade_applies_version_2_once(old_store):
@@ -62,10 +63,10 @@ def test_upgrade_applies_version_2_once(old_store):
     assert (done.status, done.lease_expire) == ("SUCCESS", None)
     assert running.status == "RUNNING" and running.lease_expire is not None  # a live lease is kept
     assert new.status == "NEW" and new.data == "2"
-    console = AdminSqlStore(store)
+    console = AdminSqlStore(store.db)
     assert [msg.id for msg in console.list_page(MessageFilter(status="SUCCESS"), 10).messages] == [done.id]
     assert upgrade(store) == []
-    with store.engine.connect() as conn:
+    with store.db.engine.connect() as conn:
         assert sorted(conn.execute(select(v.c.version)).scalars()) == list(range(1, SCHEMA_VERSION + 1))
 
 

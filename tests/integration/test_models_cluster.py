@@ -19,8 +19,8 @@ from tidemq.consumer import ConsumerSpec
 from tidemq.coordinator import ConnectionState
 from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq.message import MessageType
-from tidemq_broker import trace
-from tidemq_broker.storage import open_storage
+from tidemq import trace
+from tidemq_broker.storages import open_storage
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from tests.observe import all_messages, count
 from tests.processes import kill9, start_broker_process, start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings
-from tidemq_broker import trace
-from tidemq_broker.storage import open_storage
+from tidemq import trace
+from tidemq_broker.storages import open_storage
 
 TOPIC = "it.serial"
 

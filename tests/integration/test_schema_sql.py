@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from tidemq_broker.schema import metadata
-from tidemq_broker.storage import open_storage
+from tidemq_broker.storages import open_storage
 
 SCHEMA_SQL = Path(__file__).resolve().parents[2] / "db" / "schema.sql"
 

@@ -15,7 +15,7 @@ from tests.servers import wait_until
 from tidemq import BatchConsumer, Client, Message, MessageType, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq.errors import DataTooLargeError
-from tidemq_broker import clock, trace
+from tidemq import clock, trace
 from tidemq_broker.storage import TopicSettings
 
 
@@ -238,13 +238,13 @@ def test_idle_waiting_consumers_cost_a_few_queries_per_second(client, broker):
     for t in threads:
         t.start()
     time.sleep(1.0)  # let every pull reach its wait; the count below starts after that
-    event.listen(broker.storage.engine, "before_cursor_execute", listener)
+    event.listen(broker.storage.db.engine, "before_cursor_execute", listener)
     try:
         window = 4.0
         time.sleep(window)
         rate = len(statements) / window
     finally:
-        event.remove(broker.storage.engine, "before_cursor_execute", listener)
+        event.remove(broker.storage.db.engine, "before_cursor_execute", listener)
         stop.set()
         client.produce_many("idle.t0", [{}] * 1)
         client.produce_many("idle.t1", [{}] * 1)

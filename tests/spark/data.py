@@ -6,9 +6,9 @@ import random
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
-COLUMNS = ("id", "topic", "data", "status", "effect_time", "order_time", "retry_remaining", "retry_schedule",
-           "attempt", "ttr", "lease_token", "lease_expire", "consumer", "unique_key", "version", "trace",
-           "add_time", "update_time", "start_time", "finish_time")
+from tidemq.tables import MESSAGE
+
+COLUMNS = MESSAGE.columns()
 BASE = datetime(2024, 3, 1, 0, 0, 0)
 
 

@@ -98,8 +98,9 @@ def test_restore_puts_archived_dead_letters_back_once(spark, db, tmp_path):
     assert {r[0] for r in live} == set(wanted)
     for msg_id, status, retry, data, trace, finish in live:
         assert (status, retry, data, finish) == ("NEW", 2, wanted[msg_id]["data"], None)
-        assert trace.startswith(wanted[msg_id]["trace"]) and " RESTORED source=archive" in trace.splitlines()[-1]
+        assert trace.startswith(wanted[msg_id]["trace"])
+        assert " RESTORED source=archive retries=2" in trace.splitlines()[-1]
     again = run_restore(spark, db, archive, "t.dead", "FAIL", since=since)
     assert (again.read, again.written) == (len(wanted), 0)
-    with pytest.raises(ValidationError, match="--status must be one of FAIL, SUCCESS"):
+    with pytest.raises(ValidationError, match="--status must be one of SUCCESS, FAIL"):
         run_restore(spark, db, archive, "t.dead", "NEW")

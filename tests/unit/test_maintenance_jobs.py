@@ -9,13 +9,14 @@ from sqlalchemy import update
 
 from tests.servers import wait_until
 from tidemq.coordinators.local import LocalCoordinator
-from tidemq_broker import clock
+from tidemq import clock
 from tidemq_broker.maintenance import Maintainer
 from tidemq_broker.maintenance.leases import LeaseExpiry
 from tidemq_broker.maintenance.retention import Retention
 from tidemq_broker.schema import message
-from tidemq_broker.storage import AckItem, NewRow, TopicSettings, open_storage
-from tidemq_broker.retry_policy import next_delay
+from tidemq_broker.storage import AckItem, NewRow, TopicSettings
+from tidemq_broker.storages import open_storage
+from tidemq.lifecycle import next_delay
 
 
 def _store(tmp_path):
@@ -31,12 +32,12 @@ def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_p
     storage.save_topic(TopicSettings("short", retention_days=1), now)
     storage.save_topic(TopicSettings("archived", retention_days=1, archive=True), now)
     for topic in ("keep.forever", "short", "archived"):
-        storage.insert_messages([NewRow(topic, "1", now, 0) for _ in range(25)], now, "")
-        done = storage.lock_batch(topic, 0, 1, 25, 30, "c", now, "")
+        storage.insert_messages([NewRow(topic, "1", now, 0) for _ in range(25)], now)
+        done = storage.lock_batch(topic, 0, 1, 25, 30, "c", now)
         storage.ack([AckItem(m.id, m.lease_token, i % 5 != 0) for i, m in enumerate(done)], now, "c", "b",
-                    TopicSettings, next_delay)
+                    TopicSettings)
     # Age every finished message by two days (tests may write the table; the product may not).
-    with storage.engine.begin() as conn:
+    with storage.db.engine.begin() as conn:
         conn.execute(update(message).values(finish_time=now - timedelta(days=2)))
     deleted = Retention(storage, batch=7).run()
     counts = storage.count_by_status()
@@ -50,11 +51,11 @@ def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_p
 def test_only_the_elected_leader_runs_jobs_and_a_successor_takes_over(tmp_path):
     storage = _store(tmp_path)
     now = clock.now()
-    storage.insert_messages([NewRow("t", "1", now, 0) for _ in range(3)], now, "")
-    storage.lock_batch("t", 0, 1, 3, 1, "gone-consumer", now, "")
+    storage.insert_messages([NewRow("t", "1", now, 0) for _ in range(3)], now)
+    storage.lock_batch("t", 0, 1, 3, 1, "gone-consumer", now)
     woken = threading.Event()
     coordinators = [LocalCoordinator("/jobs"), LocalCoordinator("/jobs")]
-    maintainers = [Maintainer(c, f"broker-{i}", [LeaseExpiry(storage, f"broker-{i}", woken.set, interval=0.05)], tick=0.02)
+    maintainers = [Maintainer(c, f"broker-{i}", [LeaseExpiry(storage, f"broker-{i}", woken.set, lambda topic: 10, interval=0.05)], tick=0.02)
                    for i, c in enumerate(coordinators)]
     for m in maintainers:
         m.start()

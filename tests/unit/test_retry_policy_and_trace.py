@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from datetime import datetime
 
-from tidemq_broker import trace
-from tidemq_broker.retry_policy import next_delay
+from tidemq import trace
+from tidemq.lifecycle import next_delay
 from tidemq_broker.storage import StoredMessage, TopicSettings
 
 

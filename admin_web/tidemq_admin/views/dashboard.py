@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from flask import Blueprint, render_template
 
-from tidemq_broker import clock
-from tidemq_broker.storages.admin_sql import STATUSES, hours_ago
+from tidemq import clock
+from tidemq.lifecycle import STATUSES
+from tidemq_broker.storages.admin_sql import hours_ago
 
 from ..charts import line_chart
 from . import console
@@ -46,6 +47,6 @@ def index():  # type: ignore[no-untyped-def]
         oldest_age = (now - b.oldest_due).total_seconds() if b.oldest_due else None
         rows.append({"name": name, "counts": counts.get(name, {}), "backlog": b, "oldest_age": oldest_age,
                      "charts": charts})
-    totals = {s: sum(counts.get(n, {}).get(s, 0) for n in names) for s in STATUSES}
-    return render_template("dashboard.html", rows=rows, statuses=STATUSES, totals=totals,
-                           alarms=c.admin.open_alarms(), hours=CHART_HOURS, now=now)
+    totals = {s.value: sum(counts.get(n, {}).get(s.value, 0) for n in names) for s in STATUSES}
+    return render_template("dashboard.html", rows=rows, totals=totals, alarms=c.admin.open_alarms(),
+                           hours=CHART_HOURS, now=now)

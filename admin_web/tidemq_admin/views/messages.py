@@ -6,8 +6,7 @@ import time
 
 from flask import Blueprint, abort, render_template, request
 
-from tidemq_broker import trace
-from tidemq_broker.storages.admin_sql import STATUSES
+from tidemq import trace
 
 from ..forms import filter_args, parse_filter
 from . import console
@@ -32,14 +31,13 @@ def index():  # type: ignore[no-untyped-def]
         elapsed_ms = (time.perf_counter() - started) * 1000
     args = filter_args(request.args)
     topics = [t.name for t in c.storage.topics()]
-    return render_template("messages.html", page=page, errors=parsed.errors, args=args, statuses=STATUSES,
-                           topics=topics, before_id=before_id, elapsed_ms=elapsed_ms,
-                           filtered=bool(args), flt=parsed.value)
+    return render_template("messages.html", page=page, errors=parsed.errors, args=args, topics=topics,
+                           before_id=before_id, elapsed_ms=elapsed_ms, filtered=bool(args), flt=parsed.value)
 
 
 @bp.route("/messages/<int:id>")
 def detail(id: int):  # type: ignore[no-untyped-def]
-    msg = console().admin.storage.get_message(id)
+    msg = console().storage.get_message(id)
     if msg is None:
         abort(404, description=f"Message {id} does not exist (it may have been deleted or cleaned up by retention).")
     return render_template("message.html", msg=msg, trace=trace.parse(msg.trace))

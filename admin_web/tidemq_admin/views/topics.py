@@ -7,13 +7,12 @@ from dataclasses import replace
 
 from flask import Blueprint, flash, g, redirect, render_template, request, url_for
 
+from tidemq import clock
 from tidemq.errors import ValidationError
 from tidemq.validation import check_topic
-from tidemq_broker import clock
 from tidemq_broker.storage import TopicSettings
-from tidemq_broker.storages.admin_sql import STATUSES
 
-from ..forms import parse_topic
+from ..forms import MAX_DELIVERIES, parse_topic
 from . import console
 
 __all__ = ["bp"]
@@ -33,7 +32,7 @@ def _settings(name: str) -> TopicSettings:
 def index():  # type: ignore[no-untyped-def]
     c = console()
     counts = c.storage.count_by_status()
-    return render_template("topics.html", topics=c.storage.topics(), counts=counts, statuses=STATUSES)
+    return render_template("topics.html", topics=c.storage.topics(), counts=counts)
 
 
 @bp.route("/topics/<name>/edit", methods=["GET", "POST"])
@@ -44,10 +43,11 @@ def edit(name: str):  # type: ignore[no-untyped-def]
         return render_template("error.html", code=400, title="Bad topic name", detail=str(exc)), 400
     current = _settings(name)
     if request.method == "GET":
-        return render_template("topic_edit.html", topic=current, form=None, errors={})
+        return render_template("topic_edit.html", topic=current, form=None, errors={}, max_deliveries=MAX_DELIVERIES)
     parsed = parse_topic(name, request.form)
     if parsed.errors:
-        return render_template("topic_edit.html", topic=current, form=request.form, errors=parsed.errors), 400
+        return render_template("topic_edit.html", topic=current, form=request.form, errors=parsed.errors,
+                               max_deliveries=MAX_DELIVERIES), 400
     console().storage.save_topic(parsed.value, clock.now())
     log.info("admin %s saved settings of topic %s", g.user.name, name)
     flash(f"Settings of {name} saved. Brokers apply them within a few seconds.", "ok")

@@ -1,10 +1,11 @@
-"""Lease expiry: RUNNING messages whose holder stopped answering go back to NEW."""
+"""Lease expiry: RUNNING messages whose holder stopped answering go back to NEW, or to FAIL once
+they have been delivered their topic's ``max_deliveries`` times (poison messages end)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from .. import clock
+from tidemq import clock
 from ..storage import Storage
 
 __all__ = ["LeaseExpiry"]
@@ -16,8 +17,9 @@ class LeaseExpiry:
     name = "lease-expiry"
 
     def __init__(self, storage: Storage, broker: str, on_requeued: Callable[[], None],
-                 interval: float = 0.5, batch: int = 1000) -> None:
+                 max_deliveries: Callable[[str], int], interval: float = 0.5, batch: int = 1000) -> None:
         self._storage = storage
+        self._max_deliveries = max_deliveries
         self._broker = broker
         self._on_requeued = on_requeued
         self.interval = interval
@@ -26,7 +28,7 @@ class LeaseExpiry:
     def run(self) -> int:
         total = 0
         while True:
-            moved = self._storage.expire_leases(clock.now(), self._batch, self._broker)
+            moved = self._storage.expire_leases(clock.now(), self._batch, self._broker, self._max_deliveries)
             total += moved
             if moved < self._batch:
                 break

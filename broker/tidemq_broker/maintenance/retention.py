@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .. import clock
+from tidemq import clock
+from tidemq.lifecycle import retention_deletes_success
 from ..storage import Storage
 
 __all__ = ["Retention"]
@@ -29,7 +30,7 @@ class Retention:
         total = 0
         now = clock.now()
         for settings in self._storage.topics():
-            if settings.retention_days <= 0 or settings.archive:
+            if not retention_deletes_success(settings.retention_days, settings.archive):
                 continue
             before = now - timedelta(days=settings.retention_days)
             while True:

@@ -2,7 +2,9 @@
 
 Console users, keyset pages of messages that stay fast on millions of rows, edits and deletes
 that append a trace line naming the admin, and the figures the dashboard shows. It works on any
-:class:`SqlStorage` (MySQL/MariaDB or SQLite) and shares its engine and transactions.
+SQL store (MySQL/MariaDB or SQLite): it receives the storage's database object and shares its engine and
+transactions. Message edits and deletes are transitions, so they are the storage's own
+operations (``Storage.edit_message``, ``Storage.delete_messages``).
 """
 
 from __future__ import annotations
@@ -11,18 +13,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
+
+from tidemq.lifecycle import STATUSES, MessageStatus
 
 from ..schema import admin_user as u
 from ..schema import alarm as a
 from ..schema import message as m
 from ..schema import topic_stats as ts
 from ..storage import MessageFilter, StoredMessage
-from .sql import SqlStorage, to_message
+from .database import SqlDatabase
+from .reads import to_message, topics_present
 
-__all__ = ["AdminUser", "MessageEdit", "MessagePage", "TopicBacklog", "AdminSqlStore", "STATUSES", "SCAN_WINDOW"]
+__all__ = ["AdminUser", "MessagePage", "TopicBacklog", "AdminSqlStore", "SCAN_WINDOW"]
 
-STATUSES = ("NEW", "RUNNING", "SUCCESS", "FAIL")
 #: Ids examined per page when a filter has no index (text, time ranges): bounds a page's cost.
 SCAN_WINDOW = 50_000
 _CHUNK = 1000
@@ -35,16 +39,6 @@ class AdminUser:
     name: str
     password_hash: str
     role: str
-
-
-@dataclass(frozen=True)
-class MessageEdit:
-    """New values for a message's editable fields; None leaves a field as it is."""
-
-    data: Optional[str] = None
-    status: Optional[str] = None
-    retry_remaining: Optional[int] = None
-    effect_time: Optional[datetime] = None
 
 
 @dataclass
@@ -81,21 +75,21 @@ class _Plan:
 
 
 class AdminSqlStore:
-    """Console operations over ``storage``'s engine; each method is one transaction."""
+    """Console operations over the storage's database object; each method is one transaction."""
 
-    def __init__(self, storage: SqlStorage) -> None:
-        self.storage = storage
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
 
     # -- users -------------------------------------------------------------------------------
     def get_user(self, name: str) -> Optional[AdminUser]:
         """The user called ``name``, if any."""
-        row = self.storage._tx(lambda c: c.execute(select(u.c.name, u.c.password_hash, u.c.role)
+        row = self._db.tx(lambda c: c.execute(select(u.c.name, u.c.password_hash, u.c.role)
                                                    .where(u.c.name == name)).first())
         return AdminUser(row.name, row.password_hash, row.role) if row else None
 
     def users(self) -> list[AdminUser]:
         """Every user, by name."""
-        rows = self.storage._tx(lambda c: c.execute(select(u.c.name, u.c.password_hash, u.c.role)
+        rows = self._db.tx(lambda c: c.execute(select(u.c.name, u.c.password_hash, u.c.role)
                                                     .order_by(u.c.name)).all())
         return [AdminUser(r.name, r.password_hash, r.role) for r in rows]
 
@@ -110,7 +104,7 @@ class AdminSqlStore:
                                                                    update_time=now))
             return False
 
-        return self.storage._tx(work)
+        return self._db.tx(work)
 
     # -- listing -----------------------------------------------------------------------------
     def list_page(self, flt: MessageFilter, limit: int, before_id: Optional[int] = None,
@@ -139,7 +133,7 @@ class AdminSqlStore:
             more = floor is not None and floor > 1
             return MessagePage(rows, floor if more else None, floor)
 
-        return self.storage._tx(work)
+        return self._db.tx(work)
 
     def _walk(self, conn: Connection, plan: _Plan, conds: list[Any], limit: int, newest_first: bool) -> list[int]:
         """The first ``limit`` ids matching ``conds`` (highest or lowest first): one index walk
@@ -168,9 +162,9 @@ class AdminSqlStore:
             # row of the range: 1 s on a 1M table instead of a 5 ms walk.
             plan.index = "idx_message_topic_status_lease"
             if not flt.status:
-                plan.branches = [_status_conds(status) for status in STATUSES]
+                plan.branches = [_status_conds(status.value) for status in STATUSES]
             elif not flt.topic:
-                topics = self.storage.topics_present(conn)
+                topics = topics_present(conn)
                 if not topics:
                     return None
                 plan.branches = [[m.c.topic == name] for name in topics]
@@ -178,7 +172,7 @@ class AdminSqlStore:
             plan.indexed.append(m.c.unique_key == flt.unique_key)
             if not flt.topic:
                 # The unique index leads with topic: naming every topic turns it into ranges.
-                names = self.storage.topics_present(conn)
+                names = topics_present(conn)
                 if not names:
                     return None
                 plan.indexed.append(m.c.topic.in_(names))
@@ -202,47 +196,7 @@ class AdminSqlStore:
                 return []
             return self._walk(conn, plan, [*plan.indexed, *plan.residual, m.c.id > after_id], limit, newest_first=False)
 
-        return self.storage._tx(work)
-
-    # -- changes -----------------------------------------------------------------------------
-    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime,
-                     trace_line: str) -> Optional[StoredMessage]:
-        """Apply ``edit`` if the message is still at ``version`` and not RUNNING.
-
-        Returns the updated message, or None when it changed meanwhile, is RUNNING or is gone.
-        """
-        values: dict[Any, Any] = {"update_time": now, "version": m.c.version + 1, "trace": m.c.trace + trace_line}
-        if edit.data is not None:
-            values["data"] = edit.data
-        if edit.retry_remaining is not None:
-            values["retry_remaining"] = edit.retry_remaining
-        if edit.effect_time is not None:
-            values["effect_time"] = edit.effect_time
-        if edit.status is not None:
-            values.update(status=edit.status, lease_token=None, lease_expire=None)
-            values["finish_time"] = None if edit.status == "NEW" else now
-
-        def work(conn: Connection) -> Optional[StoredMessage]:
-            changed = conn.execute(update(m).where(m.c.id == id, m.c.version == version, m.c.status != "RUNNING")
-                                   .values(values)).rowcount
-            if changed != 1:
-                return None
-            return to_message(conn.execute(select(m).where(m.c.id == id)).one())
-
-        return self.storage._tx(work)
-
-    def delete_messages(self, ids: Sequence[int]) -> int:
-        """Delete the given messages unless RUNNING (a consumer holds those); return how many."""
-        wanted = sorted(set(ids))
-
-        def work(conn: Connection) -> int:
-            deleted = 0
-            for start in range(0, len(wanted), _CHUNK):
-                chunk = wanted[start : start + _CHUNK]
-                deleted += conn.execute(delete(m).where(m.c.id.in_(chunk), m.c.status != "RUNNING")).rowcount
-            return deleted
-
-        return self.storage._tx(work)
+        return self._db.tx(work)
 
     # -- dashboard ---------------------------------------------------------------------------
     def backlog(self, topics: Sequence[str], now: datetime) -> dict[str, TopicBacklog]:
@@ -250,34 +204,36 @@ class AdminSqlStore:
         def work(conn: Connection) -> dict[str, TopicBacklog]:
             out: dict[str, TopicBacklog] = {}
             for name in topics:
-                new = (m.c.topic == name, m.c.status == "NEW")
+                new = (m.c.topic == name, m.c.status == MessageStatus.NEW.value)
                 due = conn.execute(select(func.count()).where(*new, m.c.effect_time <= now)).scalar() or 0
                 later = conn.execute(select(func.count()).where(*new, m.c.effect_time > now)).scalar() or 0
                 oldest = conn.execute(select(func.min(m.c.effect_time)).where(*new, m.c.effect_time <= now)).scalar()
                 out[name] = TopicBacklog(int(due), int(later), oldest)
             return out
 
-        return self.storage._tx(work)
+        return self._db.tx(work)
 
     def topic_stats(self, since: datetime) -> dict[str, list[dict[str, Any]]]:
         """Hourly report rows (tidemq_topic_stats) since ``since``, per topic, oldest first."""
         stmt = select(ts).where(ts.c.hour >= since).order_by(ts.c.topic, ts.c.hour)
         out: dict[str, list[dict[str, Any]]] = {}
-        for row in self.storage._tx(lambda c: c.execute(stmt).all()):
+        for row in self._db.tx(lambda c: c.execute(stmt).all()):
             out.setdefault(row.topic, []).append(dict(row._mapping))
         return out
 
     def open_alarms(self, limit: int = 50) -> list[dict[str, Any]]:
         """Alarms not resolved yet, newest first."""
         stmt = select(a).where(a.c.resolved_at.is_(None)).order_by(a.c.raised_at.desc()).limit(limit)
-        return [dict(r._mapping) for r in self.storage._tx(lambda c: c.execute(stmt).all())]
+        return [dict(r._mapping) for r in self._db.tx(lambda c: c.execute(stmt).all())]
 
 
 def _status_conds(status: str) -> list[Any]:
     """``status = s``, and outside RUNNING ``lease_expire IS NULL`` (always true there), which
     turns (topic, status, lease_expire) into a walk in id order. RUNNING rows, the ones in flight,
     are few enough to sort."""
-    return [m.c.status == status] if status == "RUNNING" else [m.c.status == status, m.c.lease_expire.is_(None)]
+    if status == MessageStatus.RUNNING.value:
+        return [m.c.status == status]
+    return [m.c.status == status, m.c.lease_expire.is_(None)]
 
 
 def _rows(conn: Connection, ids: list[int]) -> list[Any]:

@@ -1,4 +1,4 @@
-"""MySQL / MariaDB storage: the production store.
+"""MySQL / MariaDB: the production dialect.
 
 Run the server with READ COMMITTED (REPEATABLE READ makes concurrent batch locks deadlock and
 blocks producers behind gap locks); the engine asks for it per connection anyway.
@@ -10,12 +10,18 @@ import logging
 from datetime import datetime
 from typing import Any, Callable
 
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.exc import DBAPIError
 
-from .sql import INSERT_COLUMNS, SqlStorage
+from tidemq.lifecycle import Change
+from tidemq.tables import MESSAGE as M
 
-__all__ = ["MySqlStorage"]
+from ..schema import topic
+from .dialect import SqlDialect
+from .writes import INSERT_COLUMNS
+
+__all__ = ["MySqlDialect"]
 
 log = logging.getLogger(__name__)
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock: retry the transaction
@@ -24,11 +30,15 @@ _COLS = ", ".join(INSERT_COLUMNS)
 _ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
 
 
-class MySqlStorage(SqlStorage):
-    """Storage on MySQL 8 / MariaDB 10.5+ through PyMySQL."""
+class MySqlDialect(SqlDialect):
+    """MySQL 8 / MariaDB 10.5+ through PyMySQL."""
 
-    def __init__(self, url: str, pool_size: int = 16, **engine_options: Any) -> None:
-        engine = create_engine(
+    def __init__(self) -> None:
+        self._consecutive_ids: bool | None = None
+        self._id_step = 1
+
+    def create_engine(self, url: str, pool_size: int = 16, **options: Any) -> Engine:
+        return create_engine(
             url,
             pool_size=pool_size,
             max_overflow=pool_size * 2,
@@ -38,11 +48,12 @@ class MySqlStorage(SqlStorage):
             isolation_level="READ COMMITTED",
             # Fail fast while the server is down instead of hanging past the caller's deadline.
             connect_args={"connect_timeout": 3, "read_timeout": 30, "write_timeout": 30, "charset": "utf8mb4"},
-            **engine_options,
+            **options,
         )
-        super().__init__(engine)
-        self._consecutive_ids: bool | None = None
-        self._id_step = 1
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        args = getattr(exc.orig, "args", ())
+        return bool(args) and args[0] in _TRANSIENT
 
     def _check_autoincrement(self, conn: Connection) -> None:
         """Multi-row INSERT ids are first, first+step, ... only under lock modes 0 and 1."""
@@ -54,13 +65,13 @@ class MySqlStorage(SqlStorage):
                 "innodb_autoinc_lock_mode=%s: ids of a multi-row INSERT are not consecutive, so each "
                 "message is inserted by its own statement (slower). Set innodb_autoinc_lock_mode=1.", mode)
 
-    def _insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
+    def insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
         if self._consecutive_ids is None:
             self._check_autoincrement(conn)
         ids: list[int] = []
         if not self._consecutive_ids:
             for row in values:
-                result = conn.exec_driver_sql(f"INSERT INTO tidemq_message ({_COLS}) VALUES {_ROW}", _params([row]))
+                result = conn.exec_driver_sql(f"INSERT INTO {M.name} ({_COLS}) VALUES {_ROW}", _params([row]))
                 ids.append(int(result.lastrowid))
             return ids
         for chunk in _chunks_by_size(values):
@@ -68,20 +79,16 @@ class MySqlStorage(SqlStorage):
             ids.extend(first + k * self._id_step for k in range(len(chunk)))
         return ids
 
-    def _insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+    def insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         for chunk in _chunks_by_size(values):
-            _insert_rows(conn, chunk, " ON DUPLICATE KEY UPDATE id = id")
+            _insert_rows(conn, chunk, f" ON DUPLICATE KEY UPDATE {M.id} = {M.id}")
 
-    def _insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
-        from sqlalchemy.dialects.mysql import insert
-
-        from ..schema import topic
-
-        stmt = insert(topic).values(values)
+    def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        stmt = mysql_insert(topic).values(values)
         conn.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
 
-    def _lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int,
-                     sets: dict[str, Any], now: datetime) -> None:
+    def lock_update(self, conn: Connection, topic_name: str, rank: int, total: int, limit: int, change: Change,
+                    now: datetime) -> None:
         # MySQL cannot LIMIT an IN-subquery, but a single-table UPDATE takes ORDER BY ... LIMIT
         # directly: the index (topic, status, effect_time) is walked in order and stops early.
         # Under READ COMMITTED the UPDATE reads rows another transaction holds semi-consistently:
@@ -91,27 +98,26 @@ class MySqlStorage(SqlStorage):
         # FORCE INDEX: with the console's (topic, status, lease_expire) index present, the
         # optimizer may pick an index merge plus a filesort of every NEW row of the topic, which
         # made each lock cost hundreds of ms on 200k due messages.
-        shard = " AND MOD(id, :total) = :rank" if total > 1 else ""
+        shard = f" AND MOD({M.id}, :total) = :rank" if total > 1 else ""
+        sets = ", ".join(f"{column} = :set_{column}" for column in change.values)
         sql = text(
-            "UPDATE tidemq_message FORCE INDEX (idx_message_lock) SET status = 'RUNNING', lease_token = :lease_token, "
-            "lease_expire = :lease_expire, ttr = :ttr, consumer = :consumer, start_time = :start_time, "
-            "update_time = :update_time, attempt = attempt + 1, version = version + 1, "
-            "trace = CONCAT(trace, :trace_line) "
-            "WHERE topic = :topic AND status = 'NEW' AND effect_time <= :now" + shard +
-            " ORDER BY effect_time, id LIMIT :limit"
+            f"UPDATE {M.name} FORCE INDEX (idx_message_lock) SET {M.status} = :target, {sets}, "
+            f"{M.attempt} = {M.attempt} + :attempt_delta, {M.version} = {M.version} + 1, "
+            f"{M.trace} = CONCAT({M.trace}, :trace_line) "
+            f"WHERE {M.topic} = :topic AND {M.status} = :source AND {M.effect_time} <= :now" + shard +
+            f" ORDER BY {M.effect_time}, {M.id} LIMIT :limit"
         )
-        conn.execute(sql, {**{k: v for k, v in sets.items() if k != "status"}, "topic": topic, "now": now,
-                           "total": total, "rank": rank, "limit": limit})
-
-    def _is_transient(self, exc: DBAPIError) -> bool:
-        args = getattr(exc.orig, "args", ())
-        return bool(args) and args[0] in _TRANSIENT
+        params = {f"set_{column}": value for column, value in change.values.items()}
+        conn.execute(sql, {**params, "target": change.target.value if change.target else None,
+                           "source": change.source[0].value, "attempt_delta": change.attempt_delta,
+                           "trace_line": change.trace, "topic": topic_name, "now": now, "total": total,
+                           "rank": rank, "limit": limit})
 
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
     """One multi-row INSERT of ``rows`` (a group commit's chunk), ``suffix`` appended."""
     escape = conn.connection.dbapi_connection.escape  # type: ignore[union-attr]
-    sql = f"INSERT INTO tidemq_message ({_COLS}) VALUES " + _literal_rows(escape, rows) + suffix
+    sql = f"INSERT INTO {M.name} ({_COLS}) VALUES " + _literal_rows(escape, rows) + suffix
     return conn.exec_driver_sql(sql, (rows[0]["data"],))
 
 

@@ -54,6 +54,11 @@ class BrokerStub:
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchRequest.SerializeToString,
                 response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchReply.FromString,
                 _registered_method=True)
+        self.Extend = channel.unary_unary(
+                '/tidemq.v1.Broker/Extend',
+                request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ExtendRequest.SerializeToString,
+                response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ExtendReply.FromString,
+                _registered_method=True)
         self.Release = channel.unary_unary(
                 '/tidemq.v1.Broker/Release',
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ReleaseRequest.SerializeToString,
@@ -93,6 +98,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Touch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Extend(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -138,6 +149,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Touch,
                     request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchRequest.FromString,
                     response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.TouchReply.SerializeToString,
+            ),
+            'Extend': grpc.unary_unary_rpc_method_handler(
+                    servicer.Extend,
+                    request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ExtendRequest.FromString,
+                    response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ExtendReply.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -263,6 +279,33 @@ class Broker:
             '/tidemq.v1.Broker/Touch',
             tidemq_dot_rpc_dot_tidemq__pb2.TouchRequest.SerializeToString,
             tidemq_dot_rpc_dot_tidemq__pb2.TouchReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Extend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidemq.v1.Broker/Extend',
+            tidemq_dot_rpc_dot_tidemq__pb2.ExtendRequest.SerializeToString,
+            tidemq_dot_rpc_dot_tidemq__pb2.ExtendReply.FromString,
             options,
             channel_credentials,
             insecure,

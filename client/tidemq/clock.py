@@ -1,4 +1,4 @@
-"""Time as the broker stores it: naive UTC datetimes truncated to the millisecond."""
+"""Time as tidemq stores it: naive UTC datetimes truncated to the millisecond."""
 
 from __future__ import annotations
 

@@ -1,0 +1,102 @@
+"""Acks: many outcomes in one transaction, each guarded by status RUNNING and its lease token,
+so an outcome from a consumer that lost its lease is refused, never applied."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Callable, Sequence
+
+from sqlalchemy import Connection, select
+
+from tidemq import lifecycle
+from tidemq.lifecycle import MessageStatus
+from tidemq.link import AckItem, AckOutcome
+
+from ..schema import message as m
+from ..storage import TopicSettings
+from .changes import apply
+from .database import SqlDatabase
+from .ids import ids_in
+from .reads import to_message
+
+__all__ = ["Acks"]
+
+_CHUNK = 1000
+_RUNNING = MessageStatus.RUNNING.value
+
+
+class _SomeStale(Exception):
+    """Raised inside an ack's fast path to roll it back when an item's lease was lost."""
+
+
+class Acks:
+    """Outcomes: SUCCESS, a retry, or FAIL, as the lifecycle decides."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
+            topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+        if items and all(item.success for item in items) and len({item.id for item in items}) == len(items):
+            try:
+                return self._db.tx(lambda conn: self._all_succeeded(conn, items, now, consumer, broker))
+            except _SomeStale:
+                pass  # rolled back: sort the batch out item by item below
+        return self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics))
+
+    def _all_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
+                       broker: str) -> list[AckOutcome]:
+        """The common case in one statement per lease token instead of a locking read first.
+
+        A row is marked only while it is RUNNING under the very token the item names (tokens are
+        per pulled batch). If any item does not match, the transaction is rolled back and the
+        exact path decides each outcome.
+        """
+        by_token: dict[str, list[int]] = {}
+        for item in items:
+            by_token.setdefault(item.lease_token, []).append(item.id)
+        change = lifecycle.succeed(now, consumer, broker)
+        for token, ids in by_token.items():
+            if _chunked(conn, change, ids, m.c.lease_token == token) != len(ids):
+                raise _SomeStale()
+        return [AckOutcome.APPLIED] * len(items)
+
+    def _each(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
+              topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+        ids = sorted({item.id for item in items})
+        # Only the lease tokens are needed to judge the acks: reading (and decoding) whole rows
+        # with their data and trace was most of an ack's cost. Failures, the rare case, read
+        # their full row below for the retry decision.
+        held: dict[int, str] = {}
+        for start in range(0, len(ids), _CHUNK):
+            stmt = (select(m.c.id, m.c.lease_token)
+                    .where(ids_in(ids[start : start + _CHUNK]), m.c.status == _RUNNING).with_for_update())
+            held.update((row.id, row.lease_token) for row in conn.execute(stmt))
+        outcomes: list[AckOutcome] = []
+        succeeded: list[int] = []
+        failed: list[AckItem] = []
+        for item in items:
+            if item.id not in held or held.pop(item.id) != item.lease_token:
+                outcomes.append(AckOutcome.STALE)
+            elif item.success:
+                outcomes.append(AckOutcome.APPLIED)
+                succeeded.append(item.id)
+            else:
+                outcomes.append(AckOutcome.APPLIED)
+                failed.append(item)
+        if failed:
+            rows = conn.execute(select(m).where(m.c.id.in_([item.id for item in failed])))
+            full = {row.id: to_message(row) for row in rows}
+            for item in failed:
+                msg = full[item.id]
+                change = lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker)
+                apply(conn, change, m.c.id == msg.id)
+        if succeeded:
+            # The rows are locked FOR UPDATE and their tokens checked above.
+            _chunked(conn, lifecycle.succeed(now, consumer, broker), succeeded)
+        return outcomes
+
+
+def _chunked(conn: Connection, change: lifecycle.Change, ids: Sequence[int], *where: object) -> int:
+    """Apply ``change`` to ``ids`` (and ``where``) a thousand ids per statement; return how many."""
+    return sum(apply(conn, change, ids_in(ids[start : start + _CHUNK]), *where) for start in range(0, len(ids), _CHUNK))

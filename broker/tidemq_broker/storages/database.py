@@ -1,0 +1,56 @@
+"""The shared engine and transaction object every SQL component works through.
+
+``SqlDatabase`` owns the SQLAlchemy engine, runs each unit of work in one transaction (retrying
+the ones the dialect calls transient: deadlocks, lock-wait timeouts) and turns a lost database
+into ``StorageUnavailableError``. The storage's components and the console's store each receive
+the same instance; none of them opens transactions of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from ..errors import StorageUnavailableError
+from .dialect import SqlDialect
+
+__all__ = ["SqlDatabase"]
+
+T = TypeVar("T")
+
+
+class SqlDatabase:
+    """An engine, its dialect's hooks, and transactions."""
+
+    def __init__(self, engine: Engine, dialect: SqlDialect) -> None:
+        self.engine = engine
+        self.dialect = dialect
+        # SQLite has one writer at a time: a process lock serialises transactions instead of
+        # letting them fail with "database is locked" (it also keeps a multi-row INSERT's rowids
+        # consecutive). MySQL runs transactions concurrently.
+        self._serial: Callable[[], ContextManager[Any]] = (
+            (lambda lock=threading.RLock(): lock) if dialect.single_writer else nullcontext)
+
+    def tx(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
+        """Run ``work(conn)`` in one transaction and return its result."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._serial(), self.engine.begin() as conn:
+                    return work(conn)
+            except DBAPIError as exc:
+                if self.dialect.is_transient(exc) and attempt < attempts:
+                    time.sleep(0.005 * attempt)
+                    continue
+                if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                    raise StorageUnavailableError(f"the database is unavailable: {exc.orig!r}") from exc
+                raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.engine.dispose()

@@ -1,0 +1,54 @@
+"""What differs between SQL databases: the statements each dialect writes its own way.
+
+One class per dialect implements this (``mysql.MySqlDialect``, ``sqlite.SqliteDialect``); the
+storage's components call these hooks and share everything else.
+"""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from tidemq.lifecycle import Change
+
+__all__ = ["SqlDialect"]
+
+
+class SqlDialect(abc.ABC):
+    """The dialect hooks of the SQL storage."""
+
+    #: True when the database takes one writing transaction at a time (SQLite).
+    single_writer: bool = False
+
+    @abc.abstractmethod
+    def create_engine(self, url: str, **options: Any) -> Engine:
+        """The engine for ``url``, configured as this dialect needs (isolation, pragmas, pool)."""
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        """True for deadlocks and lock-wait timeouts: the transaction may simply be retried."""
+        return False
+
+    @abc.abstractmethod
+    def insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
+        """Insert message rows without unique keys; return their ids in order."""
+
+    @abc.abstractmethod
+    def insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        """Insert message rows with unique keys, skipping (topic, unique_key) already stored."""
+
+    @abc.abstractmethod
+    def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        """Insert topic rows, skipping names already present."""
+
+    @abc.abstractmethod
+    def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
+                    now: datetime) -> None:
+        """The one conditional UPDATE of a batch lease: up to ``limit`` due NEW rows of the shard,
+        oldest due first, get ``change`` (a lifecycle lease)."""
+
+    def lock_topic_row(self, conn: Connection, topic: str) -> None:
+        """Serialise serial leases of one topic (a row lock on its topic row)."""

@@ -1,0 +1,190 @@
+"""Leases: taking due messages (batch and serial), giving them back, extending and expiring them,
+and the cheap probes the pull hub uses to know when to look again.
+
+A lease is the lifecycle's NEW -> RUNNING under a token; every later change of the row is
+guarded by status RUNNING and that token.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Callable, Optional, Sequence
+
+from sqlalchemy import Connection, func, select
+
+from tidemq import lifecycle
+from tidemq.lifecycle import Change, Event, MessageStatus
+
+from ..schema import message as m
+from ..storage import LeasedMessage
+from .changes import apply
+from .database import SqlDatabase
+from .ids import ids_in
+from .reads import topics_present
+
+__all__ = ["Leases", "new_lease_token"]
+
+_NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
+# What a pull reads back of each leased row: the rest of a delivery is what the lease set.
+_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
+
+
+def new_lease_token() -> str:
+    """A fresh, unguessable lease token (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+class Leases:
+    """Lease, release, extend and expire; the due-time probes."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
+                   lease_token: Optional[str] = None, broker: str = "") -> list[LeasedMessage]:
+        change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), rank=f"{rank}/{total}",
+                                 broker=broker or None)
+
+        def work(conn: Connection) -> list[LeasedMessage]:
+            self._db.dialect.lock_update(conn, topic, rank, total, limit, change, now)
+            return _leased(conn, topic, change)
+
+        return self._db.tx(work)
+
+    def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
+                    broker: str = "") -> list[LeasedMessage]:
+        change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), broker=broker or None)
+
+        def work(conn: Connection) -> list[LeasedMessage]:
+            self._db.dialect.lock_topic_row(conn, topic)
+            if _any_running(conn, topic):
+                return []
+            head = conn.execute(select(m.c.id, m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
+                                .order_by(m.c.order_time, m.c.id).limit(1)).first()
+            if head is None or head.effect_time > now:
+                return []
+            apply(conn, change, m.c.id == head.id)
+            return _leased(conn, topic, change)
+
+        return self._db.tx(work)
+
+    def release(self, lease_token: str, now: datetime, consumer: str = "", broker: str = "") -> int:
+        change = lifecycle.release(now, consumer or "-", broker)
+
+        def work(conn: Connection) -> int:
+            # No index leads with lease_token: the RUNNING rows of each topic (those in flight)
+            # are one range each of (topic, status, lease_expire), and the token picks among them.
+            topics = topics_present(conn)
+            if not topics:
+                return 0
+            return apply(conn, change, m.c.topic.in_(topics), m.c.lease_token == lease_token)
+
+        return self._db.tx(work)
+
+    def extend_leases(self, leases: Sequence[tuple[int, str]], ttr: int, now: datetime) -> list[bool]:
+        change = lifecycle.extend(now, ttr)
+
+        def work(conn: Connection) -> list[bool]:
+            # Tokens are per pulled batch: one UPDATE per token covers a heartbeat's messages.
+            by_token: dict[str, list[int]] = {}
+            for id, token in leases:
+                by_token.setdefault(token, []).append(id)
+            held: set[tuple[int, str]] = set()
+            for token, ids in by_token.items():
+                if apply(conn, change, ids_in(ids), m.c.lease_token == token) == len(set(ids)):
+                    held.update((id, token) for id in ids)
+                    continue
+                # Some lease was lost: find out which (rare, and only for this token).
+                still = conn.execute(select(m.c.id).where(ids_in(ids), m.c.status == _RUNNING,
+                                                          m.c.lease_token == token)).scalars()
+                held.update((id, token) for id in still)
+            return [(id, token) in held for id, token in leases]
+
+        return self._db.tx(work)
+
+    def expire_leases(self, now: datetime, limit: int, broker: str,
+                      max_deliveries: Callable[[str], int]) -> int:
+        def work(conn: Connection) -> int:
+            topics = topics_present(conn)
+            if not topics:
+                return 0
+            # One range of (topic, status, lease_expire) per topic.
+            expired = conn.execute(
+                select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer)
+                .where(m.c.topic.in_(topics), m.c.status == _RUNNING, m.c.lease_expire < now)
+                .order_by(m.c.lease_expire).limit(limit)).all()
+            # Rows lost by one consumer go back together; a poison message fails on its own.
+            back: dict[Optional[str], list[int]] = {}
+            moved = 0
+            for row in expired:
+                most = max_deliveries(row.topic)
+                if row.attempt >= most > 0:
+                    change = lifecycle.expire(now, row.attempt, most, row.consumer, broker, _expiries(conn, row.id) + 1)
+                    moved += apply(conn, change, m.c.id == row.id, m.c.lease_expire < now)
+                else:
+                    back.setdefault(row.consumer, []).append(row.id)
+            for consumer, ids in back.items():
+                change = lifecycle.expire(now, 0, 0, consumer, broker)
+                moved += apply(conn, change, ids_in(ids), m.c.lease_expire < now)
+            return moved
+
+        return self._db.tx(work)
+
+    # -- probes ------------------------------------------------------------------------------
+    def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
+        stmt = select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
+        if total > 1:
+            stmt = stmt.where(m.c.id % total == rank)
+        stmt = stmt.order_by(m.c.effect_time).limit(1)
+        return self._db.tx(lambda conn: conn.execute(stmt).scalar())
+
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
+        if not topics:
+            return {}
+        stmt = (select(m.c.topic, func.min(m.c.effect_time))
+                .where(m.c.topic.in_(list(topics)), m.c.status == _NEW).group_by(m.c.topic))
+        return {name: when for name, when in self._db.tx(lambda conn: conn.execute(stmt).all())}
+
+    def serial_head_due(self, topic: str) -> Optional[datetime]:
+        def work(conn: Connection) -> Optional[datetime]:
+            if _any_running(conn, topic):
+                return None
+            return conn.execute(select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
+                                .order_by(m.c.order_time, m.c.id).limit(1)).scalar()
+
+        return self._db.tx(work)
+
+    def max_id(self) -> int:
+        return self._db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
+
+
+def _any_running(conn: Connection, topic: str) -> bool:
+    return conn.execute(select(m.c.id).where(m.c.topic == topic, m.c.status == _RUNNING).limit(1)).first() is not None
+
+
+def _leased(conn: Connection, topic: str, change: Change) -> list[LeasedMessage]:
+    """The rows of ``topic`` this transaction just leased with ``change``, oldest due first.
+
+    They are one range of (topic, status, lease_expire): RUNNING with this lease's own expiry
+    time, and the token picks ours among any other lease of the same millisecond. No index on
+    lease_token is kept for this.
+    """
+    sets = change.values
+    rows = conn.execute(
+        select(*_LEASED_COLUMNS)
+        .where(m.c.topic == topic, m.c.status == _RUNNING, m.c.lease_expire == sets["lease_expire"],
+               m.c.lease_token == sets["lease_token"])).all()
+    # Sorted here, not by the database: the range comes in id order, and a filesort of the rows
+    # with their data cost MariaDB more than this costs Python.
+    rows.sort(key=lambda row: (row.effect_time, row.id))
+    return [LeasedMessage(row.id, topic, row.data, _RUNNING, row.effect_time, row.retry_remaining, row.attempt,
+                          sets["ttr"], sets["lease_token"], sets["consumer"]) for row in rows]
+
+
+def _expiries(conn: Connection, id: int) -> int:
+    """How many times the lease of message ``id`` expired before (counted from its trace: only
+    read for a message about to fail as poison, which is rare)."""
+    text = conn.execute(select(m.c.trace).where(m.c.id == id)).scalar() or ""
+    marker = f" {Event.LEASE_EXPIRED.value} "
+    return sum(1 for line in text.splitlines() if marker in f"{line} ")

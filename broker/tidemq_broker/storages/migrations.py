@@ -1,0 +1,108 @@
+"""The schema: creating it, its version, and every step between versions — each step once.
+
+``tidemq db upgrade`` (``tidemq_broker.migrations.upgrade``) applies the steps of ``STEPS`` in
+order; db/migrations/ holds the same steps as SQL for a DBA who applies changes by hand
+(tests/integration/test_migrations.py checks that each step has its file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from sqlalchemy import Connection, func, insert, inspect, select, update
+from sqlalchemy.exc import DBAPIError
+
+from tidemq import clock
+from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, MessageStatus
+from tidemq.tables import TOPIC
+
+from ..errors import ConfigurationError
+from ..schema import SCHEMA_VERSION, metadata
+from ..schema import message as m
+from ..schema import schema_version as v
+from .database import SqlDatabase
+
+__all__ = ["Migrations", "Step", "STEPS"]
+
+_CHUNK = 10_000  # rows per UPDATE of a data step: keeps each transaction short on big tables
+
+
+@dataclass(frozen=True)
+class Step:
+    """One schema step: the version it leads to, what it does, and how."""
+
+    version: int
+    name: str
+    apply: Callable[[SqlDatabase], None]
+
+
+def _lease_indexes(db: SqlDatabase) -> None:
+    """Version 2: lease_expire is NULL outside RUNNING, which lets one (topic, status,
+    lease_expire) index serve lease expiry, the pull's read-back of what it leased and the
+    console's pages; it replaces four indexes. Each index holding status costs two index
+    writes per state change of every message."""
+    upper = db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
+    for start in range(0, upper + 1, _CHUNK):
+        db.tx(lambda conn, lo=start: conn.execute(
+            update(m).where(m.c.id >= lo, m.c.id < lo + _CHUNK, m.c.status != MessageStatus.RUNNING.value,
+                            m.c.lease_expire.is_not(None)).values(lease_expire=None)))
+    present = {ix["name"] for ix in inspect(db.engine).get_indexes(m.name)}
+    replaced = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease",
+                "idx_message_topic_status_id"}
+    with db.engine.begin() as conn:
+        if "idx_message_topic_status_lease" not in present:
+            conn.exec_driver_sql(f"CREATE INDEX idx_message_topic_status_lease ON {m.name} (topic, status, lease_expire)")
+        for name in sorted(replaced & present):
+            # MySQL names the table in DROP INDEX; SQLite's index names are global.
+            on = f" ON {m.name}" if conn.dialect.name in ("mysql", "mariadb") else ""
+            conn.exec_driver_sql(f"DROP INDEX {name}{on}")
+
+
+def _max_deliveries(db: SqlDatabase) -> None:
+    """Version 3: a topic's ``max_deliveries``: after that many deliveries, a message whose lease
+    expires again goes to FAIL (a poison message) instead of back to NEW."""
+    columns = {column["name"] for column in inspect(db.engine).get_columns(TOPIC.name)}
+    if TOPIC.max_deliveries not in columns:
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {TOPIC.name} ADD COLUMN {TOPIC.max_deliveries} INTEGER NOT NULL "
+                                 f"DEFAULT {DEFAULT_MAX_DELIVERIES}")
+
+
+STEPS = (
+    Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
+    Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
+)
+assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
+
+
+class Migrations:
+    """Create the schema, read its version, apply one step."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def create_schema(self) -> None:
+        try:
+            metadata.create_all(self._db.engine)
+        except DBAPIError:
+            # Another broker created the tables between our check and our CREATE.
+            metadata.create_all(self._db.engine)
+
+        def record(conn: Connection) -> None:
+            # Only a new database is at the current version by creation: an older schema keeps
+            # its version until `tidemq db upgrade` has applied the steps.
+            if conn.execute(select(v.c.version).limit(1)).first() is None:
+                conn.execute(insert(v).values(version=SCHEMA_VERSION, applied_at=clock.now()))
+
+        self._db.tx(record)
+
+    def schema_version(self) -> int:
+        return self._db.tx(lambda conn: conn.execute(select(func.max(v.c.version))).scalar() or 0)
+
+    def migrate(self, version: int) -> None:
+        step = next((s for s in STEPS if s.version == version), None)
+        if step is None:
+            raise ConfigurationError(f"no schema step leads to version {version}")
+        step.apply(self._db)
+        self._db.tx(lambda conn: conn.execute(insert(v).values(version=version, applied_at=clock.now())))

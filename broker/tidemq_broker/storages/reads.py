@@ -1,0 +1,83 @@
+"""Topic settings and message reads of the SQL storage (lookups, counts, the topics present)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from ..schema import message as m
+from ..schema import topic as t
+from ..storage import StoredMessage, TopicSettings
+from .database import SqlDatabase
+
+__all__ = ["Reads", "to_message", "topics_present"]
+
+
+def to_message(row: Any) -> StoredMessage:
+    """Map a full message row to a StoredMessage."""
+    values = dict(row._mapping)
+    schedule = values.get("retry_schedule")
+    values["retry_schedule"] = json.loads(schedule) if schedule else None
+    return StoredMessage(**values)
+
+
+def topics_present(conn: Connection) -> list[str]:
+    """Every topic that has messages, from the message table itself (a topic row may be missing,
+    and nothing stored may be left out): MySQL answers it by jumping from topic to topic along an
+    index that starts with topic."""
+    return list(conn.execute(select(m.c.topic).distinct()).scalars())
+
+
+class Reads:
+    """Topic settings and message lookups."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def ensure_topics(self, names: Sequence[str], now: datetime) -> None:
+        def work(conn: Connection) -> None:
+            known = set(conn.execute(select(t.c.name).where(t.c.name.in_(list(names)))).scalars())
+            missing = sorted(set(names) - known)
+            if missing:
+                self._db.dialect.insert_topics_ignoring_duplicates(
+                    conn, [_topic_values(TopicSettings(n), now) for n in missing])
+
+        self._db.tx(work)
+
+    def topics(self) -> list[TopicSettings]:
+        cols = [c for c in t.c if c.name not in ("add_time", "update_time")]
+        rows = self._db.tx(lambda conn: conn.execute(select(*cols).order_by(t.c.name)).all())
+        return [TopicSettings(**dict(r._mapping)) for r in rows]
+
+    def save_topic(self, settings: TopicSettings, now: datetime) -> None:
+        def work(conn: Connection) -> None:
+            values = _topic_values(settings, now)
+            if conn.execute(select(t.c.name).where(t.c.name == settings.name)).first() is None:
+                conn.execute(insert(t).values(values))
+            else:
+                values.pop("add_time")
+                conn.execute(update(t).where(t.c.name == settings.name).values(values))
+
+        self._db.tx(work)
+
+    def get_message(self, id: int) -> Optional[StoredMessage]:
+        row = self._db.tx(lambda conn: conn.execute(select(m).where(m.c.id == id)).first())
+        return to_message(row) if row is not None else None
+
+    def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
+        stmt = select(m.c.topic, m.c.status, func.count()).group_by(m.c.topic, m.c.status)
+        if topic:
+            stmt = stmt.where(m.c.topic == topic)
+        counts: dict[str, dict[str, int]] = {}
+        for name, status, n in self._db.tx(lambda conn: conn.execute(stmt).all()):
+            counts.setdefault(name, {})[status] = n
+        return counts
+
+
+def _topic_values(s: TopicSettings, now: datetime) -> dict[str, Any]:
+    values = dict(vars(s))
+    values.update(add_time=now, update_time=now)
+    return values

@@ -1,0 +1,156 @@
+"""Produce and the operators' changes: insert, cancel, requeue, edit, delete, retention.
+
+Each operation applies one lifecycle transition (``tidemq.lifecycle``) to the rows it selects.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import Connection, select
+
+from tidemq import lifecycle
+from tidemq.lifecycle import Change, Event, MessageStatus
+from tidemq.tables import MESSAGE as M
+
+from ..schema import message as m
+from ..storage import MessageEdit, NewRow, StoredMessage
+from .changes import apply, guard
+from .database import SqlDatabase
+from .reads import to_message
+
+__all__ = ["Writes", "INSERT_COLUMNS", "row_values"]
+
+_CHUNK = 1000  # ids per IN (...) list and rows per batch
+#: Every column an INSERT writes (all but the id), in the table's order.
+INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
+
+
+def row_values(row: NewRow, change: Change) -> dict[str, Any]:
+    """The full INSERT values of ``row`` as the lifecycle's ``produce`` change starts it."""
+    values = {
+        M.topic: row.topic,
+        M.data: row.data,
+        M.effect_time: row.effect_time,
+        M.order_time: row.effect_time,
+        M.retry_remaining: row.retry_remaining,
+        M.retry_schedule: json.dumps(row.retry_schedule) if row.retry_schedule is not None else None,
+        M.unique_key: row.unique_key or None,
+        M.trace: change.trace,
+        **change.values,
+    }
+    return {name: values[name] for name in INSERT_COLUMNS}
+
+
+class Writes:
+    """Inserts and the transitions operators and producers start."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def insert_messages(self, rows: Sequence[NewRow], now: datetime, **who: object) -> list[int]:
+        change = lifecycle.produce(now, **who)
+        plain = [i for i, r in enumerate(rows) if not r.unique_key]
+        keyed = [i for i, r in enumerate(rows) if r.unique_key]
+        dialect = self._db.dialect
+
+        def work(conn: Connection) -> list[int]:
+            ids: list[int] = [0] * len(rows)
+            if plain:
+                new_ids = dialect.insert_plain(conn, [row_values(rows[i], change) for i in plain])
+                for i, new_id in zip(plain, new_ids):
+                    ids[i] = new_id
+            if keyed:
+                dialect.insert_ignoring_duplicates(conn, [row_values(rows[i], change) for i in keyed])
+                found = _ids_by_unique_key(conn, [(rows[i].topic, rows[i].unique_key or "") for i in keyed])
+                for i in keyed:
+                    ids[i] = found[(rows[i].topic, rows[i].unique_key or "")]
+            return ids
+
+        return self._db.tx(work)
+
+    def cancel(self, ids: Sequence[int]) -> list[bool]:
+        change = lifecycle.cancel()
+
+        def work(conn: Connection) -> list[bool]:
+            wanted = sorted(set(ids))
+            pending = set(conn.execute(
+                select(m.c.id).where(m.c.id.in_(wanted), guard(change)).with_for_update()).scalars())
+            if pending:
+                apply(conn, change, m.c.id.in_(sorted(pending)))
+            return [i in pending for i in ids]
+
+        return self._db.tx(work)
+
+    def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
+                event: Event = Event.REQUEUED, **who: object) -> int:
+        change = lifecycle.requeue(now, retry, event, **who)
+        moved = 0
+        while True:
+            def work(conn: Connection) -> int:
+                stmt = select(m.c.id).where(guard(change))
+                stmt = stmt.where(m.c.id.in_(list(ids))) if ids else stmt.where(m.c.topic == topic)
+                chunk = list(conn.execute(stmt.order_by(m.c.id).limit(_CHUNK)).scalars())
+                return apply(conn, change, m.c.id.in_(chunk)) if chunk else 0
+
+            done = self._db.tx(work)
+            moved += done
+            if done == 0 or ids:
+                return moved
+
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
+                     changed: Sequence[str]) -> Optional[StoredMessage]:
+        values: dict[str, Any] = {}
+        if edit.data is not None:
+            values[M.data] = edit.data
+        if edit.retry_remaining is not None:
+            values[M.retry_remaining] = edit.retry_remaining
+        if edit.effect_time is not None:
+            values[M.effect_time] = edit.effect_time
+        status = MessageStatus(edit.status) if edit.status is not None else None
+        change = lifecycle.admin_edit(now, user, status, changed, values)
+
+        def work(conn: Connection) -> Optional[StoredMessage]:
+            if apply(conn, change, m.c.id == id, m.c.version == version) != 1:
+                return None
+            return to_message(conn.execute(select(m).where(m.c.id == id)).one())
+
+        return self._db.tx(work)
+
+    def delete_messages(self, ids: Sequence[int]) -> int:
+        change = lifecycle.admin_delete()
+        wanted = sorted(set(ids))
+
+        def work(conn: Connection) -> int:
+            return sum(apply(conn, change, m.c.id.in_(wanted[start : start + _CHUNK]))
+                       for start in range(0, len(wanted), _CHUNK))
+
+        return self._db.tx(work)
+
+    def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
+        change = lifecycle.retire()
+
+        def work(conn: Connection) -> int:
+            old = list(conn.execute(
+                select(m.c.id).where(m.c.topic == topic, guard(change), m.c.finish_time < before).limit(limit)
+            ).scalars())
+            return apply(conn, change, m.c.id.in_(old)) if old else 0
+
+        return self._db.tx(work)
+
+
+def _ids_by_unique_key(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    found: dict[tuple[str, str], int] = {}
+    by_topic: dict[str, set[str]] = {}
+    for topic_name, key in keys:
+        by_topic.setdefault(topic_name, set()).add(key)
+    for topic_name, key_set in by_topic.items():
+        key_list = sorted(key_set)
+        for start in range(0, len(key_list), _CHUNK):
+            chunk = key_list[start : start + _CHUNK]
+            stmt = select(m.c.id, m.c.unique_key).where(m.c.topic == topic_name, m.c.unique_key.in_(chunk))
+            for row in conn.execute(stmt):
+                found[(topic_name, row.unique_key)] = row.id
+    return found

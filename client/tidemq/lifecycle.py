@@ -1,0 +1,288 @@
+"""The message lifecycle: the states a message can be in and every transition between them.
+
+This module is the one owner of the state machine. Each function below decides one transition
+and returns a :class:`Change`: the states the message may leave (the guard), the state it
+enters (or that the row is deleted), the columns it sets and the trace line it appends. The
+storage applies a Change as it is, guarded by the source states, and adds nothing of its own,
+so client, broker, console and pipeline agree on what each transition does::
+
+    NEW --lease--> RUNNING --succeed--> SUCCESS
+                   RUNNING --fail_attempt, retries left--> NEW (effect_time = now + backoff)
+                   RUNNING --fail_attempt, none left--> FAIL
+                   RUNNING --release (pull abandoned, attempt not counted)--> NEW
+                   RUNNING --expire, deliveries < max_deliveries--> NEW (trace names who lost it)
+                   RUNNING --expire, deliveries >= max_deliveries--> FAIL (a poison message)
+                   RUNNING --extend (heartbeat, touch)--> RUNNING, lease_expire moved
+    NEW --cancel--> gone            any but RUNNING --admin_delete--> gone
+    SUCCESS --retire (the broker's retention)--> gone
+    FAIL --requeue--> NEW           any but RUNNING --admin_edit--> the status the admin chose
+    SUCCESS | FAIL --archive (pipeline)--> gone from MySQL, kept in Parquet --restore--> NEW
+
+Every change moves ``version`` on (the console's optimistic lock) except a lease extension,
+which a heartbeat repeats every few seconds and which changes nothing an operator edits.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Optional, Protocol, Sequence
+
+from . import trace
+from .clock import after
+from .tables import MESSAGE as M
+
+__all__ = [
+    "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
+    "DEFAULT_MAX_DELIVERIES", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "expire",
+    "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
+]
+
+DEFAULT_MAX_DELIVERIES = 10
+
+
+class MessageStatus(str, enum.Enum):
+    """The states of a stored message and what moves a message out of each.
+
+    NEW: waiting for its effect_time; a lease moves it to RUNNING, cancel or an admin delete
+    removes it.
+    RUNNING: leased to one consumer until lease_expire. Its holder's ack moves it to SUCCESS,
+    NEW (a retry) or FAIL; a release gives it back to NEW; an expired lease moves it to NEW, or to
+    FAIL once it has been delivered ``max_deliveries`` times.
+    SUCCESS: done; retention deletes it or the archive moves it to Parquet.
+    FAIL: a dead letter (retries exhausted or a poison message); requeue moves it back to NEW,
+    the archive moves it to Parquet.
+    """
+
+    NEW = "NEW"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAIL = "FAIL"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NEW, RUNNING, SUCCESS, FAIL = MessageStatus.NEW, MessageStatus.RUNNING, MessageStatus.SUCCESS, MessageStatus.FAIL
+STATUSES: tuple[MessageStatus, ...] = tuple(MessageStatus)
+#: What an operator may set by hand: RUNNING belongs to a consumer's lease.
+EDITABLE_STATUSES: tuple[MessageStatus, ...] = (NEW, SUCCESS, FAIL)
+#: Finished messages: what the archive moves to Parquet and a restore may put back.
+ARCHIVABLE_STATUSES: tuple[MessageStatus, ...] = (SUCCESS, FAIL)
+_NOT_RUNNING: tuple[MessageStatus, ...] = (NEW, SUCCESS, FAIL)
+
+
+class Event(str, enum.Enum):
+    """The event names that start trace lines."""
+
+    PRODUCED = "PRODUCED"
+    LOCKED = "LOCKED"
+    SUCCESS = "SUCCESS"
+    RETRY = "RETRY"
+    FAIL = "FAIL"
+    RELEASED = "RELEASED"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    EXTENDED = "EXTENDED"
+    REQUEUED = "REQUEUED"
+    CANCELLED = "CANCELLED"
+    ADMIN_RETRY = "ADMIN_RETRY"
+    ADMIN_REQUEUE = "ADMIN_REQUEUE"
+    ADMIN_EDIT = "ADMIN_EDIT"
+    ADMIN_DELETE = "ADMIN_DELETE"
+    RESTORED = "RESTORED"
+    RETIRED = "RETIRED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Change:
+    """One transition, as a storage applies it to each row it selects.
+
+    ``source``: the states the row must be in (the guard; empty for an insert). ``target``: the
+    state it enters (None: it keeps its state). ``delete``: the row is removed instead.
+    ``values``: columns set (by name, see :mod:`tidemq.tables`). ``attempt_delta`` is added to
+    ``attempt``; ``trace`` is appended to the trace column; ``version`` moves on by one when
+    ``bump_version``.
+    """
+
+    event: Event
+    source: tuple[MessageStatus, ...]
+    target: Optional[MessageStatus]
+    values: dict[str, Any] = field(default_factory=dict)
+    attempt_delta: int = 0
+    trace: str = ""
+    bump_version: bool = True
+    delete: bool = False
+
+
+class Attempted(Protocol):
+    """What the retry decision reads of a message (a stored message has all of it)."""
+
+    retry_remaining: int
+    retry_schedule: Optional[Sequence[float]]
+    attempt: int
+
+
+class Backoff(Protocol):
+    """A topic's exponential backoff (topic settings have both)."""
+
+    retry_base: float
+    retry_max: float
+
+
+def _line(now: datetime, event: Event, **fields: object) -> str:
+    return trace.line(now, event.value, **fields)
+
+
+def _lease_cleared() -> dict[str, Any]:
+    # lease_expire is NULL outside RUNNING: the (topic, status, lease_expire) index relies on it.
+    return {M.lease_token: None, M.lease_expire: None}
+
+
+# -- produce ---------------------------------------------------------------------------------
+def produce(now: datetime, **who: object) -> Change:
+    """A new message: NEW, no lease, attempt 0. ``who`` names the broker or console user."""
+    values = {M.status: NEW.value, M.attempt: 0, M.ttr: None, M.consumer: None, M.version: 0, M.add_time: now,
+              M.update_time: now, M.start_time: None, M.finish_time: None, **_lease_cleared()}
+    return Change(Event.PRODUCED, (), NEW, values, trace=_line(now, Event.PRODUCED, **who))
+
+
+# -- a consumer's lease ----------------------------------------------------------------------
+def lease(now: datetime, ttr: int, consumer: str, lease_token: str, **who: object) -> Change:
+    """NEW -> RUNNING for ``ttr`` seconds under ``lease_token``; the delivery is counted."""
+    values = {M.lease_token: lease_token, M.lease_expire: after(now, ttr), M.ttr: ttr, M.consumer: consumer[:255],
+              M.start_time: now, M.update_time: now}
+    return Change(Event.LOCKED, (NEW,), RUNNING, values, attempt_delta=1,
+                  trace=_line(now, Event.LOCKED, consumer=consumer, **who, ttr=ttr))
+
+
+def succeed(now: datetime, consumer: str, broker: str) -> Change:
+    """RUNNING -> SUCCESS (the storage also checks the lease token)."""
+    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+    return Change(Event.SUCCESS, (RUNNING,), SUCCESS, values,
+                  trace=_line(now, Event.SUCCESS, consumer=consumer, broker=broker))
+
+
+def fail_attempt(msg: Attempted, backoff: Backoff, error: str, now: datetime, consumer: str, broker: str,
+                 rng: Optional[random.Random] = None) -> Change:
+    """RUNNING -> NEW at now + the next delay while retries remain, else RUNNING -> FAIL."""
+    error = error or "failed"
+    if msg.retry_remaining > 0:
+        delay = next_delay(msg, backoff, rng)
+        values = {M.effect_time: after(now, delay), M.retry_remaining: msg.retry_remaining - 1, M.update_time: now,
+                  **_lease_cleared()}
+        line = _line(now, Event.RETRY, consumer=consumer, broker=broker, attempt=msg.attempt, next_in=f"{delay:.3f}s",
+                     retries_left=msg.retry_remaining - 1, error=error)
+        return Change(Event.RETRY, (RUNNING,), NEW, values, trace=line)
+    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+    line = _line(now, Event.FAIL, consumer=consumer, broker=broker, attempt=msg.attempt, error=error)
+    return Change(Event.FAIL, (RUNNING,), FAIL, values, trace=line)
+
+
+def release(now: datetime, consumer: str, broker: str) -> Change:
+    """RUNNING -> NEW for a lease nobody will use (the pull was abandoned): not a delivery."""
+    return Change(Event.RELEASED, (RUNNING,), NEW, {M.update_time: now, **_lease_cleared()}, attempt_delta=-1,
+                  trace=_line(now, Event.RELEASED, consumer=consumer, broker=broker))
+
+
+def extend(now: datetime, ttr: int) -> Change:
+    """RUNNING stays RUNNING until now + ``ttr``: a heartbeat or ``message.touch()``.
+
+    No trace line and no new version: heartbeats repeat every ttr/3 while a handler runs."""
+    return Change(Event.EXTENDED, (RUNNING,), RUNNING, {M.lease_expire: after(now, ttr), M.ttr: ttr},
+                  bump_version=False)
+
+
+def expire(now: datetime, deliveries: int, max_deliveries: int, lost_by: Optional[str], broker: str,
+           expiries: int = 1) -> Change:
+    """RUNNING whose lease ran out: back to NEW, due now, or FAIL once it has been delivered
+    ``max_deliveries`` times (a poison message that kills or hangs its consumer every time).
+
+    ``expiries`` counts this expiry and the earlier ones, for the trace."""
+    lost_by = lost_by or "-"
+    if max_deliveries > 0 and deliveries >= max_deliveries:
+        values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+        line = _line(now, Event.FAIL, broker=broker, lost_by=lost_by, attempt=deliveries,
+                     error=f"lease_expired_{expiries}_times:_max_deliveries_{max_deliveries}_reached")
+        return Change(Event.FAIL, (RUNNING,), FAIL, values, trace=line)
+    return Change(Event.LEASE_EXPIRED, (RUNNING,), NEW, {M.update_time: now, **_lease_cleared()},
+                  trace=_line(now, Event.LEASE_EXPIRED, broker=broker, lost_by=lost_by))
+
+
+# -- operators and producers -----------------------------------------------------------------
+def requeue(now: datetime, retry: int, event: Event = Event.REQUEUED, **who: object) -> Change:
+    """FAIL -> NEW, due now, with ``retry`` retries left after the new attempt."""
+    values = {M.effect_time: now, M.retry_remaining: max(retry, 0), M.finish_time: None, M.update_time: now,
+              **_lease_cleared()}
+    return Change(event, (FAIL,), NEW, values, trace=_line(now, event, **who, retries=max(retry, 0)))
+
+
+def cancel() -> Change:
+    """NEW -> gone: a producer takes back a message nobody has started."""
+    return Change(Event.CANCELLED, (NEW,), None, delete=True)
+
+
+def admin_edit(now: datetime, user: str, status: Optional[MessageStatus], changed: Sequence[str],
+               values: Optional[dict[str, Any]] = None) -> Change:
+    """An operator's edit of any message not RUNNING; ``status`` None keeps the current one.
+
+    A status set by hand ends any lease fields and sets finish_time as that status implies."""
+    if status is not None and status not in EDITABLE_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(s.value for s in EDITABLE_STATUSES)}, got {status}")
+    sets = dict(values or {})
+    sets[M.update_time] = now
+    if status is not None:
+        sets.update(_lease_cleared())
+        sets[M.finish_time] = None if status is NEW else now
+    line = _line(now, Event.ADMIN_EDIT, user=user, changed=",".join(changed) or "-",
+                 status=status.value if status is not None else None)
+    return Change(Event.ADMIN_EDIT, _NOT_RUNNING, status, sets, trace=line)
+
+
+def retire() -> Change:
+    """SUCCESS -> gone: the broker's retention removes a topic's old successes (see
+    :func:`retention_deletes_success` for the topics it may)."""
+    return Change(Event.RETIRED, (SUCCESS,), None, delete=True)
+
+
+def admin_delete() -> Change:
+    """Any message not RUNNING -> gone (a consumer holds RUNNING ones)."""
+    return Change(Event.ADMIN_DELETE, _NOT_RUNNING, None, delete=True)
+
+
+def restore(now: datetime, retry: int, **who: object) -> Change:
+    """An archived SUCCESS or FAIL message put back into MySQL as NEW, due now, with a fresh
+    lease state and ``retry`` retries (the pipeline's restore)."""
+    values = {M.status: NEW.value, M.effect_time: now, M.retry_remaining: max(retry, 0), M.finish_time: None,
+              M.start_time: None, M.consumer: None, M.update_time: now, **_lease_cleared()}
+    return Change(Event.RESTORED, ARCHIVABLE_STATUSES, NEW, values, trace=_line(now, Event.RESTORED, **who))
+
+
+# -- policies --------------------------------------------------------------------------------
+def next_delay(msg: Attempted, backoff: Backoff, rng: Optional[random.Random] = None) -> float:
+    """Seconds until the next attempt of ``msg``, which still has retries left.
+
+    With a schedule, entry k is the delay before retry k+1. Otherwise the topic's backoff:
+    ``retry_base * 2**k`` capped at ``retry_max``, with jitter in [50 %, 100 %] so that a burst
+    of failures does not come back as a burst.
+    """
+    if msg.retry_schedule:
+        used = len(msg.retry_schedule) - msg.retry_remaining
+        return float(msg.retry_schedule[min(max(used, 0), len(msg.retry_schedule) - 1)])
+    used = max(msg.attempt - 1, 0)
+    ceiling = min(backoff.retry_base * (2 ** min(used, 40)), backoff.retry_max)
+    return ceiling * (rng or _RNG).uniform(0.5, 1.0)
+
+
+_RNG = random.Random()
+
+
+def retention_deletes_success(retention_days: int, archive: bool) -> bool:
+    """Who removes a topic's SUCCESS rows: the broker's retention job (True) or the archive
+    pipeline (False: topics marked ``archive``, or kept with ``retention_days`` 0). Never both,
+    so the two never race for a row; FAIL rows are always left to an operator or the archive."""
+    return not archive and retention_days > 0

@@ -1,0 +1,132 @@
+"""What consumers exchange with brokers, as tidemq types (no protobuf past this line).
+
+:class:`BrokerLink` is the set of calls a consumer makes. :class:`tidemq.client.Client` speaks
+them over gRPC and :class:`tidemq.stub.StubBroker` in memory; the consumer runners only see
+these types.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
+
+__all__ = ["Delivery", "AckItem", "AckOutcome", "LeaseRef", "PullHandle", "BrokerLink"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A leased message as a pull hands it out. ``data`` is the JSON text as stored."""
+
+    id: int
+    topic: str
+    data: str
+    effect_time: datetime
+    retry_remaining: int
+    attempt: int
+    lease_token: str
+    ttr: float
+
+
+@dataclass(frozen=True)
+class AckItem:
+    """One outcome reported by a consumer: success, or a failure with its error text."""
+
+    id: int
+    lease_token: str
+    success: bool
+    error: str = ""
+
+
+class AckOutcome(str, enum.Enum):
+    """APPLIED: the outcome was recorded. STALE: refused, the lease was lost."""
+
+    APPLIED = "APPLIED"
+    STALE = "STALE"
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    """One lease to extend: the message and the token it was leased under."""
+
+    id: int
+    lease_token: str
+
+
+class PullHandle:
+    """Cancels one long-poll from another thread (the consumer's rank changed, it is stopping).
+
+    The caller makes a handle, passes it to :meth:`BrokerLink.pull` as ``track`` and may call
+    :meth:`cancel` at any time, even before the pull is sent or after it returned. The link
+    binds (:meth:`bind`) how to abandon the attempt in flight; a cancelled pull raises
+    :class:`tidemq.errors.PullCancelledError` unless its reply had already arrived.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._abort: Optional[Callable[[], None]] = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        with self._lock:
+            return self._cancelled
+
+    def cancel(self) -> None:
+        """Abandon the pull: the attempt in flight now, or the next one as soon as it is bound."""
+        with self._lock:
+            self._cancelled = True
+            abort = self._abort
+        if abort is not None:
+            abort()
+
+    def bind(self, abort: Optional[Callable[[], None]]) -> None:
+        """For links: ``abort`` abandons the attempt in flight (None when it ended).
+
+        Binding to a handle already cancelled aborts at once, so a cancel that raced the send
+        is never lost.
+        """
+        with self._lock:
+            self._abort = abort
+            cancelled = self._cancelled
+        if abort is not None and cancelled:
+            abort()
+
+
+@runtime_checkable
+class BrokerLink(Protocol):
+    """The calls a consumer makes to the brokers. Every call may raise a
+    :class:`tidemq.errors.TidemqError`; a :class:`~tidemq.errors.RetriableError` means the
+    call may be made again."""
+
+    def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
+             max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
+             track: Optional[PullHandle] = None) -> list[Delivery]:
+        """Lease up to ``max_messages`` due messages of shard ``MOD(id, total) = rank`` (serial:
+        only the topic's head, when nothing of it is RUNNING), long-polling up to ``wait`` s.
+
+        ``ttr`` is the lease length (0: the topic's default). ``lease_token`` (32 lowercase hex
+        characters, empty: the broker picks) names the lease in advance, so whatever an abandoned
+        pull locked can be given back with :meth:`release`. ``track`` lets another thread cancel
+        the pull, which then raises :class:`~tidemq.errors.PullCancelledError`.
+        """
+        ...
+
+    def ack(self, topic: str, consumer: str, items: Sequence[AckItem]) -> list[AckOutcome]:
+        """Record outcomes in one transaction; one AckOutcome per item, in order."""
+        ...
+
+    def release(self, lease_token: str, consumer: str = "") -> int:
+        """Put the messages still leased under ``lease_token`` back to NEW; returns how many."""
+        ...
+
+    def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "") -> list[bool]:
+        """Heartbeat: make each lease end ``ttr`` seconds from now; False where it was lost."""
+        ...
+
+    def touch(self, msg_id: int, lease_token: str, ttr: float) -> bool:
+        """Extend one lease by ``ttr`` seconds from now; False when it was already lost."""
+        ...

@@ -1,0 +1,146 @@
+"""The names of tidemq's tables and columns: one place for the broker, the console and the pipeline.
+
+The broker's SQLAlchemy schema (``tidemq_broker.schema``) builds its tables from these names and
+the pipeline's statements and Spark reads use them too, so a renamed column is renamed once.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
+           "ARCHIVE_BATCH"]
+
+
+class Table:
+    """A table's name and its columns' names, in the order the table declares them."""
+
+    name: str = ""
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        """Every column name, in declaration order."""
+        return tuple(value for key, value in vars(cls).items() if not key.startswith("_") and key != "name"
+                     and isinstance(value, str))
+
+
+class _Message(Table):
+    """``tidemq_message``: every message, its state and its trace."""
+
+    name = "tidemq_message"
+    id = "id"
+    topic = "topic"
+    data = "data"
+    status = "status"
+    effect_time = "effect_time"  # when the message may next run; a retry moves it forward
+    order_time = "order_time"  # effect_time as produced: SERIAL_QUEUE order, never moves
+    retry_remaining = "retry_remaining"
+    retry_schedule = "retry_schedule"
+    attempt = "attempt"  # deliveries so far: +1 per lease, -1 when a lease is released unused
+    ttr = "ttr"
+    lease_token = "lease_token"
+    lease_expire = "lease_expire"  # set while RUNNING, NULL in every other status
+    consumer = "consumer"
+    unique_key = "unique_key"
+    version = "version"
+    trace = "trace"
+    add_time = "add_time"
+    update_time = "update_time"
+    start_time = "start_time"
+    finish_time = "finish_time"
+
+
+class _Topic(Table):
+    """``tidemq_topic``: per-topic settings."""
+
+    name = "tidemq_topic"
+    topic_name = "name"
+    retry_count = "retry_count"
+    retry_base = "retry_base"
+    retry_max = "retry_max"
+    ttr = "ttr"
+    retention_days = "retention_days"
+    max_data_bytes = "max_data_bytes"
+    paused = "paused"
+    archive = "archive"
+    alarm_backlog = "alarm_backlog"
+    alarm_failure_rate = "alarm_failure_rate"
+    alarm_due_age = "alarm_due_age"
+    description = "description"
+    add_time = "add_time"
+    update_time = "update_time"
+    max_deliveries = "max_deliveries"  # deliveries (expired leases included) before FAIL
+
+
+class _SchemaVersion(Table):
+    name = "tidemq_schema_version"
+    version = "version"
+    applied_at = "applied_at"
+
+
+class _TopicStats(Table):
+    """``tidemq_topic_stats``: written by the pipeline's report, one row per topic and hour."""
+
+    name = "tidemq_topic_stats"
+    topic = "topic"
+    hour = "hour"
+    produced = "produced"
+    succeeded = "succeeded"
+    failed = "failed"
+    retried = "retried"
+    lease_expired = "lease_expired"
+    backlog = "backlog"
+    lateness_p50_ms = "lateness_p50_ms"
+    lateness_p95_ms = "lateness_p95_ms"
+    lateness_p99_ms = "lateness_p99_ms"
+    duration_p50_ms = "duration_p50_ms"
+    duration_p95_ms = "duration_p95_ms"
+    duration_p99_ms = "duration_p99_ms"
+    computed_at = "computed_at"
+
+
+class _Alarm(Table):
+    """``tidemq_alarm``: raised by the pipeline's alarm job."""
+
+    name = "tidemq_alarm"
+    id = "id"
+    topic = "topic"
+    kind = "kind"
+    value = "value"
+    threshold = "threshold"
+    message = "message"
+    raised_at = "raised_at"
+    resolved_at = "resolved_at"
+
+
+class _AdminUser(Table):
+    name = "tidemq_admin_user"
+    user_name = "name"
+    password_hash = "password_hash"
+    role = "role"
+    add_time = "add_time"
+    update_time = "update_time"
+
+
+class _ArchiveBatch(Table):
+    """``tidemq_archive_batch``: the archive's manifest, one row per batch moved to Parquet."""
+
+    name = "tidemq_archive_batch"
+    id = "id"
+    id_from = "id_from"
+    id_to = "id_to"
+    cutoffs = "cutoffs"
+    path = "path"
+    state = "state"
+    expected_rows = "expected_rows"
+    written_rows = "written_rows"
+    deleted_rows = "deleted_rows"
+    started_at = "started_at"
+    finished_at = "finished_at"
+
+
+MESSAGE = _Message()
+TOPIC = _Topic()
+SCHEMA_VERSION_TABLE = _SchemaVersion()
+TOPIC_STATS = _TopicStats()
+ALARM = _Alarm()
+ADMIN_USER = _AdminUser()
+ARCHIVE_BATCH = _ArchiveBatch()

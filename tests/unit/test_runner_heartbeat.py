@@ -1,0 +1,127 @@
+"""Automatic lease heartbeats: one batched Extend per runner every ttr/3 for every lease it holds
+(running and prefetched); a lease found lost is reported and its message is not started."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+import pytest
+
+from tests.servers import wait_until
+from tidemq import Worker
+from tidemq.consumer import ConsumerSpec
+from tidemq.coordinators.local import LocalCoordinator
+from tidemq.link import LeaseRef
+from tidemq.message import MessageType
+from tidemq.stub import StubBroker
+
+TTR = 1.5  # heartbeats every 0.5 s
+
+
+@pytest.fixture
+def stub():
+    return StubBroker()
+
+
+@pytest.fixture
+def start(stub):
+    coordinator = LocalCoordinator(f"/test-{uuid.uuid4().hex[:8]}")
+    coordinator.start()
+    started = []
+
+    def run(spec: ConsumerSpec) -> Worker:
+        worker = Worker([spec], link=stub, coordinator=coordinator, instance="w1", drain_timeout=10).start()
+        started.append(worker)
+        return worker
+
+    yield run
+    for worker in started:
+        worker.stop()
+    coordinator.stop()
+
+
+def held_leases(stub: StubBroker, topic: str) -> set[LeaseRef]:
+    return {LeaseRef(i, stub.message(i).lease_token) for i in stub.ids(topic, "RUNNING")}
+
+
+def test_one_extend_per_beat_keeps_running_and_prefetched_leases_alive_past_their_ttr(stub, start):
+    topic = "t.beat"
+    gate = threading.Event()
+    touched: list[bool] = []
+
+    def handler(message) -> None:
+        touched.append(message.touch())  # the explicit touch still works beside the heartbeats
+        gate.wait(20)
+
+    ids = [stub.produce(topic, n) for n in range(4)]
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=2, ttr=TTR, batch=2))
+    wait_until(lambda: len(stub.ids(topic, "RUNNING")) == 4, 5, what="two running and two prefetched")
+    held = held_leases(stub, topic)
+    wait_until(lambda: stub.extend_calls and set(stub.extend_calls[-1]) == held, 5, what="a beat with all four")
+    first = len(stub.extend_calls) - 1
+    wait_until(lambda: min(stub.message(i).extended for i in ids) >= 5, 10, what="five heartbeats each")
+    # 5 beats x 0.5 s is past the 1.5 s ttr: without them every lease would have expired by now.
+    assert stub.expire_leases() == []
+    beats = stub.extend_calls[first:]
+    assert len(beats) >= 4 and all(set(beat) == held for beat in beats)  # one call per beat, all four
+    gate.set()
+    wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 4, 10, what="every message to succeed")
+    assert {stub.message(i).attempt for i in ids} == {1}
+    assert touched == [True, True, True, True] and stub.calls["touch"] == 4
+    wait_until(lambda: worker.runners[0].succeeded == 4, 5, what="the runner to count the acks")
+    assert worker.runners[0].stale == 0
+
+
+def test_a_lost_lease_is_reported_its_ack_refused_and_a_prefetched_one_not_started(stub, start, caplog):
+    topic = "t.lost"
+    gate = threading.Event()
+    runs: list[tuple[int, int]] = []
+
+    def handler(message) -> None:
+        runs.append((message.id, message.attempt))
+        if message.attempt == 1:
+            gate.wait(20)
+
+    running, prefetched = stub.produce(topic, 1), stub.produce(topic, 2)
+    caplog.set_level(logging.WARNING, logger="tidemq.queue_runner")
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=TTR, batch=1))
+    wait_until(lambda: runs == [(running, 1)] and len(stub.ids(topic, "RUNNING")) == 2, 5,
+               what="one running, one prefetched")
+    assert stub.expire_leases([running, prefetched]) == [running, prefetched]  # as if the worker had stalled
+
+    def reported() -> set[int]:
+        return {r.args[0] for r in caplog.records if "lease of message" in r.getMessage()}
+
+    wait_until(lambda: reported() == {running, prefetched}, 5, what="the next heartbeat to report both lost")
+    gate.set()
+    wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 2, 10, what="both delivered again and done")
+    assert ("STALE", running) in stub.history  # the old holder's ack was refused, not applied
+    # The prefetched message never ran under its lost lease; each ran again as attempt 2.
+    assert sorted(runs) == sorted([(running, 1), (running, 2), (prefetched, 2)])
+    wait_until(lambda: worker.runners[0].stale == 2, 5, what="the runner to count both")
+
+
+def test_heartbeats_never_shorten_a_lease_the_handler_lengthened_with_touch(stub, start):
+    topic = "t.touch"
+    gate = threading.Event()
+    touched_at: list[float] = []
+
+    def handler(message) -> None:
+        touched_at.append(stub.clock())
+        assert message.touch(300)
+        gate.wait(20)
+
+    [msg_id] = [stub.produce(topic, 1)]
+    start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=TTR, batch=1))
+    wait_until(lambda: touched_at, 5, what="the handler to touch its lease")
+    beats = len(stub.extend_calls)
+    wait_until(lambda: len(stub.extend_calls) >= beats + 3, 10, what="three heartbeats after the touch")
+    try:
+        # Each beat extended the long lease by the touched 300 s, not back to the spec's 1.5 s.
+        assert stub.message(msg_id).lease_expire >= touched_at[0] + 300
+        assert stub.status(msg_id) == "RUNNING"
+    finally:
+        gate.set()
+    wait_until(lambda: stub.status(msg_id) == "SUCCESS", 10, what="the message to succeed")

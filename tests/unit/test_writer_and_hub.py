@@ -1,0 +1,195 @@
+"""The broker's group-commit writer and long-poll hub, against an in-memory storage: batching,
+the isolation of a bad request, wake-ups and cancellation. No database, no sleeps."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+import pytest
+
+from tests.servers import wait_until
+from tidemq import clock
+from tidemq.errors import TidemqError
+from tidemq_broker.pulls import PullHub, long_poll
+from tidemq_broker.storage import NewRow, TopicSettings
+from tidemq_broker.topics import TopicCache
+from tidemq_broker.writer import GroupCommitWriter
+
+
+class MemoryStore:
+    """The few storage operations the writer and the hub use, in memory. ``gate`` (when set)
+    holds every insert until it is opened, so requests pile up behind a commit."""
+
+    def __init__(self) -> None:
+        self.inserts: list[list[str]] = []
+        self.gate: threading.Event | None = None
+        self.inserting = threading.Event()
+        self.next_id = 1
+        self.topic_rows: set[str] = set()
+        self.lock = threading.Lock()
+
+    def insert_messages(self, rows, now, **who):
+        self.inserting.set()
+        if self.gate is not None:
+            self.gate.wait(30)
+        if any(row.data == "bad" for row in rows):
+            raise ValueError("the database refused a row")
+        with self.lock:
+            self.inserts.append([row.data for row in rows])
+            ids = list(range(self.next_id, self.next_id + len(rows)))
+            self.next_id += len(rows)
+        return ids
+
+    def ensure_topics(self, names, now):
+        self.topic_rows.update(names)
+
+    def topics(self):
+        return [TopicSettings(name) for name in sorted(self.topic_rows)]
+
+    def max_id(self):
+        return self.next_id - 1
+
+    def earliest_new(self, topics):
+        return {}
+
+
+def _rows(*datas: str) -> list[NewRow]:
+    return [NewRow("t.write", data, clock.now(), 0) for data in datas]
+
+
+@pytest.fixture
+def store():
+    return MemoryStore()
+
+
+def _writer(store, commits):
+    writer = GroupCommitWriter(store, TopicCache(store), "b:1", lambda earliest, max_id: commits.append(max_id),
+                               threads=1)
+    writer.start()
+    return writer
+
+
+def test_requests_that_queue_behind_a_commit_share_the_next_one(store):
+    commits: list[int] = []
+    writer = _writer(store, commits)
+    store.gate = threading.Event()
+    try:
+        first = writer.submit(_rows("0"))
+        assert store.inserting.wait(10)
+        waiting = [writer.submit(_rows(f"{n}a", f"{n}b")) for n in range(1, 21)]
+        assert not first.done() and not any(f.done() for f in waiting)  # nothing answers before its commit
+        store.gate.set()
+        ids = [f.result(10) for f in waiting]
+        assert first.result(10) == [1]
+        assert store.inserts == [["0"], [d for n in range(1, 21) for d in (f"{n}a", f"{n}b")]]  # one commit for 20
+        assert ids == [[2 * n, 2 * n + 1] for n in range(1, 21)]  # each caller gets its own rows' ids
+        assert commits == [1, 41]
+        assert store.topic_rows == {"t.write"}
+    finally:
+        store.gate.set()
+        writer.stop()
+
+
+def test_a_request_that_breaks_the_shared_commit_is_refused_alone(store):
+    writer = _writer(store, [])
+    store.gate = threading.Event()
+    try:
+        blocker = writer.submit(_rows("first"))
+        assert store.inserting.wait(10)
+        good1 = writer.submit(_rows("x1", "x2"))
+        bad = writer.submit(_rows("y1", "bad"))
+        good2 = writer.submit(_rows("z1"))
+        store.gate.set()
+        assert blocker.result(10) == [1]
+        assert len(good1.result(10)) == 2 and len(good2.result(10)) == 1
+        with pytest.raises(TidemqError, match="the database refused a row"):
+            bad.result(10)
+        stored = [data for insert in store.inserts for data in insert]
+        assert sorted(stored) == ["first", "x1", "x2", "z1"]  # nothing of the bad request, all of the others
+    finally:
+        store.gate.set()
+        writer.stop()
+
+
+def test_a_stopped_writer_commits_what_was_queued_and_refuses_new_rows(store):
+    writer = _writer(store, [])
+    queued = writer.submit(_rows("last"))
+    writer.stop()
+    assert queued.result(10) == [1]
+    with pytest.raises(TidemqError, match="shutting down"):
+        writer.submit(_rows("late")).result(1)
+
+
+def _hub(store) -> PullHub:
+    hub = PullHub(store, probe_interval=60, recheck=60)  # only notifications wake a waiter here
+    hub.start()
+    return hub
+
+
+def test_a_waiting_pull_wakes_when_its_topic_gets_a_due_message(store):
+    hub = _hub(store)
+    attempts: list[datetime] = []
+    ready = threading.Event()
+
+    def attempt():
+        attempts.append(clock.now())
+        return ["leased"] if ready.is_set() else []
+
+    result: list = []
+    poller = threading.Thread(target=lambda: result.append(
+        long_poll(hub, deadline=_monotonic_in(60), attempt=attempt, next_due=lambda: None, topic="t.hub")))
+    poller.start()
+    try:
+        wait_until(lambda: attempts, 10, what="the first attempt")
+        hub.notify("t.other", clock.now())  # another topic: must not count as ours
+        ready.set()
+        hub.notify("t.hub", clock.now())
+        poller.join(30)
+        assert result == [["leased"]]
+        assert len(attempts) == 2
+    finally:
+        hub.stop()
+        poller.join(5)
+
+
+def test_stopping_the_hub_ends_waiting_pulls_at_once_with_nothing(store):
+    hub = _hub(store)
+    started = threading.Event()
+
+    def attempt():
+        started.set()
+        return []
+
+    result: list = []
+    poller = threading.Thread(target=lambda: result.append(
+        long_poll(hub, deadline=_monotonic_in(60), attempt=attempt, next_due=lambda: None, topic="t.stop")))
+    poller.start()
+    assert started.wait(10)
+    wait_until(lambda: hub._waiters.get("t.stop"), 10, what="the pull to wait")
+    hub.stop()
+    poller.join(30)
+    assert not poller.is_alive() and result == [[]]
+
+
+def test_a_pull_sleeps_until_the_next_due_time_of_its_shard(store):
+    hub = _hub(store)
+    calls: list[datetime] = []
+    due = clock.after(clock.now(), 0.3)
+
+    def attempt():
+        calls.append(clock.now())
+        return ["due"] if clock.now() >= due else []
+
+    try:
+        found = long_poll(hub, deadline=_monotonic_in(60), attempt=attempt, next_due=lambda: due, topic="t.due")
+        assert found == ["due"]
+        assert calls[-1] >= due and len(calls) <= 3  # woke for the due time, not by polling
+    finally:
+        hub.stop()
+
+
+def _monotonic_in(seconds: float) -> float:
+    import time
+
+    return time.monotonic() + seconds
