@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import pymysql
 
 from tidemq import clock, trace
-from tidemq_broker.storages.sql import INSERT_COLUMNS
+from tidemq_broker.storages.writes import INSERT_COLUMNS
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",
            "make_due", "Row"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
-from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, Event
+from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, DEFAULT_RETENTION_DAYS, Event
 from tidemq.link import AckItem, AckOutcome
 
 __all__ = [
@@ -94,7 +94,7 @@ class TopicSettings:
     retry_base: float = 10.0
     retry_max: float = 3600.0
     ttr: int = 60
-    retention_days: int = 7
+    retention_days: int = DEFAULT_RETENTION_DAYS
     max_data_bytes: Optional[int] = None
     paused: bool = False
     archive: bool = False

@@ -36,11 +36,13 @@ from .tables import MESSAGE as M
 
 __all__ = [
     "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
-    "DEFAULT_MAX_DELIVERIES", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "expire",
+    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "expire",
     "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
 ]
 
 DEFAULT_MAX_DELIVERIES = 10
+#: Days a topic without settings keeps its SUCCESS messages (see retention_deletes_success).
+DEFAULT_RETENTION_DAYS = 7
 
 
 class MessageStatus(str, enum.Enum):

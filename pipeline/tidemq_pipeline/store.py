@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Iterable, Optional, Sequence
 
-from tidemq.lifecycle import ARCHIVABLE_STATUSES, MessageStatus, retention_deletes_success
+from tidemq.lifecycle import ARCHIVABLE_STATUSES, DEFAULT_RETENTION_DAYS, MessageStatus, retention_deletes_success
 from tidemq.tables import ALARM, ARCHIVE_BATCH, MESSAGE, TOPIC, TOPIC_STATS
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
 ]
 
 M, B, A = MESSAGE, ARCHIVE_BATCH, ALARM
-DEFAULT_RETENTION_DAYS = 7  # a topic without a row in tidemq_topic (TopicSettings' default)
 _SAFE = re.compile(r"^[A-Za-z0-9._:-]+$")
 
 

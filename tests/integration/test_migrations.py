@@ -77,3 +77,17 @@ def test_a_new_database_starts_at_the_current_version(tmp_path):
         assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()
+
+
+def test_every_schema_step_has_its_sql_for_a_dba():
+    """db/migrations/ repeats each step for a DBA who applies changes by hand: one file per step,
+    named by its version, that records that version."""
+    from pathlib import Path
+
+    from tidemq_broker.storages.migrations import STEPS
+
+    folder = Path(__file__).resolve().parents[2] / "db" / "migrations"
+    for step in STEPS:
+        [path] = folder.glob(f"{step.version:03d}_*.sql")
+        assert f"VALUES ({step.version}, UTC_TIMESTAMP(3))" in path.read_text()
+    assert len(list(folder.glob("*.sql"))) == len(STEPS)
