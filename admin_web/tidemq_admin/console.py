@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tidemq.config import Settings
-from tidemq.coordinator import Coordinator, open_coordinator
+from tidemq.coordinator import Coordinator
+from tidemq.coordinators import open_coordinator
 from tidemq.errors import TidemqError
 from tidemq_broker.storage import Storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore

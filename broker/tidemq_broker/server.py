@@ -10,7 +10,8 @@ from typing import Optional
 import grpc
 
 from tidemq.config import Settings
-from tidemq.coordinator import Coordinator, open_coordinator
+from tidemq.coordinator import Coordinator
+from tidemq.coordinators import open_coordinator
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 
 from .maintenance import Maintainer

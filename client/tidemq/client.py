@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from .config import Settings
-from .coordinator import Coordinator, open_coordinator
+from .coordinator import Coordinator
+from .coordinators import open_coordinator
 from .errors import ConfigurationError, DataTooLargeError, InvalidDelayError, TidemqError
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool

@@ -1,7 +1,7 @@
 """The coordination interface: liveness, ranks, leadership and broadcasts.
 
 Two implementations live in ``tidemq.coordinators``: ZooKeeper (production) and in-process
-(``tidemq dev`` and unit tests). Both pass tests/conformance/test_coordination.py.
+(``tidemq dev`` and unit tests); ``tidemq.coordinators.open_coordinator`` picks one. Both pass tests/conformance/test_coordination.py.
 
 Node layout under the root (default ``/tidemq``), a contract other tools rely on::
 
@@ -25,7 +25,6 @@ __all__ = [
     "sequence_of",
     "sort_by_sequence",
     "rank_of",
-    "open_coordinator",
 ]
 
 
@@ -173,18 +172,3 @@ class Coordinator(abc.ABC):
     @abc.abstractmethod
     def leader(self) -> Optional[str]:
         """The identifier of the current leader, if any."""
-
-
-def open_coordinator(zk_hosts: str, root: str, session_timeout: float = 10.0) -> Coordinator:
-    """The ZooKeeper coordinator for ``zk_hosts``, or the in-process one when it is empty.
-
-    ``session_timeout`` (seconds) is how long a dead process keeps its nodes, so how long its
-    QUEUE shard waits before the others take it over; the server bounds it (2x to 20x tickTime).
-    """
-    if zk_hosts:
-        from .coordinators.zookeeper import ZooKeeperCoordinator
-
-        return ZooKeeperCoordinator(zk_hosts, root, session_timeout=session_timeout)
-    from .coordinators.local import LocalCoordinator
-
-    return LocalCoordinator(root)

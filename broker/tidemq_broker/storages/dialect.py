@@ -10,10 +10,12 @@ import abc
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from tidemq.lifecycle import Change
+
+from ..schema import topic as t
 
 __all__ = ["SqlDialect"]
 
@@ -51,4 +53,8 @@ class SqlDialect(abc.ABC):
         oldest due first, get ``change`` (a lifecycle lease)."""
 
     def lock_topic_row(self, conn: Connection, topic: str) -> None:
-        """Serialise serial leases of one topic (a row lock on its topic row)."""
+        """Serialise serial leases of one topic (a row lock on its topic row).
+
+        Without it two serial leases could each see nothing RUNNING, and the second, reading
+        after the first committed, would take the next head while the first still runs."""
+        conn.execute(select(t.c.name).where(t.c.name == topic).with_for_update())

@@ -62,3 +62,6 @@ class SqliteDialect(SqlDialect):
             due = due.where(m.c.id % total == rank)
         due = due.order_by(m.c.effect_time, m.c.id).limit(limit)
         conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == new).values(values_of(change)))
+
+    def lock_topic_row(self, conn: Connection, topic: str) -> None:
+        """Nothing to do: the database object's process lock already serialises every transaction."""
