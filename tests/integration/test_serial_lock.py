@@ -27,9 +27,10 @@ def test_a_serial_lease_waits_for_the_topics_row_lock(mysql_url):
                 storage.lock_serial("t.serial.lock", 30, "c2", clock.now())))
             leasing.start()
             with storage.db.engine.connect() as probe:
+                # InnoDB refreshes innodb_trx only when it was last read over 0.1 s ago: poll slower.
                 wait_until(lambda: probe.execute(text(
                     "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'")).scalar(), 10,
-                    what="the serial lease to wait for the topic's row lock")
+                    0.25, what="the serial lease to wait for the topic's row lock")
             assert not result
             holder.rollback()
         leasing.join(10)
