@@ -1,6 +1,6 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers. With none named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, concurrency. With none named, all of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 """
@@ -16,7 +16,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,6 +63,19 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--rq-workers", nargs="+", choices=["fork", "simple"], default=["fork", "simple"],
                    help="RQ worker classes measured: fork (rq.Worker, its default), simple (SimpleWorker)")
     g.add_argument("--peer-target", type=float, default=10.0, help="required tidemq/Celery throughput ratio")
+    g = p.add_argument_group("concurrency (one message per call from many threads; peers per --peers)")
+    g.add_argument("--concurrency-threads", type=int, nargs="+", default=[1, 4, 16, 64],
+                   help="thread counts of the one producing process")
+    g.add_argument("--concurrency-seconds", type=float, default=5.0,
+                   help="timed seconds per system and thread count, split over --rounds")
+    g.add_argument("--concurrency-warmup", type=float, default=0.5,
+                   help="untimed seconds of calls before each timed slice")
+    g.add_argument("--concurrency-peer-target", type=float, default=5.0,
+                   help="required tidemq/Celery and tidemq/RQ ratio at 64 threads")
+    g.add_argument("--concurrency-raw-target", type=float, default=0.5,
+                   help="required tidemq/raw group commit ratio at 64 threads")
+    g.add_argument("--concurrency-low-target", type=float, default=1.5,
+                   help="required tidemq/Celery ratio at 4 threads")
     return p
 
 

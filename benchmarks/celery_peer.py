@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from .env import Cluster, wait_until
 from .redis_peer import RedisPeer
@@ -40,7 +40,12 @@ class CeleryPeer(RedisPeer):
         self.concurrency = concurrency
         from . import celery_tasks
 
-        celery_tasks.app.conf.broker_url = redis.url
+        app = celery_tasks.app
+        if app.conf.broker_url != redis.url:
+            # A Redis of an earlier scenario (each starts its own): forget its connections too.
+            app.conf.broker_url = redis.url
+            app.close()
+            app.amqp._producer_pool = None
         self.tasks = celery_tasks
         self.version = f"celery {celery.__version__}"
 
@@ -58,8 +63,8 @@ class CeleryPeer(RedisPeer):
             cmd += ["--concurrency", str(self.concurrency)]
         return cmd
 
-    def send(self, i: int) -> None:
-        self.tasks.noop.apply_async((i,))
+    def send(self, i: int, data: Any = None) -> None:
+        self.tasks.noop.apply_async((i if data is None else data,))
 
     def send_at(self, eta: float) -> None:
         self.tasks.late.apply_async((eta,), eta=_utc(eta))

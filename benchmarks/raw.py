@@ -10,6 +10,7 @@ They also load the large fixtures (1 M pending rows) faster than a broker would.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import uuid
@@ -23,7 +24,7 @@ from tidemq import clock, trace
 from tidemq_broker.storages.writes import INSERT_COLUMNS
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",
-           "make_due", "Row"]
+           "make_due", "Row", "RowCommitter", "GroupCommitter"]
 
 Row = tuple
 _COLS = ", ".join(INSERT_COLUMNS)
@@ -169,6 +170,79 @@ def commit_latency(url: str, topic: str, samples: int) -> list[float]:
     finally:
         conn.close()
     return times
+
+
+class RowCommitter:
+    """One connection committing one single-row INSERT per ``send``: the floor of a durable
+    one-message call when every caller has its own connection and nothing is shared."""
+
+    def __init__(self, url: str, topic: str) -> None:
+        self.conn = connect(url)
+        self.cur = self.conn.cursor()
+        self.topic = topic
+
+    def send(self, i: int) -> None:
+        now = clock.now()
+        _insert(self.cur, [_row(self.topic, i, now, now, trace.line(now, "PRODUCED", broker="raw"))])
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class GroupCommitter:
+    """The raw group-committed floor: callers hand one row each to one writer thread, which inserts
+    whatever is queued (up to ``max_rows``) in one multi-row INSERT, commits, and only then wakes
+    each caller. The broker's writer without gRPC, validation or a connection pool."""
+
+    def __init__(self, url: str, topic: str, max_rows: int = 5000) -> None:
+        self.conn = connect(url)
+        self.topic, self.max_rows = topic, max_rows
+        self.queue: "queue.SimpleQueue[Optional[list]]" = queue.SimpleQueue()
+        self.commits = self.rows = 0
+        self.thread = threading.Thread(target=self._run, name="raw-group-commit", daemon=True)
+        self.thread.start()
+
+    def send(self, i: int) -> None:
+        item = [i, threading.Event(), None]  # payload index, woken after the commit, error
+        self.queue.put(item)
+        item[1].wait()
+        if item[2] is not None:
+            raise item[2]
+
+    def _run(self) -> None:
+        with self.conn.cursor() as cur:
+            while True:
+                first = self.queue.get()
+                if first is None:
+                    return
+                batch = [first]
+                while len(batch) < self.max_rows:
+                    try:
+                        item = self.queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        self.queue.put(None)  # stop after this batch
+                        break
+                    batch.append(item)
+                now = clock.now()
+                line = trace.line(now, "PRODUCED", broker="raw")
+                try:
+                    _insert(cur, [_row(self.topic, item[0], now, now, line) for item in batch])
+                    self.conn.commit()
+                except BaseException as exc:  # raised in every caller of the batch
+                    for item in batch:
+                        item[2] = exc
+                self.commits += 1
+                self.rows += len(batch)
+                for item in batch:
+                    item[1].set()
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join(30)
+        self.conn.close()
 
 
 def truncate(url: str) -> None:

@@ -10,7 +10,7 @@ Redis list ``bench:lateness``; RSS is read over each worker's process tree.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .env import Cluster, Proc, run_threads, stop_all, tree_rss_mb, wait_until
 from .redis_server import Redis
@@ -41,8 +41,8 @@ class RedisPeer:
         """The command line of worker ``i`` of ``variant``."""
         raise NotImplementedError
 
-    def send(self, i: int) -> None:
-        """Publish one no-op job."""
+    def send(self, i: int, data: Any = None) -> None:
+        """Publish one no-op job; its argument is ``data`` if given, else ``i``."""
         raise NotImplementedError
 
     def send_at(self, eta: float) -> None:

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .env import Cluster, run_threads
 from .redis_peer import RedisPeer
@@ -50,8 +50,8 @@ class RQPeer(RedisPeer):
         return [os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--url", self.redis.url,
                 "--with-scheduler", "--worker-class", _CLASSES[variant], "--name", f"bench-{variant}-{i}", QUEUE]
 
-    def send(self, i: int) -> None:
-        self.queue.enqueue(self.tasks.noop, i)
+    def send(self, i: int, data: Any = None) -> None:
+        self.queue.enqueue(self.tasks.noop, i if data is None else data)
 
     def send_at(self, eta: float) -> None:
         self.queue.enqueue_at(datetime.fromtimestamp(eta, tz=timezone.utc), self.tasks.late, eta)

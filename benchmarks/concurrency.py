@@ -1,0 +1,275 @@
+"""concurrency: one message per call from 1, 4, 16 and 64 threads of one process.
+
+Systems, each called by the same threads with the same payload (``raw.payload``):
+
+- tidemq ``produce()`` through one broker, one ``Client`` shared by the threads;
+- Celery ``apply_async`` and RQ ``enqueue`` on Redis (appendonly on), publishing only: the queue
+  is flushed after every slice, no worker runs;
+- the raw floors on the same MariaDB: a PyMySQL 1-row INSERT + COMMIT per call on one connection
+  per thread, and a group-committed one (``raw.GroupCommitter``: the threads hand their rows to
+  one writer thread that commits whatever is queued in one multi-row INSERT, then wakes them).
+
+Every slice starts its threads, lets them run ``--concurrency-warmup`` seconds untimed, then
+counts the calls that end inside the next window; latency is per call over the same calls. The
+``Client`` is shared by the threads; Celery keeps its default connection pool (10).
+Systems alternate in ``--rounds`` slices (order reversed every other round), as in the other
+scenarios. The broker's commit batching is read around each tidemq slice: rows produced over the
+``Com_insert`` delta of MariaDB's status counters (each group commit is one INSERT).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from argparse import Namespace
+from typing import Callable, Optional
+
+from . import raw
+from .env import Cluster, cpu_seconds
+from .profile import profiled
+from .report import Report, summarize
+
+__all__ = ["run"]
+
+TOPIC = "bench.concurrency"
+RAW_TOPIC = "bench.rawconcurrency"
+_BODY = json.loads(raw.payload(0))["body"]
+Sender = tuple[Callable[[int], None], Callable[[], None]]  # send(i), close()
+
+
+def _data(i: int) -> dict:
+    return {"i": i, "body": _BODY}  # encodes to raw.payload(i)
+
+
+def _status(conn) -> dict[str, int]:
+    """MariaDB's statement counters and the rows of TOPIC (MariaDB 10.11 has no Innodb_rows_inserted)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Com_insert')")
+        found = {name: int(value) for name, value in cur.fetchall()}
+        cur.execute("SELECT COUNT(*) FROM tidemq_message WHERE topic = %s", (TOPIC,))
+        found["rows"] = int(cur.fetchone()[0])
+    return found
+
+
+class _Slice:
+    """Calls that ended inside the timed window, their latencies (ms), and CPU seconds per process."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        self.latencies: list[float] = []
+        self.cpu: dict[str, float] = {}
+
+    def add(self, other: "_Slice") -> None:
+        self.calls += other.calls
+        self.seconds += other.seconds
+        self.latencies += other.latencies
+        for k, v in other.cpu.items():
+            self.cpu[k] = self.cpu.get(k, 0.0) + v
+
+
+def _timed(threads: int, prepare: Callable[[int], Sender], warmup: float, seconds: float,
+           pids: dict[str, list[int]], progress: Callable[[str], None]) -> _Slice:
+    """``threads`` threads calling their ``send`` back to back; the window opens ``warmup`` s after
+    they all start (connections made in ``prepare`` are outside it) and lasts ``seconds``."""
+    spans: list[list[tuple[float, float]]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    window = [0.0, 0.0]
+
+    def open_window() -> None:
+        now = time.perf_counter()
+        window[:] = [now + warmup, now + warmup + seconds]
+
+    barrier = threading.Barrier(threads + 1, action=open_window)
+
+    def run(k: int) -> None:
+        close: Optional[Callable[[], None]] = None
+        try:
+            send, close = prepare(k)
+            barrier.wait()
+            end, mine, clock = window[1], spans[k], time.perf_counter
+            i = k
+            while not errors:
+                began = clock()
+                if began >= end:
+                    break
+                send(i)
+                mine.append((began, clock()))
+                i += threads
+        except threading.BrokenBarrierError:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            if close is not None:
+                close()
+
+    workers = [threading.Thread(target=run, args=(k,), name=f"bench-{k}") for k in range(threads)]
+    for w in workers:
+        w.start()
+    out = _Slice()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    else:
+        cpu = {}
+        for edge in (0, 1):  # CPU read at the window's edges, not over connects or warm-up
+            while not errors and time.perf_counter() < window[edge]:
+                progress(f"{'warming up' if edge == 0 else 'timing'}")
+                time.sleep(min(0.25, max(0.0, window[edge] - time.perf_counter())))
+            sample = {name: sum(cpu_seconds(p) for p in group) for name, group in pids.items()}
+            cpu = {k: sample[k] - cpu.get(k, 0.0) for k in sample} if edge else sample
+        out.cpu = cpu
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    w0, w1 = window
+    for mine in spans:  # every call that ended inside the window (none starts after it closes)
+        for began, ended in mine:
+            if w0 <= ended <= w1:
+                out.latencies.append((ended - began) * 1000)
+    out.calls, out.seconds = len(out.latencies), w1 - w0
+    return out
+
+
+def run(cluster: Cluster, report: Report, args: Namespace) -> None:
+    from .redis_server import Redis
+
+    if len(cluster.brokers) != 1:
+        raise RuntimeError(f"the concurrency scenario needs exactly one broker, found {len(cluster.brokers)}")
+    url, counts, rounds = cluster.db_url, args.concurrency_threads, args.rounds
+    per_slice = args.concurrency_seconds / rounds
+    redis = Redis()
+    os.environ["BENCH_REDIS_URL"] = redis.url  # read when the peers' task modules are first imported
+    client = cluster.client()
+    status = raw.connect(url)
+    status.autocommit(True)
+    try:
+        peers: dict[str, object] = {}
+        for name in args.peers:
+            if name == "celery":
+                from .celery_peer import CeleryPeer
+
+                peers["Celery"] = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency, report.progress)
+            else:
+                from .rq_peer import RQPeer
+
+                peers["RQ"] = RQPeer(redis, cluster, args.rq_workers, report.progress)
+        report.record("concurrency", "versions", f"redis {redis.version}; " + "; ".join(p.version for p in peers.values()),
+                      "", "Redis appendonly yes (fsync every second)")
+        broker, mariadb, me = cluster.brokers[0].pid, cluster.mariadb.proc.pid, os.getpid()
+        client.produce(TOPIC, _data(-1))  # channel, topic row, caches
+        systems: dict[str, tuple[str, dict[str, list[int]]]] = {  # label, processes whose CPU is read
+            "tidemq": ("tidemq produce()", {"broker": [broker], "mariadb": [mariadb], "client": [me]}),
+            "raw group": ("raw group commit", {"mariadb": [mariadb], "client": [me]}),
+            "raw 1-row": ("raw 1-row commit", {"mariadb": [mariadb], "client": [me]}),
+        }
+        for name in peers:
+            systems[name] = (f"{name} {'apply_async' if name == 'Celery' else 'enqueue'}",
+                             {"redis": [redis.proc.pid], "client": [me]})
+        results = {(s, t): _Slice() for s in systems for t in counts}
+        batching = {t: {"rows": 0, "inserts": 0, "commits": 0} for t in counts}
+        group = {t: {"rows": 0, "commits": 0} for t in counts}
+        for r in range(rounds):
+            for threads in counts:
+                raw.truncate(url)
+                order = list(systems) if r % 2 == 0 else list(reversed(systems))
+                for system in order:
+                    def progress(text: str, s: str = system, t: int = threads) -> None:
+                        report.progress(f"round {r + 1}/{rounds}: {systems[s][0]} x{t} threads: {text}")
+
+                    writer: Optional[raw.GroupCommitter] = None
+                    if system == "tidemq":
+                        def prepare(k: int) -> Sender:
+                            return (lambda i: client.produce(TOPIC, _data(i))), (lambda: None)
+                    elif system == "raw group":
+                        writer = raw.GroupCommitter(url, RAW_TOPIC)
+
+                        def prepare(k: int, w: raw.GroupCommitter = writer) -> Sender:
+                            return w.send, (lambda: None)
+                    elif system == "raw 1-row":
+                        def prepare(k: int) -> Sender:
+                            c = raw.RowCommitter(url, RAW_TOPIC)
+                            return c.send, c.close
+                    else:
+                        peer = peers[system]
+
+                        def prepare(k: int, p=peer) -> Sender:
+                            return (lambda i: p.send(i, _data(i))), (lambda: None)
+
+                    before = _status(status) if system == "tidemq" else None
+                    profile = args.profile if (r == 0 and system == "tidemq" and threads == max(counts)) else ""
+                    with profiled(profile, f"concurrency-x{threads}", {"broker": [broker]}):
+                        got = _timed(threads, prepare, args.concurrency_warmup, per_slice, systems[system][1], progress)
+                    results[(system, threads)].add(got)
+                    if before is not None:
+                        after = _status(status)
+                        batching[threads]["rows"] += after["rows"] - before["rows"]
+                        batching[threads]["inserts"] += after["Com_insert"] - before["Com_insert"]
+                        batching[threads]["commits"] += after["Com_commit"] - before["Com_commit"]
+                    if writer is not None:
+                        writer.close()
+                        group[threads]["rows"] += writer.rows
+                        group[threads]["commits"] += writer.commits
+                    if system in peers:
+                        queued = peers[system].waiting()
+                        if queued < got.calls:  # they must have reached this Redis's queue
+                            raise AssertionError(f"{system}: {queued} jobs queued after {got.calls} timed calls")
+                        redis.client.flushall()  # no worker: drop what was published
+        _report(report, args, systems, results, batching, group, counts, list(peers))
+    finally:
+        status.close()
+        client.close()
+        redis.cleanup()
+        raw.truncate(url)
+
+
+def _report(report: Report, args: Namespace, systems: dict, results: dict, batching: dict, group: dict,
+            counts: list[int], peers: list[str]) -> None:
+    rate = {key: (s.calls / s.seconds if s.seconds else 0.0) for key, s in results.items()}
+    for threads in counts:
+        for system, (label, _) in systems.items():
+            s = results[(system, threads)]
+            lat = summarize(s.latencies)
+            cpu = " ".join(f"{k} {v / s.seconds:.2f}" for k, v in s.cpu.items()) if s.seconds else ""
+            note = f"cpu s/s: {cpu}"
+            if system == "raw group" and group[threads]["commits"]:
+                note += f"; {group[threads]['rows'] / group[threads]['commits']:.1f} rows/commit"
+            if system == "tidemq" and batching[threads]["inserts"]:
+                note += f"; {batching[threads]['rows'] / batching[threads]['inserts']:.1f} rows/commit"
+            report.record("concurrency", f"{label} x{threads}",
+                          {"msg/s": round(rate[(system, threads)], 1), "p50": lat["p50"], "p99": lat["p99"]},
+                          "msg/s, ms", note)
+        ours = rate[("tidemq", threads)]
+        ratios = {name.lower(): round(ours / rate[(name, threads)], 2) for name in peers if rate[(name, threads)]}
+        for key, system in (("raw_group", "raw group"), ("raw_1row", "raw 1-row")):
+            if rate[(system, threads)]:
+                ratios[key] = round(ours / rate[(system, threads)], 3)
+        report.record("concurrency", f"ratio tidemq / others x{threads}", ratios, "x",
+                      f"{args.rounds} interleaved rounds of {args.concurrency_seconds / args.rounds:g} s")
+    report.record("concurrency", "broker rows per group commit",
+                  {t: round(b["rows"] / b["inserts"], 1) if b["inserts"] else None for t, b in batching.items()},
+                  "rows", "by threads; rows produced / Com_insert delta, warm-up included")
+    report.record("concurrency", "broker COMMITs per INSERT",
+                  {t: round(b["commits"] / b["inserts"], 2) if b["inserts"] else None for t, b in batching.items()},
+                  "", "by threads; Com_commit / Com_insert (other broker transactions included)")
+    report.record("concurrency", "raw group commit rows per commit",
+                  {t: round(g["rows"] / g["commits"], 1) if g["commits"] else None for t, g in group.items()}, "rows",
+                  "by threads; warm-up included")
+
+    def ratio(threads: int, system: str) -> Optional[float]:
+        if threads not in counts or (system, threads) not in rate or not rate[(system, threads)]:
+            return None
+        return round(rate[("tidemq", threads)] / rate[(system, threads)], 3)
+
+    for threads, system, limit in ((64, "Celery", args.concurrency_peer_target), (64, "RQ", args.concurrency_peer_target),
+                                   (64, "raw group", args.concurrency_raw_target),
+                                   (4, "Celery", args.concurrency_low_target)):
+        value = ratio(threads, system)
+        if value is not None:
+            report.target("concurrency", f"x{threads} tidemq / {system}", value, ">=", limit)
