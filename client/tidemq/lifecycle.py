@@ -36,7 +36,7 @@ from .tables import MESSAGE as M
 
 __all__ = [
     "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
-    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "expire",
+    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_lost",
     "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
 ]
 
@@ -45,7 +45,14 @@ DEFAULT_MAX_DELIVERIES = 10
 DEFAULT_RETENTION_DAYS = 7
 
 
-class MessageStatus(str, enum.Enum):
+class _Named(str, enum.Enum):
+    """A string enum that prints as its value (in f-strings, trace lines and templates)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class MessageStatus(_Named):
     """The states of a stored message and what moves a message out of each.
 
     NEW: waiting for its effect_time; a lease moves it to RUNNING, cancel or an admin delete
@@ -63,20 +70,16 @@ class MessageStatus(str, enum.Enum):
     SUCCESS = "SUCCESS"
     FAIL = "FAIL"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 NEW, RUNNING, SUCCESS, FAIL = MessageStatus.NEW, MessageStatus.RUNNING, MessageStatus.SUCCESS, MessageStatus.FAIL
 STATUSES: tuple[MessageStatus, ...] = tuple(MessageStatus)
-#: What an operator may set by hand: RUNNING belongs to a consumer's lease.
-EDITABLE_STATUSES: tuple[MessageStatus, ...] = (NEW, SUCCESS, FAIL)
+#: What an operator may set and change by hand: RUNNING belongs to a consumer's lease.
+EDITABLE_STATUSES: tuple[MessageStatus, ...] = tuple(s for s in STATUSES if s is not RUNNING)
 #: Finished messages: what the archive moves to Parquet and a restore may put back.
 ARCHIVABLE_STATUSES: tuple[MessageStatus, ...] = (SUCCESS, FAIL)
-_NOT_RUNNING: tuple[MessageStatus, ...] = (NEW, SUCCESS, FAIL)
 
 
-class Event(str, enum.Enum):
+class Event(_Named):
     """The event names that start trace lines."""
 
     PRODUCED = "PRODUCED"
@@ -95,9 +98,6 @@ class Event(str, enum.Enum):
     ADMIN_DELETE = "ADMIN_DELETE"
     RESTORED = "RESTORED"
     RETIRED = "RETIRED"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -199,20 +199,32 @@ def extend(now: datetime, ttr: int) -> Change:
                   bump_version=False)
 
 
+def delivered_out(deliveries: int, max_deliveries: int) -> bool:
+    """True when an expiring lease ends the message in FAIL: it has been delivered
+    ``max_deliveries`` times (0: no limit)."""
+    return 0 < max_deliveries <= deliveries
+
+
 def expire(now: datetime, deliveries: int, max_deliveries: int, lost_by: Optional[str], broker: str,
            expiries: int = 1) -> Change:
-    """RUNNING whose lease ran out: back to NEW, due now, or FAIL once it has been delivered
-    ``max_deliveries`` times (a poison message that kills or hangs its consumer every time).
+    """RUNNING whose lease ran out: back to NEW, due now, or FAIL once :func:`delivered_out` (a
+    poison message that kills or hangs its consumer every time).
 
-    ``expiries`` counts this expiry and the earlier ones, for the trace."""
+    ``expiries`` counts this expiry and the earlier ones, for the trace of a FAIL."""
     lost_by = lost_by or "-"
-    if max_deliveries > 0 and deliveries >= max_deliveries:
+    if delivered_out(deliveries, max_deliveries):
         values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
         line = _line(now, Event.FAIL, broker=broker, lost_by=lost_by, attempt=deliveries,
                      error=f"lease_expired_{expiries}_times:_max_deliveries_{max_deliveries}_reached")
         return Change(Event.FAIL, (RUNNING,), FAIL, values, trace=line)
+    return lease_lost(now, lost_by, broker)
+
+
+def lease_lost(now: datetime, lost_by: Optional[str], broker: str) -> Change:
+    """RUNNING whose lease ran out and which is not :func:`delivered_out`: back to NEW, due now,
+    naming the consumer that lost it."""
     return Change(Event.LEASE_EXPIRED, (RUNNING,), NEW, {M.update_time: now, **_lease_cleared()},
-                  trace=_line(now, Event.LEASE_EXPIRED, broker=broker, lost_by=lost_by))
+                  trace=_line(now, Event.LEASE_EXPIRED, broker=broker, lost_by=lost_by or "-"))
 
 
 # -- operators and producers -----------------------------------------------------------------
@@ -242,7 +254,7 @@ def admin_edit(now: datetime, user: str, status: Optional[MessageStatus], change
         sets[M.finish_time] = None if status is NEW else now
     line = _line(now, Event.ADMIN_EDIT, user=user, changed=",".join(changed) or "-",
                  status=status.value if status is not None else None)
-    return Change(Event.ADMIN_EDIT, _NOT_RUNNING, status, sets, trace=line)
+    return Change(Event.ADMIN_EDIT, EDITABLE_STATUSES, status, sets, trace=line)
 
 
 def retire() -> Change:
@@ -253,7 +265,7 @@ def retire() -> Change:
 
 def admin_delete() -> Change:
     """Any message not RUNNING -> gone (a consumer holds RUNNING ones)."""
-    return Change(Event.ADMIN_DELETE, _NOT_RUNNING, None, delete=True)
+    return Change(Event.ADMIN_DELETE, EDITABLE_STATUSES, None, delete=True)
 
 
 def restore(now: datetime, retry: int, **who: object) -> Change:

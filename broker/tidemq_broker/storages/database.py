@@ -33,14 +33,13 @@ class SqlDatabase:
         # SQLite has one writer at a time: a process lock serialises transactions instead of
         # letting them fail with "database is locked" (it also keeps a multi-row INSERT's rowids
         # consecutive). MySQL runs transactions concurrently.
-        self._serial: Callable[[], ContextManager[Any]] = (
-            (lambda lock=threading.RLock(): lock) if dialect.single_writer else nullcontext)
+        self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
 
     def tx(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
         """Run ``work(conn)`` in one transaction and return its result."""
         for attempt in range(1, attempts + 1):
             try:
-                with self._serial(), self.engine.begin() as conn:
+                with self._serial, self.engine.begin() as conn:
                     return work(conn)
             except DBAPIError as exc:
                 if self.dialect.is_transient(exc) and attempt < attempts:

@@ -119,14 +119,13 @@ class Leases:
             moved = 0
             for row in expired:
                 most = max_deliveries(row.topic)
-                if row.attempt >= most > 0:
+                if lifecycle.delivered_out(row.attempt, most):
                     change = lifecycle.expire(now, row.attempt, most, row.consumer, broker, _expiries(conn, row.id) + 1)
                     moved += apply(conn, change, m.c.id == row.id, m.c.lease_expire < now)
                 else:
                     back.setdefault(row.consumer, []).append(row.id)
             for consumer, ids in back.items():
-                change = lifecycle.expire(now, 0, 0, consumer, broker)
-                moved += apply(conn, change, ids_in(ids), m.c.lease_expire < now)
+                moved += apply(conn, lifecycle.lease_lost(now, consumer, broker), ids_in(ids), m.c.lease_expire < now)
             return moved
 
         return self._db.tx(work)
