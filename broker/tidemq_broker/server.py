@@ -85,7 +85,6 @@ class BrokerServer:
             self.storage.create_schema()
         self.storage.ping()
         warn_if_behind(self.storage, "broker")
-        self.writer.start()
         self.hub.start()
         self._server.start()
         if self._own_coordinator:

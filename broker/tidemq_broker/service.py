@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, TypeVar
 
 import grpc
@@ -18,7 +17,6 @@ from tidemq.validation import check_topic
 from .errors import (
     MalformedRequestError,
     RetriableError,
-    StorageUnavailableError,
     TidemqError,
     ValidationError,
 )
@@ -48,9 +46,6 @@ def _rpc(method: F) -> F:
             _abort(context, grpc.StatusCode.UNAVAILABLE, exc)
         except TidemqError as exc:
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, exc)
-        except FutureTimeout:
-            _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
-                   StorageUnavailableError("the commit did not finish before the call's deadline"))
 
     return wrapper  # type: ignore[return-value]
 
@@ -75,9 +70,8 @@ class BrokerService(pb_grpc.BrokerServicer):
     @_rpc
     def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceReply:
         rows = rows_from_request(request, self.topics, self.max_data_bytes)
-        future = self.writer.submit(rows)
         remaining = context.time_remaining()
-        ids = future.result(timeout=None if remaining is None else max(remaining, 0.001))
+        ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001))
         return pb.ProduceReply(ids=ids)
 
     @_rpc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -9,10 +10,18 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from .coalesce import Coalescer, Request
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
-from .errors import ConfigurationError, DataTooLargeError, InvalidDelayError, TidemqError
+from .errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    DataTooLargeError,
+    InvalidDelayError,
+    TidemqError,
+    ValidationError,
+)
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
@@ -34,6 +43,13 @@ log = logging.getLogger(__name__)
 #: ZooKeeper refuses nodes over about 1 MiB (jute.maxbuffer); leave room for the envelope.
 BROADCAST_MAX_BYTES = 1_000_000
 Retry = Union[None, int, Sequence[Union[int, float, str]]]
+#: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
+_RPC_DATA_BYTES = 8 * 1024 * 1024
+
+
+def _not_sent(timeout: float) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        f"Produce was not sent within {timeout:.1f} s: this client's produce calls stayed busy")
 
 
 class Client:
@@ -50,6 +66,9 @@ class Client:
         self._coordinator_started = coordinator is not None
         static = self.settings.brokers
         self.pool = BrokerPool(static, None if static else self.coordinator)
+        # Concurrent produce() calls share Produce RPCs (see tidemq.coalesce).
+        self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
+            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, _RPC_DATA_BYTES, _not_sent)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -80,7 +99,11 @@ class Client:
                      effect_time: Optional[datetime] = None, retry: Retry = None,
                      unique_keys: Optional[Sequence[Optional[str]]] = None,
                      timeout: Optional[float] = None) -> list[int]:
-        """Store many messages of one topic in one transaction (all or none); return their ids."""
+        """Store many messages of one topic in one transaction (all or none); return their ids.
+
+        Calls made at the same time from other threads may share the RPC and the transaction
+        (``tidemq.coalesce``); each call still stores all of its messages or none.
+        """
         datas = list(datas)
         check_batch_size(datas)
         if unique_keys is not None and len(unique_keys) != len(datas):
@@ -97,8 +120,38 @@ class Client:
             if unique_keys is not None:
                 msg.unique_key = check_unique_key(unique_keys[index])
             messages.append(msg)
-        reply = self._call("Produce", pb.ProduceRequest(messages=messages), timeout)
-        return list(reply.ids)
+        return self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
+                                    timeout if timeout is not None else self.settings.rpc_timeout)
+
+    def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
+        """One Produce RPC for the requests of ``batch``; on an input error, one RPC each.
+
+        The broker validates a whole request before it writes any of it, so a ValidationError
+        means nothing was stored: sent again alone, each request shows whether the bad input was
+        its own. Any other error (the outcome may be unknown) reaches every caller as it is.
+        """
+        messages = [m for r in batch for m in r.payload]
+        deadlines = [r.deadline for r in batch if r.deadline is not None]
+        timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else self.settings.rpc_timeout
+        try:
+            ids = list(self.pool.call("Produce", pb.ProduceRequest(messages=messages), timeout).ids)
+            if len(ids) != len(messages):
+                raise TidemqError(f"the broker answered {len(ids)} ids for {len(messages)} messages")
+        except ValidationError as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:
+                for request in batch:
+                    self._flush_produce([request])
+            return
+        except TidemqError as exc:
+            for request in batch:  # each caller raises its own copy: tracebacks are per raise
+                request.error = copy.copy(exc) if len(batch) > 1 else exc
+            return
+        start = 0
+        for request in batch:
+            request.result = ids[start : start + request.items]
+            start += request.items
 
     def _template(self, topic: str, delay: Optional[float], effect_time: Optional[datetime], retry: Retry) -> pb.NewMessage:
         msg = pb.NewMessage(topic=check_topic(topic))

@@ -26,6 +26,8 @@ class Settings:
     max_data_bytes: the largest message data a broker accepts (TIDEMQ_MAX_DATA_BYTES).
     zk_session_timeout: seconds before ZooKeeper drops a silent process's nodes
     (TIDEMQ_ZK_SESSION_TIMEOUT): lower means faster takeover of a dead worker's share.
+    produce_in_flight: Produce RPCs a client keeps open at once (TIDEMQ_PRODUCE_IN_FLIGHT);
+    concurrent produce() calls beyond it share the next RPC (see ``tidemq.coalesce``).
     """
 
     db_url: str = DEFAULT_DB_URL
@@ -37,6 +39,7 @@ class Settings:
     max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
     rpc_timeout: float = 10.0
     zk_session_timeout: float = 10.0
+    produce_in_flight: int = 2
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "Settings":
@@ -46,9 +49,11 @@ class Settings:
             max_bytes = int(env.get("TIDEMQ_MAX_DATA_BYTES", DEFAULT_MAX_DATA_BYTES))
             rpc_timeout = float(env.get("TIDEMQ_RPC_TIMEOUT", 10.0))
             session_timeout = float(env.get("TIDEMQ_ZK_SESSION_TIMEOUT", 10.0))
+            in_flight = int(env.get("TIDEMQ_PRODUCE_IN_FLIGHT", 2))
         except ValueError as exc:
             raise ConfigurationError(
-                f"TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT must be numbers: {exc}") from None
+                "TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT / TIDEMQ_PRODUCE_IN_FLIGHT "
+                f"must be numbers: {exc}") from None
         settings = cls(
             db_url=env.get("TIDEMQ_DB_URL", "") or DEFAULT_DB_URL,
             zk_hosts=env.get("TIDEMQ_ZK_HOSTS", ""),
@@ -59,6 +64,7 @@ class Settings:
             max_data_bytes=max_bytes,
             rpc_timeout=rpc_timeout,
             zk_session_timeout=session_timeout,
+            produce_in_flight=in_flight,
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -74,6 +80,9 @@ class Settings:
         if not 1 <= self.zk_session_timeout <= 600:
             raise ConfigurationError(
                 f"TIDEMQ_ZK_SESSION_TIMEOUT must be between 1 and 600 seconds, got {self.zk_session_timeout}")
+        if not 1 <= self.produce_in_flight <= 64:
+            raise ConfigurationError(
+                f"TIDEMQ_PRODUCE_IN_FLIGHT must be between 1 and 64, got {self.produce_in_flight}")
         if not 1 <= self.max_data_bytes <= 16 * 1024 * 1024 - 1:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"

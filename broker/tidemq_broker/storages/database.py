@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..errors import StorageUnavailableError
-from .dialect import SqlDialect
+from .dialect import ENDED_CLEANLY, SqlDialect
 
 __all__ = ["SqlDatabase"]
 
@@ -36,14 +36,29 @@ class SqlDatabase:
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
 
     def tx(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
-        """Run ``work(conn)`` in one transaction and return its result."""
+        """Run ``work(conn)`` in one transaction and return its result.
+
+        A pooled connection is not pinged before use (that would add a round trip to every
+        produce): if it turns out dead before the COMMIT was sent, nothing was committed, so the
+        work runs again once on a fresh connection. A connection lost during the COMMIT leaves
+        the outcome unknown and is reported, never retried.
+        """
+        reconnected = False
         for attempt in range(1, attempts + 1):
+            committing = False
             try:
-                with self._serial, self.engine.begin() as conn:
-                    return work(conn)
+                with self._serial, self.engine.connect() as conn:
+                    with conn.begin():
+                        result = work(conn)
+                        committing = True
+                    conn.connection.info[ENDED_CLEANLY] = True  # committed: no reset needed
+                    return result
             except DBAPIError as exc:
                 if self.dialect.is_transient(exc) and attempt < attempts:
                     time.sleep(0.005 * attempt)
+                    continue
+                if exc.connection_invalidated and not committing and not reconnected:
+                    reconnected = True
                     continue
                 if isinstance(exc, OperationalError) or exc.connection_invalidated:
                     raise StorageUnavailableError(f"the database is unavailable: {exc.orig!r}") from exc
