@@ -70,6 +70,13 @@ def _peer(peer: RedisPeer, report: Report, args: Namespace, single: float, targe
     report.record("peers", f"{name} lateness: {args.peer_due} due over {args.peer_window:.0f}s",
                   summarize(lateness), "ms", peer.describe(peer.variants[0]))
     report.record("peers", f"{name} early deliveries", sum(1 for v in lateness if v < 0), "")
+    ours_late = report.figures.get("delay", {}).get(
+        f"tidemq lateness: {args.peer_due} due over {args.peer_window:.0f}s, none pending")
+    if targets and isinstance(ours_late, dict) and lateness:
+        theirs = summarize(lateness)
+        for q in ("p50", "p99"):  # the same load in the same run; below 1 means tidemq is closer to time
+            report.target("peers", f"tidemq / {name} lateness {q}", round(ours_late[q] / max(theirs[q], 0.001), 3),
+                          "<=", 1.0)
     report.record("peers", f"{name} workers RSS none / {args.peer_pending} pending",
                   f"{rss_none:.1f} / {rss_pending:.1f}", "MiB", f"ratio {rss_pending / rss_none:.2f}")
 

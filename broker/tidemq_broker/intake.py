@@ -25,11 +25,12 @@ from .storage import NewRow
 from .topics import TopicCache
 
 __all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
-           "MAX_WAIT", "MAX_TTR"]
+           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD"]
 
 MAX_PULL = 1000
 MAX_WAIT = 60.0
 MAX_TTR = 7 * 24 * 3600
+MAX_AHEAD = 10.0  # seconds before due a pull may hand a message out
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -86,6 +87,8 @@ def check_pull(request: pb.PullRequest) -> None:
         raise MalformedRequestError(f"wait_seconds must be between 0 and {MAX_WAIT}, got {request.wait_seconds}")
     if not (math.isfinite(request.ttr_seconds) and 0 <= request.ttr_seconds <= MAX_TTR):
         raise MalformedRequestError(f"ttr_seconds must be between 0 (topic default) and {MAX_TTR}, got {request.ttr_seconds}")
+    if not (math.isfinite(request.ahead_seconds) and 0 <= request.ahead_seconds <= MAX_AHEAD):
+        raise MalformedRequestError(f"ahead_seconds must be between 0 and {MAX_AHEAD}, got {request.ahead_seconds}")
     if request.total < 1 or not 0 <= request.rank < request.total:
         raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={request.rank} total={request.total}")
     if len(request.consumer) > 255:

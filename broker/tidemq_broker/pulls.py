@@ -5,6 +5,10 @@ commit by this broker's writer (or an ack) that makes something of its topic due
 change seen by the broker's shared probes, or a slow re-check (10 s). An idle broker with many
 waiting consumers therefore issues a handful of queries per second in all, and a due message
 reaches a waiting consumer within milliseconds of its commit or its effect_time.
+
+A pull that may lease ahead (``ahead`` seconds, see ``long_poll``) takes what is due within that
+window and wakes half a window before the next due time, so its consumer always holds a message
+before the message's effect_time and starts it then, on its own clock.
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ _FOREVER = datetime.max
 
 
 class Waiter:
-    """One sleeping pull."""
+    """One sleeping pull.
 
-    __slots__ = ("topic", "wake_at", "event")
+    ``wake_at``: when it wakes by itself, plus its lead. Anything due by then must wake it, or
+    it would reach the consumer less than the lead before its effect_time (or late).
+    """
 
-    def __init__(self, topic: str) -> None:
+    __slots__ = ("topic", "lead", "wake_at", "event")
+
+    def __init__(self, topic: str, lead: float = 0.0) -> None:
         self.topic = topic
+        self.lead = lead
         self.wake_at = _FOREVER  # until it sets a time, any notification wakes it
         self.event = threading.Event()
 
@@ -69,8 +78,9 @@ class PullHub:
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
-    def register(self, topic: str) -> Waiter:
-        waiter = Waiter(topic)
+    def register(self, topic: str, lead: float = 0.0) -> Waiter:
+        """A waiter for ``topic`` whose attempts take what is due within ``lead`` seconds."""
+        waiter = Waiter(topic, lead)
         with self._lock:
             self._waiters.setdefault(topic, set()).add(waiter)
         return waiter
@@ -101,7 +111,7 @@ class PullHub:
     def sleep(self, waiter: Waiter, seconds: float) -> None:
         """Sleep up to ``seconds`` unless notified (or notified already since registering)."""
         if seconds > 0 and not self._stopped.is_set():
-            waiter.wake_at = clock.after(clock.now(), seconds)
+            waiter.wake_at = clock.after(clock.now(), seconds + waiter.lead)
             waiter.event.wait(seconds)
         waiter.event.clear()
         waiter.wake_at = _FOREVER
@@ -150,11 +160,17 @@ class PullHub:
 
 
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],
-              next_due: Callable[[], Optional[datetime]], topic: str) -> list[LeasedMessage]:
+              next_due: Callable[[], Optional[datetime]], topic: str, ahead: float = 0.0) -> list[LeasedMessage]:
     """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
-    (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline."""
+    (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline.
+
+    ``ahead``: ``attempt`` takes what is due within that many seconds. The pull then wakes
+    ``ahead / 2`` before the next due time: each attempt gathers about half a window of
+    messages, and each reaches its consumer at least half a window before it is due.
+    """
+    lead = ahead / 2
     while True:
-        waiter = hub.register(topic)  # before the attempt, so no notification is missed
+        waiter = hub.register(topic, lead)  # before the attempt, so no notification is missed
         try:
             attempted_at = clock.now()
             found = attempt()
@@ -164,10 +180,10 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
             due = next_due()
             if due is None:
                 pause = hub.recheck
-            elif due > attempted_at:
-                # Not due when we tried: sleep until it is (possibly not at all: it became due
-                # between the attempt and this query).
-                pause = (due - clock.now()) / timedelta(seconds=1)
+            elif due > clock.after(attempted_at, ahead):
+                # Not within reach when we tried: sleep until it is (possibly not at all: it
+                # came within reach between the attempt and this query).
+                pause = (due - clock.now()) / timedelta(seconds=1) - lead
             else:
                 pause = hub.blocked_recheck  # due before we tried, yet not ours: serial head busy, raced
             hub.sleep(waiter, min(pause, remaining, hub.recheck))

@@ -86,6 +86,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         wait = request.wait_seconds if remaining is None else min(request.wait_seconds, max(remaining - 0.2, 0))
         deadline = time.monotonic() + wait
         rank, total = (0, 1) if request.serial else (request.rank, request.total)
+        ahead = request.ahead_seconds
 
         def attempt() -> list[LeasedMessage]:
             if self.topics.get(topic).paused or not context.is_active():
@@ -93,16 +94,16 @@ class BrokerService(pb_grpc.BrokerServicer):
             now = clock.now()
             token = request.lease_token or None
             if request.serial:
-                return self.storage.lock_serial(topic, ttr, consumer, now, token, self.name)
+                return self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
             return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, token,
-                                           self.name)
+                                           self.name, ahead)
 
         def next_due() -> Any:
             if request.serial:
                 return self.storage.serial_head_due(topic)
             return self.storage.next_due(topic, rank, total)
 
-        found = long_poll(self.hub, deadline, attempt, next_due, topic)
+        found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead)
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.

@@ -166,18 +166,19 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
-                   lease_token: Optional[str] = None, broker: str = "") -> list[LeasedMessage]:
-        """Lease up to ``limit`` due NEW messages with ``MOD(id, total) = rank``, oldest due first.
+                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+        """Lease up to ``limit`` NEW messages with ``MOD(id, total) = rank`` due by ``now + ahead``,
+        oldest due first.
 
         One conditional UPDATE applies the lifecycle's lease (token ``lease_token`` or a fresh
-        one, ``lease_expire = now + ttr``); the leased rows are then read back by that lease.
+        one, ``lease_expire = now + ahead + ttr``); the leased rows are then read back by that lease.
         """
 
     @abc.abstractmethod
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
-                    broker: str = "") -> list[LeasedMessage]:
-        """Lease the head of a serial topic: the NEW message first in (order_time, id), if due
-        and if no message of the topic is RUNNING. Returns zero or one message."""
+                    broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+        """Lease the head of a serial topic: the NEW message first in (order_time, id), if due by
+        ``now + ahead`` and if no message of the topic is RUNNING. Returns zero or one message."""
 
     @abc.abstractmethod
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,

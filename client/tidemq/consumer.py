@@ -9,9 +9,13 @@ from .errors import ConfigurationError
 from .message import Message, MessageType
 from .validation import check_topic
 
-__all__ = ["ConsumerSpec", "mq_consumer", "registered_consumers", "clear_registry"]
+__all__ = ["ConsumerSpec", "mq_consumer", "registered_consumers", "clear_registry", "DEFAULT_AHEAD", "MAX_AHEAD"]
 
 Handler = Callable[[Message], None]
+#: Seconds before due that a delayed message is leased to a waiting worker by default: enough for
+#: a lock and a round trip, small beside any ttr, so a worker that dies holding some loses little.
+DEFAULT_AHEAD = 1.0
+MAX_AHEAD = 10.0
 _REGISTRY: list["ConsumerSpec"] = []
 
 
@@ -22,7 +26,9 @@ class ConsumerSpec:
     threads: handlers running at once. ttr: the lease length. While its worker lives, a message's
     lease is extended every ttr/3 (heartbeats), however long the handler runs; when the worker
     dies, its messages are delivered again about ttr seconds later. batch: messages pulled per
-    call; at most ``threads + batch`` are leased and not yet acknowledged at any time.
+    call; at most ``threads + batch`` are leased and not yet acknowledged at any time. ahead: how
+    many seconds before its effect_time a delayed message may be leased to this worker, which
+    then starts it on time by its own clock (0: lease only what is due).
     """
 
     topic: str
@@ -31,6 +37,7 @@ class ConsumerSpec:
     threads: int = 1
     ttr: float = 60.0
     batch: int = 16
+    ahead: float = DEFAULT_AHEAD
 
     @property
     def name(self) -> str:
@@ -38,11 +45,12 @@ class ConsumerSpec:
 
 
 def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, threads: int = 1,
-                ttr: float = 60.0, batch: Optional[int] = None) -> Callable[[Handler], Handler]:
+                ttr: float = 60.0, batch: Optional[int] = None, ahead: float = DEFAULT_AHEAD) -> Callable[[Handler], Handler]:
     """Declare ``handler`` as the consumer of ``topic``.
 
     Returning from the handler records SUCCESS; raising records a failure, retried while the
     message has retries left, else FAIL. SERIAL_QUEUE consumers always run one at a time.
+    ``ahead``: see :class:`ConsumerSpec`.
     """
     check_topic(topic)
     kind = MessageType.parse(type)
@@ -52,11 +60,14 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
         raise ConfigurationError(f"ttr must be between 1 s and 7 days, got {ttr}")
     if batch is not None and not 1 <= batch <= 1000:
         raise ConfigurationError(f"batch must be between 1 and 1000, got {batch}")
+    if not (0 <= ahead <= MAX_AHEAD and ahead < ttr):
+        raise ConfigurationError(f"ahead must be between 0 and {MAX_AHEAD} s and below ttr, got {ahead}")
     if kind is MessageType.SERIAL_QUEUE:
         threads, batch = 1, 1
 
     def register(handler: Handler) -> Handler:
-        _REGISTRY.append(ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads)))
+        _REGISTRY.append(ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads),
+                                      float(ahead)))
         return handler
 
     return register

@@ -52,6 +52,7 @@ class StubMessage:
     consumer: str = ""
     extended: int = 0
     error: str = ""
+    leased_at: float = 0.0  # ``clock`` when its last lease was taken
 
 
 @dataclass
@@ -145,7 +146,7 @@ class StubBroker:
     # -- BrokerLink --------------------------------------------------------------------------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
              max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
-             track: Optional[PullHandle] = None) -> list[Delivery]:
+             track: Optional[PullHandle] = None, ahead: float = 0.0) -> list[Delivery]:
         call = _Call()
 
         def abort() -> None:
@@ -164,12 +165,14 @@ class StubBroker:
             try:
                 while not call.cancelled:
                     leased = self._lease(topic, rank, total, serial, max_messages, ttr or self.default_ttr,
-                                         consumer, token)
+                                         consumer, token, ahead)
                     remaining = deadline - time.monotonic()
                     if leased or remaining <= 0:
                         record.outcome, record.ids = ("leased" if leased else "empty"), tuple(m.id for m in leased)
                         return [self._delivery(m) for m in leased]
-                    self._cond.wait(min(remaining, self._until_due(topic, rank, total, serial)))
+                    # Like the broker: wake half the ahead window before the next due time.
+                    until = self._until_due(topic, rank, total, serial) - ahead / 2
+                    self._cond.wait(max(min(remaining, until), 0.001))
                 record.outcome = "cancelled"
                 raise PullCancelledError(f"pull of {topic} by {consumer} was cancelled")
             finally:
@@ -236,12 +239,12 @@ class StubBroker:
         return sorted((m for m in new if m.id % total == rank), key=lambda m: (m.effect_time, m.id))
 
     def _lease(self, topic: str, rank: int, total: int, serial: bool, n: int, ttr: float, consumer: str,
-               token: str) -> list[StubMessage]:
+               token: str, ahead: float = 0.0) -> list[StubMessage]:
         now = self.clock()
-        chosen = [m for m in self._due(topic, rank, total, serial) if m.effect_time <= now][:n]
+        chosen = [m for m in self._due(topic, rank, total, serial) if m.effect_time <= now + ahead][:n]
         for m in chosen:
-            m.status, m.lease_token, m.lease_expire, m.ttr = MessageStatus.RUNNING, token, now + ttr, ttr
-            m.consumer = consumer
+            m.status, m.lease_token, m.lease_expire, m.ttr = MessageStatus.RUNNING, token, now + ahead + ttr, ttr
+            m.consumer, m.leased_at = consumer, now
             m.attempt += 1
             self.history.append((Event.LOCKED, m.id))
         if chosen:

@@ -97,6 +97,30 @@ def test_lock_takes_only_due_messages_oldest_first_up_to_limit(storage):
     assert lock(storage, "t.l") == []
 
 
+def test_leasing_ahead_takes_what_is_due_within_the_window_under_a_lease_that_covers_the_wait(storage):
+    now = clock.now()
+    soon = storage.insert_messages(rows("t.ahead", 2, delay=20), now)
+    later = storage.insert_messages(rows("t.ahead", 1, delay=90), now)
+    assert storage.lock_batch("t.ahead", 0, 1, 10, 30, "c1", now) == []  # nothing due now
+    leased = storage.lock_batch("t.ahead", 0, 1, 10, 30, "c1", now, ahead=60)
+    assert [m.id for m in leased] == soon  # due within 60 s; the one due in 90 s stays NEW
+    assert all(m.effect_time == clock.after(now, 20) for m in leased)  # the consumer starts it then
+    for m in leased:
+        stored = storage.get_message(m.id)
+        assert stored.status == "RUNNING" and stored.lease_expire == clock.after(now, 60 + 30)
+        assert "ahead=60s" in stored.trace
+    assert storage.get_message(later[0]).status == "NEW"
+
+
+def test_a_serial_head_is_leased_ahead_only_within_the_window(storage):
+    storage.ensure_topics(["t.serial.ahead"], clock.now())
+    now = clock.now()
+    [head] = storage.insert_messages(rows("t.serial.ahead", 1, delay=20), now)
+    assert storage.lock_serial("t.serial.ahead", 30, "c1", now, ahead=10) == []
+    [leased] = storage.lock_serial("t.serial.ahead", 30, "c1", now, ahead=30)
+    assert leased.id == head and storage.get_message(head).lease_expire == clock.after(now, 60)
+
+
 def test_a_delivery_is_what_the_lock_stored(storage):
     """The lock builds its deliveries from the rows it read plus the values it set: they must
     match the stored rows field for field."""

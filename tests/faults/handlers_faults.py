@@ -11,6 +11,7 @@ SLEEP = float(os.environ.get("FAULT_SLEEP", "0"))
 TOPIC = os.environ.get("FAULT_TOPIC", "fault.queue")
 TTR = float(os.environ.get("FAULT_TTR", "3"))
 KIND = MessageType.parse(os.environ.get("FAULT_TYPE", "QUEUE"))
+AHEAD = float(os.environ.get("FAULT_AHEAD", "1.0"))
 
 
 def _record(message: Message, start: float) -> None:
@@ -22,7 +23,7 @@ def _record(message: Message, start: float) -> None:
         os.close(fd)
 
 
-@mq_consumer(TOPIC, type=KIND, threads=4, ttr=TTR, batch=8)
+@mq_consumer(TOPIC, type=KIND, threads=4, ttr=TTR, batch=8, ahead=min(AHEAD, TTR / 2))
 def handle(message: Message) -> None:
     start = time.time()
     if SLEEP:

@@ -4,6 +4,7 @@ re-runs happen only for messages whose holder died."""
 from __future__ import annotations
 
 import signal
+from datetime import timezone
 
 from tests.observe import all_messages, handler_runs, success_records
 from tests.processes import TIDEMQ, process_env, start_broker_process
@@ -54,6 +55,40 @@ def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spa
         lost_by = {e.get("lost_by", "") for i in expired for e in trace.parse(messages[i].trace) if e["event"] == "LEASE_EXPIRED"}
         assert all(any(f"-{pid}-" in node for pid in killed_pids) for node in lost_by), lost_by
         print(f"\nworker kills: 2, messages {len(ids)}, leases lost {len(expired)}, handler re-runs {len(rerun)}")
+    finally:
+        client.close()
+        storage.close()
+
+
+def test_a_worker_killed_holding_messages_leased_ahead_loses_none_of_them(settings, spawn, tmp_path):
+    log = tmp_path / "runs.log"
+    topic = "fault.ahead"
+    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=topic, FAULT_TTR="8", FAULT_AHEAD="4")
+    start_broker_process(spawn, tmp_path, env)
+    first = spawn("w0", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+    client = Client(settings)
+    storage = open_storage(settings.db_url)
+    try:
+        wait_until(lambda: len(client.coordinator.consumers(topic)) == 1, 30, what="the first worker registered")
+        ids = client.produce_many(topic, [{"n": n} for n in range(10)], delay=6)  # within the prefetch bound (12)
+        # The pull takes them about 2 s before they are due (half the 4 s window): kill then.
+        wait_until(lambda: storage.count_by_status(topic).get(topic, {}).get("RUNNING", 0) == len(ids), 30, 0.02,
+                   "all leased ahead by the first worker")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        assert handler_runs(log) == {}, "the premise failed: a message ran before the kill"
+        spawn("w1", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+        wait_until(lambda: storage.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(ids), 60, 0.2,
+                   "every message to succeed after the lease expired")
+        messages = {m.id: m for m in all_messages(storage, topic)}
+        assert set(messages) == set(ids) and all(success_records(m) == 1 for m in messages.values())
+        assert handler_runs(log) == {i: 1 for i in ids}  # each ran once: by the second worker
+        for m in messages.values():
+            events = [e["event"] for e in trace.parse(m.trace)]
+            assert events.count("LOCKED") == 2 and "LEASE_EXPIRED" in events, events
+        starts = {int(line.split()[0]): float(line.split()[3]) for line in log.read_text().splitlines()}
+        for msg_id, started in starts.items():  # leased ahead again, and still never run early
+            assert started >= messages[msg_id].effect_time.replace(tzinfo=timezone.utc).timestamp()
     finally:
         client.close()
         storage.close()

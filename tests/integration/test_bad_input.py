@@ -119,6 +119,8 @@ def test_broker_enforces_its_own_data_limit(settings, mysql_url):
     ("Pull", pb.PullRequest(topic="t", max_messages=0, total=1), "max_messages"),
     ("Pull", pb.PullRequest(topic="t", max_messages=5, rank=3, total=2), "rank must be in [0, total)"),
     ("Pull", pb.PullRequest(topic="t", max_messages=5, total=1, wait_seconds=1e9), "wait_seconds"),
+    ("Pull", pb.PullRequest(topic="t", max_messages=5, total=1, ahead_seconds=11), "ahead_seconds must be between 0 and 10"),
+    ("Pull", pb.PullRequest(topic="t", max_messages=5, total=1, ahead_seconds=float("nan")), "ahead_seconds"),
     ("Ack", pb.AckRequest(consumer="c"), "at least one"),
     ("Ack", pb.AckRequest(items=[pb.AckItem(id=-4)]), "positive message ids"),
     ("Cancel", pb.CancelRequest(ids=[0]), "positive message ids"),

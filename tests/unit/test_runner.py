@@ -7,6 +7,7 @@ import ast
 import os
 import signal
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -187,3 +188,34 @@ def test_serial_runs_one_at_a_time_in_order_only_on_rank_zero_after_each_ack(stu
     pulls = [p for p in stub.pulls if p.outcome != "cancelled"]
     assert {p.consumer for p in pulls} == {top.runners[0].registration.node}
     assert all(p.serial and p.running_before == 0 for p in pulls)  # asked again only after the ack
+
+
+def test_messages_leased_ahead_start_at_their_effect_time_never_before(stub, workers):
+    ran: dict[int, tuple[float, float]] = {}  # id: (handler start, effect_time), wall clock
+
+    def handler(message):
+        ran[message.id] = (time.time(), message.effect_time.timestamp())
+
+    ids = [stub.produce("t.ahead", i, delay=1.0 + i * 0.2) for i in range(5)]
+    workers([ConsumerSpec("t.ahead", MessageType.QUEUE, handler, threads=2, ttr=30, batch=8, ahead=5.0)], "w1")
+    wait_until(lambda: len(ran) == 5, 30)
+    for msg_id in ids:
+        stored = stub.message(msg_id)
+        assert stored.leased_at < stored.effect_time  # handed to the worker ahead of time...
+        started, effect = ran[msg_id]
+        assert started >= effect  # ...and started at its effect_time, never before
+        assert stored.status == "SUCCESS"
+
+
+def test_a_stopping_worker_still_runs_what_it_leased_ahead_at_its_time(stub, coordinators):
+    ran: list[tuple[float, float]] = []
+    msg_id = stub.produce("t.ahead.drain", "x", delay=1.0)
+    spec = ConsumerSpec("t.ahead.drain", MessageType.QUEUE,
+                        lambda m: ran.append((time.time(), m.effect_time.timestamp())), threads=1, ttr=30, batch=2,
+                        ahead=5.0)
+    worker = Worker([spec], link=stub, coordinator=coordinators(), instance="w1", drain_timeout=10).start()
+    wait_until(lambda: stub.status(msg_id) == "RUNNING", 10)
+    assert not ran  # leased, not yet due
+    worker.stop()
+    assert len(ran) == 1 and ran[0][0] >= ran[0][1]
+    assert stub.status(msg_id) == "SUCCESS"  # run and acknowledged before stop returned

@@ -52,9 +52,10 @@ class SqlDialect(abc.ABC):
 
     @abc.abstractmethod
     def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
-                    now: datetime) -> None:
-        """The one conditional UPDATE of a batch lease: up to ``limit`` due NEW rows of the shard,
-        oldest due first, get ``change`` (a lifecycle lease)."""
+                    due_by: datetime) -> None:
+        """The one conditional UPDATE of a batch lease: up to ``limit`` NEW rows of the shard due
+        by ``due_by`` (now, or a little later when leasing ahead), oldest due first, get
+        ``change`` (a lifecycle lease)."""
 
     def lock_topic_row(self, conn: Connection, topic: str) -> None:
         """Serialise serial leases of one topic (a row lock on its topic row).

@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 
 from sqlalchemy import Connection, func, select
 
-from tidemq import lifecycle
+from tidemq import clock, lifecycle
 from tidemq.lifecycle import Change, Event, MessageStatus
 
 from ..schema import message as m
@@ -42,19 +42,21 @@ class Leases:
         self._db = db
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
-                   lease_token: Optional[str] = None, broker: str = "") -> list[LeasedMessage]:
-        change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), rank=f"{rank}/{total}",
+                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+        change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), ahead, rank=f"{rank}/{total}",
                                  broker=broker or None)
+        due_by = clock.after(now, ahead)
 
         def work(conn: Connection) -> list[LeasedMessage]:
-            self._db.dialect.lock_update(conn, topic, rank, total, limit, change, now)
+            self._db.dialect.lock_update(conn, topic, rank, total, limit, change, due_by)
             return _leased(conn, topic, change)
 
         return self._db.tx(work)
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
-                    broker: str = "") -> list[LeasedMessage]:
-        change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), broker=broker or None)
+                    broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+        change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), ahead, broker=broker or None)
+        due_by = clock.after(now, ahead)
 
         def work(conn: Connection) -> list[LeasedMessage]:
             self._db.dialect.lock_topic_row(conn, topic)
@@ -62,7 +64,7 @@ class Leases:
                 return []
             head = conn.execute(select(m.c.id, m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
                                 .order_by(m.c.order_time, m.c.id).limit(1)).first()
-            if head is None or head.effect_time > now:
+            if head is None or head.effect_time > due_by:
                 return []
             apply(conn, change, m.c.id == head.id)
             return _leased(conn, topic, change)

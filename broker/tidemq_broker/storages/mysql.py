@@ -101,7 +101,7 @@ class MySqlDialect(SqlDialect):
         conn.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
 
     def lock_update(self, conn: Connection, topic_name: str, rank: int, total: int, limit: int, change: Change,
-                    now: datetime) -> None:
+                    due_by: datetime) -> None:
         # MySQL cannot LIMIT an IN-subquery, but a single-table UPDATE takes ORDER BY ... LIMIT
         # directly: the index (topic, status, effect_time) is walked in order and stops early.
         # Under READ COMMITTED the UPDATE reads rows another transaction holds semi-consistently:
@@ -117,13 +117,13 @@ class MySqlDialect(SqlDialect):
             f"UPDATE {M.name} FORCE INDEX (idx_message_lock) SET {M.status} = :target, {sets}, "
             f"{M.attempt} = {M.attempt} + :attempt_delta, {M.version} = {M.version} + 1, "
             f"{M.trace} = CONCAT({M.trace}, :trace_line) "
-            f"WHERE {M.topic} = :topic AND {M.status} = :source AND {M.effect_time} <= :now" + shard +
+            f"WHERE {M.topic} = :topic AND {M.status} = :source AND {M.effect_time} <= :due_by" + shard +
             f" ORDER BY {M.effect_time}, {M.id} LIMIT :limit"
         )
         params = {f"set_{column}": value for column, value in change.values.items()}
         conn.execute(sql, {**params, "target": change.target.value if change.target else None,
                            "source": change.source[0].value, "attempt_delta": change.attempt_delta,
-                           "trace_line": change.trace, "topic": topic_name, "now": now, "total": total,
+                           "trace_line": change.trace, "topic": topic_name, "due_by": due_by, "total": total,
                            "rank": rank, "limit": limit})
 
 

@@ -59,12 +59,12 @@ class SqlStorage(Storage):
         return self._writes.insert_messages(rows, now, **who)
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
-                   lease_token: Optional[str] = None, broker: str = "") -> list[LeasedMessage]:
-        return self._leases.lock_batch(topic, rank, total, limit, ttr, consumer, now, lease_token, broker)
+                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+        return self._leases.lock_batch(topic, rank, total, limit, ttr, consumer, now, lease_token, broker, ahead)
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
-                    broker: str = "") -> list[LeasedMessage]:
-        return self._leases.lock_serial(topic, ttr, consumer, now, lease_token, broker)
+                    broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+        return self._leases.lock_serial(topic, ttr, consumer, now, lease_token, broker, ahead)
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:

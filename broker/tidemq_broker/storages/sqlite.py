@@ -55,9 +55,9 @@ class SqliteDialect(SqlDialect):
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
 
     def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
-                    now: datetime) -> None:
+                    due_by: datetime) -> None:
         new = MessageStatus.NEW.value
-        due = select(m.c.id).where(m.c.topic == topic, m.c.status == new, m.c.effect_time <= now)
+        due = select(m.c.id).where(m.c.topic == topic, m.c.status == new, m.c.effect_time <= due_by)
         if total > 1:
             due = due.where(m.c.id % total == rank)
         due = due.order_by(m.c.effect_time, m.c.id).limit(limit)
