@@ -28,6 +28,7 @@ from typing import Callable, Generic, Optional, TypeVar
 
 __all__ = ["Coalescer", "Request"]
 
+_NO_BOUND = 365 * 24 * 3600.0
 P = TypeVar("P")
 R = TypeVar("R")
 
@@ -75,9 +76,13 @@ class Coalescer(Generic[P, R]):
         self.requests = 0
 
     def submit(self, payload: P, items: int = 1, size: int = 0, timeout: Optional[float] = None) -> R:
-        """Flush ``payload`` (with others queued at the same time) and return its result."""
+        """Flush ``payload`` (with others queued at the same time) and return its result.
+
+        ``timeout`` bounds the wait for a free slot (None, or more than a year: no bound).
+        """
+        unbounded = timeout is None or timeout > _NO_BOUND  # a huge wait would overflow the lock
         request: Request[P, R] = Request(payload, items, size,
-                                         None if timeout is None else time.monotonic() + timeout,
+                                         None if unbounded else time.monotonic() + timeout,  # type: ignore[operator]
                                          threading.Condition(self._lock))
         with self._lock:
             if self._closed is not None:

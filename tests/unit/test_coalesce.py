@@ -108,6 +108,17 @@ def test_a_request_still_queued_at_its_deadline_is_withdrawn_unsent():
     assert flush.batches == [["first"]] and not coalescer._pending  # "late" never went anywhere
 
 
+def test_a_huge_or_missing_timeout_waits_without_bound_instead_of_overflowing():
+    flush = Held()
+    coalescer = _coalescer(flush)
+    first = Caller(coalescer, "first")
+    assert flush.entered.acquire(timeout=10)
+    queued = [Caller(coalescer, "huge", timeout=1e300), Caller(coalescer, "none", timeout=None)]
+    wait_until(lambda: len(coalescer._pending) == 2, 10)  # both wait for the slot, neither raised
+    flush.gate.set()
+    assert [first.outcome()] + [c.outcome() for c in queued] == ["done:first", "done:huge", "done:none"]
+
+
 def test_a_failing_flush_reaches_every_caller_of_its_batch_and_the_next_batch_still_runs():
     calls = []
 

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..errors import StorageUnavailableError
-from .dialect import ENDED_CLEANLY, SqlDialect
+from .dialect import SqlDialect
 
 __all__ = ["SqlDatabase"]
 
@@ -51,7 +51,6 @@ class SqlDatabase:
                     with conn.begin():
                         result = work(conn)
                         committing = True
-                    conn.connection.info[ENDED_CLEANLY] = True  # committed: no reset needed
                     return result
             except DBAPIError as exc:
                 if self.dialect.is_transient(exc) and attempt < attempts:

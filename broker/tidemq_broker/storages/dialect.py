@@ -17,11 +17,7 @@ from tidemq.lifecycle import Change
 
 from ..schema import topic as t
 
-__all__ = ["SqlDialect", "ENDED_CLEANLY"]
-
-#: Set in a pooled connection's ``info`` by ``SqlDatabase.tx`` after its COMMIT or ROLLBACK, so a
-#: dialect's reset hook can skip the rollback round trip for a connection known to be idle.
-ENDED_CLEANLY = "tidemq_ended_cleanly"
+__all__ = ["SqlDialect"]
 
 
 class SqlDialect(abc.ABC):
