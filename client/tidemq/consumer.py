@@ -60,8 +60,8 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
         raise ConfigurationError(f"ttr must be between 1 s and 7 days, got {ttr}")
     if batch is not None and not 1 <= batch <= 1000:
         raise ConfigurationError(f"batch must be between 1 and 1000, got {batch}")
-    if not (0 <= ahead <= MAX_AHEAD and ahead < ttr):
-        raise ConfigurationError(f"ahead must be between 0 and {MAX_AHEAD} s and below ttr, got {ahead}")
+    if not 0 <= ahead <= MAX_AHEAD:  # the lease covers ahead + ttr, so any ttr goes with it
+        raise ConfigurationError(f"ahead must be between 0 and {MAX_AHEAD} s, got {ahead}")
     if kind is MessageType.SERIAL_QUEUE:
         threads, batch = 1, 1
 

@@ -23,7 +23,7 @@ def _record(message: Message, start: float) -> None:
         os.close(fd)
 
 
-@mq_consumer(TOPIC, type=KIND, threads=4, ttr=TTR, batch=8, ahead=min(AHEAD, TTR / 2))
+@mq_consumer(TOPIC, type=KIND, threads=4, ttr=TTR, batch=8, ahead=AHEAD)
 def handle(message: Message) -> None:
     start = time.time()
     if SLEEP:

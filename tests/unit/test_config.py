@@ -24,7 +24,32 @@ def test_environment_and_overrides():
     ({"TIDEMQ_ZK_ROOT": "tidemq"}, "absolute path"),
     ({"TIDEMQ_MAX_DATA_BYTES": "lots"}, "must be numbers"),
     ({"TIDEMQ_MAX_DATA_BYTES": "0"}, "between 1 and"),
+    ({"TIDEMQ_PRODUCE_IN_FLIGHT": "0"}, "TIDEMQ_PRODUCE_IN_FLIGHT must be between 1 and 64"),
+    ({"TIDEMQ_PRODUCE_IN_FLIGHT": "two"}, "must be numbers"),
 ])
 def test_bad_settings_name_the_variable(env, words):
     with pytest.raises(ConfigurationError, match=words):
         Settings.from_env(env)
+
+
+def test_produce_in_flight_is_read_from_the_environment():
+    assert Settings.from_env({}).produce_in_flight == 2
+    assert Settings.from_env({"TIDEMQ_PRODUCE_IN_FLIGHT": "8"}).produce_in_flight == 8
+
+
+@pytest.mark.parametrize("ahead", [-1, 10.5, float("nan")])
+def test_a_consumer_ahead_window_outside_0_to_10_seconds_is_refused(ahead):
+    from tidemq import mq_consumer
+
+    with pytest.raises(ConfigurationError, match="ahead must be between 0 and 10"):
+        mq_consumer("t.ahead.bad", ahead=ahead)
+
+
+def test_a_consumer_may_lease_ahead_whatever_its_ttr():
+    from tidemq.consumer import clear_registry, mq_consumer, registered_consumers
+
+    clear_registry()
+    mq_consumer("t.ahead.ok", ttr=1, ahead=5)(lambda m: None)
+    mq_consumer("t.ahead.off", ahead=0)(lambda m: None)
+    assert [(c.ttr, c.ahead) for c in registered_consumers()] == [(1.0, 5.0), (60.0, 0.0)]
+    clear_registry()
