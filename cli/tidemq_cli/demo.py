@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import sys
 import threading
 import time
 from typing import Any
@@ -20,7 +21,10 @@ _T0 = time.monotonic()
 
 
 def _say(text: str) -> None:
-    print(f"[{time.monotonic() - _T0:6.3f}s] {text}", flush=True)
+    # One write per line: handler threads print at the same time, and print() writes the text
+    # and its newline separately, so two lines could run together.
+    sys.stdout.write(f"[{time.monotonic() - _T0:6.3f}s] {text}\n")
+    sys.stdout.flush()
 
 
 def run_demo(db_path: str) -> int:
