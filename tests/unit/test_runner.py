@@ -196,8 +196,10 @@ def test_messages_leased_ahead_start_at_their_effect_time_never_before(stub, wor
     def handler(message):
         ran[message.id] = (time.time(), message.effect_time.timestamp())
 
-    ids = [stub.produce("t.ahead", i, delay=1.0 + i * 0.2) for i in range(5)]
     workers([ConsumerSpec("t.ahead", MessageType.QUEUE, handler, threads=2, ttr=30, batch=8, ahead=5.0)], "w1")
+    wait_until(lambda: stub.pulls and stub.pulls[-1].outcome == "waiting", 10, what="the worker's long-poll")
+    # Due 2 s from now and inside the 5 s window: the waiting pull takes them at once.
+    ids = [stub.produce("t.ahead", i, delay=2.0 + i * 0.2) for i in range(5)]
     wait_until(lambda: len(ran) == 5, 30)
     for msg_id in ids:
         stored = stub.message(msg_id)
@@ -209,7 +211,7 @@ def test_messages_leased_ahead_start_at_their_effect_time_never_before(stub, wor
 
 def test_a_stopping_worker_still_runs_what_it_leased_ahead_at_its_time(stub, coordinators):
     ran: list[tuple[float, float]] = []
-    msg_id = stub.produce("t.ahead.drain", "x", delay=1.0)
+    msg_id = stub.produce("t.ahead.drain", "x", delay=3.0)
     spec = ConsumerSpec("t.ahead.drain", MessageType.QUEUE,
                         lambda m: ran.append((time.time(), m.effect_time.timestamp())), threads=1, ttr=30, batch=2,
                         ahead=5.0)
