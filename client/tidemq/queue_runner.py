@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import logging
 import queue
 import threading
@@ -12,6 +11,7 @@ from typing import Callable, Optional
 
 from .consumer import ConsumerSpec
 from .coordinator import ConnectionState, Coordinator, Registration, rank_of
+from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .link import AckItem, AckOutcome, BrokerLink, Delivery, LeaseRef, PullHandle
 from .message import Message, MessageType
@@ -76,11 +76,8 @@ class QueueRunner:
         # Handler threads take deliveries from one queue: an executor's Future and Condition per
         # message were a third of a worker's CPU at thousands of messages a second.
         self._work: "queue.SimpleQueue[Optional[Delivery]]" = queue.SimpleQueue()
-        # Deliveries leased ahead of their effect_time, by (effect epoch seconds, id).
-        self._early: list[tuple[float, int, Delivery]] = []
-        self._early_cond = threading.Condition()
-        self._early_stop = False
-        self._timer: Optional[threading.Thread] = None
+        # Deliveries leased ahead of their effect_time wait here for it.
+        self._due = DueTimer(self._work.put, name=f"tidemq-timer-{spec.topic}")
         self._threads: list[threading.Thread] = []
         self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
@@ -94,7 +91,7 @@ class QueueRunner:
         self._unwatch = self.coordinator.watch_consumers(self.spec.topic, self._on_members)
         self._threads = [self._spawn(self._fetch_loop, "fetch"), self._spawn(self._ack_loop, "ack"),
                          self._spawn(self._heartbeat_loop, "heartbeat")]
-        self._timer = self._spawn(self._timer_loop, "timer")
+        self._due.start()
         self._handlers = [self._spawn(self._handler_loop, f"handler-{i}") for i in range(self.spec.threads)]
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
@@ -113,11 +110,7 @@ class QueueRunner:
         with self._cond:
             # Messages leased ahead run at their time (at most spec.ahead from now) and count here.
             self._cond.wait_for(lambda: self._inflight == 0, drain_timeout)
-        with self._early_cond:
-            self._early_stop = True
-            self._early_cond.notify()
-        if self._timer is not None:
-            self._timer.join(drain_timeout)
+        self._due.stop(drain_timeout)
         self._acks.put(None)
         ack.join(drain_timeout)
         self._beat_stop.set()
@@ -214,40 +207,7 @@ class QueueRunner:
                 self._inflight += len(deliveries)
             with self._leases_lock:
                 self._held.update(LeaseRef(d.id, d.lease_token) for d in deliveries)
-            self._dispatch(deliveries)
-
-    def _dispatch(self, deliveries: list[Delivery]) -> None:
-        """Due deliveries go to the handlers now; those leased ahead wait for the timer."""
-        now = time.time()
-        early = []
-        for delivery in deliveries:
-            due = delivery.effect_time.timestamp()
-            if due <= now:
-                self._work.put(delivery)
-            else:
-                early.append((due, delivery.id, delivery))
-        if early:
-            with self._early_cond:
-                for entry in early:
-                    heapq.heappush(self._early, entry)
-                self._early_cond.notify()
-
-    def _timer_loop(self) -> None:
-        """Hand each early delivery to the handlers once the wall clock reaches its effect_time."""
-        with self._early_cond:
-            while True:
-                if not self._early:
-                    if self._early_stop:
-                        return
-                    self._early_cond.wait()
-                    continue
-                # effect_time is wall-clock time: compare with time.time(), and never start early
-                # (a wait may end before its timeout only when something new arrived).
-                delay = self._early[0][0] - time.time()
-                if delay > 0:
-                    self._early_cond.wait(delay)
-                    continue
-                self._work.put(heapq.heappop(self._early)[2])
+            self._due.add(deliveries)
 
     def _give_back(self, token: str) -> None:
         """Release what an abandoned pull may have locked; if no broker answers, the lease

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from tests.background import InThread
 from tests.servers import wait_until
 from tidemq import Client, Settings
 from tidemq.coalesce import Coalescer
@@ -34,24 +35,8 @@ class Held:
             request.result = f"done:{request.payload}"
 
 
-class Caller(threading.Thread):
-    def __init__(self, coalescer, payload, timeout=10.0, items=1) -> None:
-        super().__init__(name=f"caller-{payload}", daemon=True)
-        self.coalescer, self.payload, self.timeout, self.items = coalescer, payload, timeout, items
-        self.result = None
-        self.error = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.result = self.coalescer.submit(self.payload, self.items, 0, self.timeout)
-        except BaseException as exc:
-            self.error = exc
-
-    def outcome(self):
-        self.join(10)
-        assert not self.is_alive()
-        return self.error or self.result
+def call_in_thread(coalescer, payload, timeout=10.0, items=1) -> InThread:
+    return InThread(coalescer.submit, payload, items, 0, timeout)
 
 
 def _coalescer(flush, slots=1, max_items=100):
@@ -68,11 +53,11 @@ def test_a_lone_request_is_flushed_at_once_in_the_callers_own_thread():
 def test_requests_queued_behind_a_busy_slot_share_the_next_flush_in_arrival_order():
     flush = Held()
     coalescer = _coalescer(flush)
-    first = Caller(coalescer, "first")
+    first = call_in_thread(coalescer, "first")
     assert flush.entered.acquire(timeout=10)
     queued = []
     for n in range(5):
-        queued.append(Caller(coalescer, f"q{n}"))
+        queued.append(call_in_thread(coalescer, f"q{n}"))
         wait_until(lambda: len(coalescer._pending) == n + 1, 10)  # arrival order is queue order
     assert all(c.is_alive() for c in queued)  # nobody is answered before their flush
     flush.gate.set()
@@ -85,11 +70,11 @@ def test_requests_queued_behind_a_busy_slot_share_the_next_flush_in_arrival_orde
 def test_a_flush_takes_no_more_than_its_item_limit_and_the_rest_follows():
     flush = Held()
     coalescer = _coalescer(flush, max_items=5)
-    first = Caller(coalescer, "first")
+    first = call_in_thread(coalescer, "first")
     assert flush.entered.acquire(timeout=10)
-    a = Caller(coalescer, "a", items=3)
+    a = call_in_thread(coalescer, "a", items=3)
     wait_until(lambda: len(coalescer._pending) == 1, 10)
-    b = Caller(coalescer, "b", items=3)
+    b = call_in_thread(coalescer, "b", items=3)
     wait_until(lambda: len(coalescer._pending) == 2, 10)
     flush.gate.set()
     assert [first.outcome(), a.outcome(), b.outcome()] == ["done:first", "done:a", "done:b"]
@@ -99,9 +84,9 @@ def test_a_flush_takes_no_more_than_its_item_limit_and_the_rest_follows():
 def test_a_request_still_queued_at_its_deadline_is_withdrawn_unsent():
     flush = Held()
     coalescer = _coalescer(flush)
-    first = Caller(coalescer, "first")
+    first = call_in_thread(coalescer, "first")
     assert flush.entered.acquire(timeout=10)
-    late = Caller(coalescer, "late", timeout=0.05)
+    late = call_in_thread(coalescer, "late", timeout=0.05)
     assert isinstance(late.outcome(), BrokerUnavailableError)
     flush.gate.set()
     assert first.outcome() == "done:first"
@@ -111,9 +96,9 @@ def test_a_request_still_queued_at_its_deadline_is_withdrawn_unsent():
 def test_a_huge_or_missing_timeout_waits_without_bound_instead_of_overflowing():
     flush = Held()
     coalescer = _coalescer(flush)
-    first = Caller(coalescer, "first")
+    first = call_in_thread(coalescer, "first")
     assert flush.entered.acquire(timeout=10)
-    queued = [Caller(coalescer, "huge", timeout=1e300), Caller(coalescer, "none", timeout=None)]
+    queued = [call_in_thread(coalescer, "huge", timeout=1e300), call_in_thread(coalescer, "none", timeout=None)]
     wait_until(lambda: len(coalescer._pending) == 2, 10)  # both wait for the slot, neither raised
     flush.gate.set()
     assert [first.outcome()] + [c.outcome() for c in queued] == ["done:first", "done:huge", "done:none"]
@@ -184,30 +169,19 @@ def client():
     c.close()
 
 
-class Producer(threading.Thread):
-    def __init__(self, client, data) -> None:
-        super().__init__(daemon=True)
-        self.client, self.data = client, data
-        self.id = None
-        self.error = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.id = self.client.produce("t.co", self.data)
-        except Exception as exc:
-            self.error = exc
+def produce_in_thread(client, data) -> InThread:
+    return InThread(client.produce, "t.co", data)
 
 
 def _pile_up(client, datas):
     """Hold one produce in flight, queue ``datas`` behind it, then let everything go."""
     fake = client.fake
     fake.gate.clear()
-    first = Producer(client, "first")
+    first = produce_in_thread(client, "first")
     assert fake.entered.acquire(timeout=10)
     queued = []
     for n, data in enumerate(datas):
-        queued.append(Producer(client, data))
+        queued.append(produce_in_thread(client, data))
         wait_until(lambda: len(client.producer._pending) == n + 1, 10)
     fake.gate.set()
     for p in [first, *queued]:
@@ -218,17 +192,17 @@ def _pile_up(client, datas):
 def test_concurrent_produce_calls_share_one_rpc_and_each_gets_its_own_id(client):
     first, queued = _pile_up(client, [f"m{n}" for n in range(8)])
     assert client.fake.rpcs == [1, 8]
-    assert [client.fake.stored[p.id - 1] for p in [first, *queued]] == \
+    assert [client.fake.stored[p.result - 1] for p in [first, *queued]] == \
         [f'"{d}"' for d in ["first"] + [f"m{n}" for n in range(8)]]
 
 
 def test_bad_input_in_a_shared_rpc_fails_only_its_own_caller(client):
     first, queued = _pile_up(client, ["ok1", "bad", "ok2"])
     good = [queued[0], queued[2]]
-    assert isinstance(queued[1].error, DataTooLargeError) and queued[1].id is None
+    assert isinstance(queued[1].error, DataTooLargeError) and queued[1].result is None
     assert all(p.error is None for p in [first, *good])
     assert sorted(client.fake.stored) == sorted(['"first"', '"ok1"', '"ok2"'])  # nothing of "bad", once each
-    assert [client.fake.stored[p.id - 1] for p in good] == ['"ok1"', '"ok2"']
+    assert [client.fake.stored[p.result - 1] for p in good] == ['"ok1"', '"ok2"']
     assert client.fake.rpcs == [1, 3, 1, 1, 1]  # the shared one was refused whole, then one each
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from tests.background import InThread
 from tests.servers import wait_until
 from tidemq import clock
 from tidemq.errors import TidemqError
@@ -68,28 +69,9 @@ def _writer(store, commits, slots=1):
                              slots=slots)
 
 
-class _Call(threading.Thread):
-    """One produce RPC's thread: ``writer.write(rows)``, keeping the ids or the error."""
-
-    def __init__(self, writer, rows) -> None:
-        super().__init__(daemon=True)
-        self.writer, self.rows = writer, rows
-        self.ids = None
-        self.error = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.ids = self.writer.write(self.rows, timeout=30)
-        except Exception as exc:
-            self.error = exc
-
-    def result(self):
-        self.join(10)
-        assert not self.is_alive()
-        if self.error is not None:
-            raise self.error
-        return self.ids
+def _call(writer, rows) -> InThread:
+    """One produce RPC's thread: ``writer.write(rows)``."""
+    return InThread(writer.write, rows, 30)
 
 
 def test_requests_that_queue_behind_a_commit_share_the_next_one(store):
@@ -97,18 +79,18 @@ def test_requests_that_queue_behind_a_commit_share_the_next_one(store):
     writer = _writer(store, commits)
     store.gate = threading.Event()
     try:
-        first = _Call(writer, _rows("0"))
+        first = _call(writer, _rows("0"))
         assert store.inserting.wait(10)
-        waiting = [_Call(writer, _rows(f"{n}a", f"{n}b")) for n in range(1, 21)]
+        waiting = [_call(writer, _rows(f"{n}a", f"{n}b")) for n in range(1, 21)]
         wait_until(lambda: len(writer._coalescer._pending) == 20, 10)
         assert first.is_alive() and all(c.is_alive() for c in waiting)  # nothing answers before its commit
         store.gate.set()
-        ids = [c.result() for c in waiting]
-        assert first.result() == [1]
+        ids = [c.value() for c in waiting]
+        assert first.value() == [1]
         assert store.inserts[0] == ["0"] and len(store.inserts) == 2  # one commit for the 20 queued
         assert sorted(store.inserts[1]) == sorted(d for n in range(1, 21) for d in (f"{n}a", f"{n}b"))
         for call, got in zip(waiting, ids):  # each caller gets its own rows' ids, in its order
-            assert [store.inserts[1][i - 2] for i in got] == [row.data for row in call.rows]
+            assert [store.inserts[1][i - 2] for i in got] == [row.data for row in call.args[0]]
         assert commits == [1, 41]
         assert store.topic_rows == {"t.write"}
     finally:
@@ -120,17 +102,17 @@ def test_a_request_that_breaks_the_shared_commit_is_refused_alone(store):
     writer = _writer(store, [])
     store.gate = threading.Event()
     try:
-        blocker = _Call(writer, _rows("first"))
+        blocker = _call(writer, _rows("first"))
         assert store.inserting.wait(10)
-        good1 = _Call(writer, _rows("x1", "x2"))
-        bad = _Call(writer, _rows("y1", "bad"))
-        good2 = _Call(writer, _rows("z1"))
+        good1 = _call(writer, _rows("x1", "x2"))
+        bad = _call(writer, _rows("y1", "bad"))
+        good2 = _call(writer, _rows("z1"))
         wait_until(lambda: len(writer._coalescer._pending) == 3, 10)
         store.gate.set()
-        assert blocker.result() == [1]
-        assert len(good1.result()) == 2 and len(good2.result()) == 1
+        assert blocker.value() == [1]
+        assert len(good1.value()) == 2 and len(good2.value()) == 1
         with pytest.raises(TidemqError, match="the database refused a row"):
-            bad.result()
+            bad.value()
         stored = [data for insert in store.inserts for data in insert]
         assert sorted(stored) == ["first", "x1", "x2", "z1"]  # nothing of the bad request, all of the others
     finally:
@@ -142,15 +124,15 @@ def test_a_stopped_writer_commits_what_was_queued_and_refuses_new_rows(store):
     writer = _writer(store, [])
     store.gate = threading.Event()
     try:
-        running = _Call(writer, _rows("running"))
+        running = _call(writer, _rows("running"))
         assert store.inserting.wait(10)
-        queued = _Call(writer, _rows("queued"))
+        queued = _call(writer, _rows("queued"))
         wait_until(lambda: len(writer._coalescer._pending) == 1, 10)
         writer.stop()
         with pytest.raises(TidemqError, match="shutting down"):
             writer.write(_rows("late"), timeout=1)
         store.gate.set()
-        assert running.result() == [1] and queued.result() == [2]
+        assert running.value() == [1] and queued.value() == [2]
     finally:
         store.gate.set()
 
@@ -161,15 +143,15 @@ def test_two_slots_commit_side_by_side_and_a_lone_request_needs_no_other_thread(
     store.gate = threading.Event()
     try:
         store.inserting.clear()
-        a = _Call(writer, _rows("a"))
+        a = _call(writer, _rows("a"))
         assert store.inserting.wait(10)
         store.inserting.clear()
-        b = _Call(writer, _rows("b"))
+        b = _call(writer, _rows("b"))
         assert store.inserting.wait(10)  # the second slot commits while the first is held
-        c = _Call(writer, _rows("c"))
+        c = _call(writer, _rows("c"))
         wait_until(lambda: len(writer._coalescer._pending) == 1, 10)  # no third slot: c queues
         store.gate.set()
-        assert sorted(a.result() + b.result() + c.result()) == [2, 3, 4]
+        assert sorted(a.value() + b.value() + c.value()) == [2, 3, 4]
     finally:
         store.gate.set()
 
