@@ -246,11 +246,12 @@ class GroupCommitter:
 
 
 def truncate(url: str) -> None:
-    """Empty the message table (fast, unlike DELETE)."""
+    """Empty the message table and the produce request ids (fast, unlike DELETE)."""
     conn = connect(url)
     try:
         with conn.cursor() as cur:
             cur.execute("TRUNCATE TABLE tidemq_message")
+            cur.execute("TRUNCATE TABLE tidemq_produce_request")
         conn.commit()
     finally:
         conn.close()

@@ -127,3 +127,13 @@ CREATE TABLE `tidemq_admin_user` (
   `update_time` datetime(3) NOT NULL,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Idempotent produce: each Produce call a client named (its request id, kept across its retries
+-- on other brokers) with the ids it was answered. Kept at least 24 h, then deleted by the leader.
+CREATE TABLE `tidemq_produce_request` (
+  `request_id` varchar(64) NOT NULL,
+  `ids` mediumtext NOT NULL,
+  `created` datetime(3) NOT NULL,
+  PRIMARY KEY (`request_id`),
+  KEY `idx_produce_request_created` (`created`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

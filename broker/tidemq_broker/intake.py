@@ -25,13 +25,14 @@ from .storage import NewRow
 from .topics import TopicCache
 
 __all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
-           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD"]
+           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id"]
 
 MAX_PULL = 1000
 MAX_WAIT = 60.0
 MAX_TTR = 7 * 24 * 3600
 MAX_AHEAD = 10.0  # seconds before due a pull may hand a message out
 _TOKEN = re.compile(r"[0-9a-f]{32}")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def rows_from_request(request: pb.ProduceRequest, topics: TopicCache, max_data_bytes: int) -> list[NewRow]:
@@ -102,6 +103,13 @@ def check_lease_ttr(seconds: float) -> int:
     if not (math.isfinite(seconds) and 1 <= round(seconds) <= MAX_TTR):
         raise MalformedRequestError(f"ttr_seconds must be between 1 and {MAX_TTR}, got {seconds}")
     return int(round(seconds))
+
+
+def check_request_id(request_id: str) -> str:
+    """A Produce call's request id: empty (no deduplication) or 1-64 of [A-Za-z0-9_-]."""
+    if request_id and not _REQUEST_ID.fullmatch(request_id):
+        raise MalformedRequestError(f"request_id must be 1-64 characters of A-Z a-z 0-9 _ -, got {request_id[:80]!r}")
+    return request_id
 
 
 def check_lease_token(token: str) -> str:

@@ -30,9 +30,9 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "SCHEMA_VERSION"]
+           "produce_request", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -197,9 +197,23 @@ archive_batch = Table(
     mysql_charset="utf8mb4",
 )
 
+# Idempotent produce: a client names each Produce call; the broker stores the name in the
+# transaction that stores the messages. ``ids`` is the comma-separated answer. Kept at least
+# PRODUCE_REQUEST_HOURS (maintenance.requests), then deleted by the leader.
+produce_request = Table(
+    tables.PRODUCE_REQUEST.name,
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("ids", LongText, nullable=False),
+    Column("created", Time, nullable=False),
+    Index("idx_produce_request_created", "created"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
-                       (archive_batch, tables.ARCHIVE_BATCH)):
+                       (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

@@ -17,6 +17,7 @@ from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from .maintenance import Maintainer
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
+from .maintenance.requests import ProduceRequests
 from .maintenance.retention import Retention
 from .pulls import PullHub
 from .migrations import warn_if_behind
@@ -70,6 +71,7 @@ class BrokerServer:
         self.maintainer = Maintainer(self.coordinator, self.address, [
             LeaseExpiry(self.storage, self.address, self._wake_all, self._max_deliveries),
             Retention(self.storage),
+            ProduceRequests(self.storage),
             BroadcastPruner(self.coordinator),
         ])
 

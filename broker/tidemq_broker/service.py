@@ -20,7 +20,15 @@ from .errors import (
     TidemqError,
     ValidationError,
 )
-from .intake import MAX_TTR, check_ids, check_lease_token, check_lease_ttr, check_pull, rows_from_request
+from .intake import (
+    MAX_TTR,
+    check_ids,
+    check_lease_token,
+    check_lease_ttr,
+    check_pull,
+    check_request_id,
+    rows_from_request,
+)
 from .pulls import PullHub, long_poll
 from .storage import AckItem, AckOutcome, LeasedMessage, Storage
 from .topics import TopicCache
@@ -70,8 +78,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     @_rpc
     def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceReply:
         rows = rows_from_request(request, self.topics, self.max_data_bytes)
+        request_id = check_request_id(request.request_id)
         remaining = context.time_remaining()
-        ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001))
+        ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
         return pb.ProduceReply(ids=ids)
 
     @_rpc

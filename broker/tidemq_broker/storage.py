@@ -20,6 +20,7 @@ from tidemq.link import AckItem, AckOutcome
 
 __all__ = [
     "NewRow",
+    "RequestRef",
     "StoredMessage",
     "LeasedMessage",
     "TopicSettings",
@@ -41,6 +42,15 @@ class NewRow:
     retry_remaining: int
     retry_schedule: Optional[list[float]] = None
     unique_key: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RequestRef:
+    """Rows ``start`` to ``start + count`` of an insert are one Produce call named ``request_id``."""
+
+    request_id: str
+    start: int
+    count: int
 
 
 @dataclass
@@ -157,12 +167,20 @@ class Storage(abc.ABC):
 
     # -- transitions (tidemq.lifecycle decides each one) -------------------------------------
     @abc.abstractmethod
-    def insert_messages(self, rows: Sequence[NewRow], now: datetime, **who: object) -> list[int]:
+    def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
+                        **who: object) -> list[int]:
         """Produce: insert ``rows`` as NEW in one transaction and return their ids in order.
 
         A row whose (topic, unique_key) is already stored is not inserted again; its existing
         id is returned. Either every row is stored or none is. ``who`` goes to the trace.
+        ``requests`` name Produce calls among the rows: a call whose request id is already
+        stored (committed before, here or through another broker) stores nothing and gets the
+        ids it was first answered; the others' request ids are stored in the same transaction.
         """
+
+    @abc.abstractmethod
+    def delete_produce_requests(self, before: datetime, limit: int) -> int:
+        """Forget up to ``limit`` request ids stored before ``before``; returns how many."""
 
     @abc.abstractmethod
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,

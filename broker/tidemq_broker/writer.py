@@ -16,13 +16,13 @@ from typing import Callable, Optional, Sequence
 from tidemq import clock
 from tidemq.coalesce import Coalescer, Request
 from .errors import StorageUnavailableError, TidemqError
-from .storage import NewRow, Storage
+from .storage import NewRow, RequestRef, Storage
 from .topics import TopicCache
 
 __all__ = ["GroupCommitWriter"]
 
 log = logging.getLogger(__name__)
-_Pending = Request[Sequence[NewRow], list[int]]
+_Pending = Request[tuple[Sequence[NewRow], str], list[int]]
 #: Data bytes one transaction inserts at most (a single larger request still goes, alone).
 _MAX_BYTES = 32 * 1024 * 1024
 
@@ -37,15 +37,17 @@ class GroupCommitWriter:
         self._topics = topics
         self._broker = broker
         self._on_commit = on_commit
-        self._coalescer: Coalescer[Sequence[NewRow], list[int]] = Coalescer(
+        self._coalescer: Coalescer[tuple[Sequence[NewRow], str], list[int]] = Coalescer(
             self._commit, slots, max_rows, _MAX_BYTES, _deadline_passed)
 
-    def write(self, rows: Sequence[NewRow], timeout: Optional[float] = None) -> list[int]:
+    def write(self, rows: Sequence[NewRow], timeout: Optional[float] = None, request_id: str = "") -> list[int]:
         """Insert ``rows`` (all or nothing) and return their ids once committed.
 
         ``timeout`` bounds the wait for a commit slot; a commit once started runs to its end.
+        ``request_id`` (the client's name for its call): a retry of a committed call returns
+        the first answer's ids and stores nothing.
         """
-        return self._coalescer.submit(rows, len(rows), sum(len(row.data) for row in rows), timeout)
+        return self._coalescer.submit((rows, request_id), len(rows), sum(len(row.data) for row in rows), timeout)
 
     def stop(self) -> None:
         """Refuse new rows; requests already queued are still committed by their callers."""
@@ -69,10 +71,16 @@ class GroupCommitWriter:
                 self._commit([request])
 
     def _write(self, batch: list[_Pending]) -> None:
-        all_rows = [row for request in batch for row in request.payload]
+        all_rows = [row for request in batch for row in request.payload[0]]
+        refs, start = [], 0
+        for request in batch:
+            rows, request_id = request.payload
+            if request_id:
+                refs.append(RequestRef(request_id, start, len(rows)))
+            start += len(rows)
         self._topics.ensure({row.topic for row in all_rows})
         now = clock.now()
-        ids = self._storage.insert_messages(all_rows, now, broker=self._broker)
+        ids = self._storage.insert_messages(all_rows, now, refs, broker=self._broker)
         start = 0
         for request in batch:
             request.result = ids[start : start + request.items]

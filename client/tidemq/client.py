@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -134,7 +135,10 @@ class Client:
         deadlines = [r.deadline for r in batch if r.deadline is not None]
         timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else self.settings.rpc_timeout
         try:
-            ids = list(self.pool.call("Produce", pb.ProduceRequest(messages=messages), timeout).ids)
+            # One request id per call, kept by the pool's retries on other brokers: a retry of a
+            # call that was committed before its answer was lost stores nothing twice.
+            request = pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex)
+            ids = list(self.pool.call("Produce", request, timeout).ids)
             if len(ids) != len(messages):
                 raise TidemqError(f"the broker answered {len(ids)} ids for {len(messages)} messages")
         except ValidationError as exc:

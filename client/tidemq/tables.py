@@ -7,7 +7,7 @@ the pipeline's statements and Spark reads use them too, so a renamed column is r
 from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
-           "ARCHIVE_BATCH"]
+           "ARCHIVE_BATCH", "PRODUCE_REQUEST"]
 
 
 class Table:
@@ -137,6 +137,16 @@ class _ArchiveBatch(Table):
     finished_at = "finished_at"
 
 
+class _ProduceRequest(Table):
+    """``tidemq_produce_request``: each committed Produce call that named a request id, with the
+    ids it was answered, so a retry of the call (on any broker) gets them back and stores nothing."""
+
+    name = "tidemq_produce_request"
+    request_id = "request_id"
+    ids = "ids"
+    created = "created"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -144,3 +154,4 @@ TOPIC_STATS = _TopicStats()
 ALARM = _Alarm()
 ADMIN_USER = _AdminUser()
 ARCHIVE_BATCH = _ArchiveBatch()
+PRODUCE_REQUEST = _ProduceRequest()

@@ -12,9 +12,10 @@ from tidemq.coordinators.local import LocalCoordinator
 from tidemq import clock
 from tidemq_broker.maintenance import Maintainer
 from tidemq_broker.maintenance.leases import LeaseExpiry
+from tidemq_broker.maintenance.requests import ProduceRequests
 from tidemq_broker.maintenance.retention import Retention
 from tidemq_broker.schema import message
-from tidemq_broker.storage import AckItem, NewRow, TopicSettings
+from tidemq_broker.storage import AckItem, NewRow, RequestRef, TopicSettings
 from tidemq_broker.storages import open_storage
 from tidemq.lifecycle import next_delay
 
@@ -45,6 +46,22 @@ def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_p
     assert counts["short"] == {"FAIL": 5}  # dead letters are kept for an operator
     assert counts["keep.forever"] == {"SUCCESS": 20, "FAIL": 5}
     assert counts["archived"] == {"SUCCESS": 20, "FAIL": 5}  # the archive pipeline owns its history
+    storage.close()
+
+
+def test_request_ids_are_forgotten_after_a_day_and_not_before(tmp_path):
+    storage = _store(tmp_path)
+    now = clock.now()
+    old = clock.after(now, -25 * 3600)
+    recent = clock.after(now, -23 * 3600)
+    for when, name in [(old, f"old-{n}") for n in range(7)] + [(recent, "recent")]:
+        storage.insert_messages([NewRow("t.req", "1", when, 0)], when, [RequestRef(name, 0, 1)])
+    assert ProduceRequests(storage, hours=1, batch=3).run() == 7  # never kept under 24 h, even if asked
+    # A retry of the recent call is still answered; one of a forgotten call would store again.
+    [first] = storage.insert_messages([NewRow("t.req", "1", now, 0)], now, [RequestRef("recent", 0, 1)])
+    assert storage.count_by_status("t.req") == {"t.req": {"NEW": 8}}
+    storage.insert_messages([NewRow("t.req", "1", now, 0)], now, [RequestRef("old-0", 0, 1)])
+    assert storage.count_by_status("t.req") == {"t.req": {"NEW": 9}}
     storage.close()
 
 

@@ -30,7 +30,7 @@ class MemoryStore:
         self.topic_rows: set[str] = set()
         self.lock = threading.Lock()
 
-    def insert_messages(self, rows, now, **who):
+    def insert_messages(self, rows, now, requests=(), **who):
         self.inserting.set()
         if self.gate is not None:
             self.gate.wait(30)

@@ -29,7 +29,7 @@ def _dialect_for(url: str) -> SqlDialect:
 def open_database(url: str, **options: Any) -> SqlDatabase:
     """The engine and transaction object for SQLAlchemy ``url`` (MySQL/MariaDB or SQLite)."""
     dialect = _dialect_for(url)
-    return SqlDatabase(dialect.create_engine(url, **options), dialect)
+    return SqlDatabase(dialect.create_engine(url, **options), dialect, dialect.create_produce_engine(url))
 
 
 def open_storage(url: str, **options: Any) -> SqlStorage:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, TypeVar
+from typing import Any, Callable, ContextManager, Optional, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -27,15 +27,19 @@ T = TypeVar("T")
 class SqlDatabase:
     """An engine, its dialect's hooks, and transactions."""
 
-    def __init__(self, engine: Engine, dialect: SqlDialect) -> None:
+    def __init__(self, engine: Engine, dialect: SqlDialect, produce_engine: Optional[Engine] = None) -> None:
         self.engine = engine
         self.dialect = dialect
+        # Produce's own connections (MySQL: multi-statement, so a group commit's rows and its
+        # request ids go in one round trip); every other use, the console's included, keeps
+        # single-statement connections.
+        self.produce_engine = produce_engine or engine
         # SQLite has one writer at a time: a process lock serialises transactions instead of
         # letting them fail with "database is locked" (it also keeps a multi-row INSERT's rowids
         # consecutive). MySQL runs transactions concurrently.
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
 
-    def tx(self, work: Callable[[Connection], T], attempts: int = 6) -> T:
+    def tx(self, work: Callable[[Connection], T], attempts: int = 6, produce: bool = False) -> T:
         """Run ``work(conn)`` in one transaction and return its result.
 
         A pooled connection is not pinged before use (that would add a round trip to every
@@ -47,7 +51,8 @@ class SqlDatabase:
         for attempt in range(1, attempts + 1):
             committing = False
             try:
-                with self._serial, self.engine.connect() as conn:
+                engine = self.produce_engine if produce else self.engine
+                with self._serial, engine.connect() as conn:
                     with conn.begin():
                         result = work(conn)
                         committing = True
@@ -67,3 +72,5 @@ class SqlDatabase:
     def close(self) -> None:
         """Release every pooled connection."""
         self.engine.dispose()
+        if self.produce_engine is not self.engine:
+            self.produce_engine.dispose()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime
-from typing import Any
+from typing import Any, Optional
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
@@ -29,6 +29,17 @@ class SqlDialect(abc.ABC):
     @abc.abstractmethod
     def create_engine(self, url: str, **options: Any) -> Engine:
         """The engine for ``url``, configured as this dialect needs (isolation, pragmas, pool)."""
+
+    def create_produce_engine(self, url: str) -> Optional[Engine]:
+        """A separate engine for the produce path, or None to share the main one."""
+        return None
+
+    def insert_plain_answering(self, conn: Connection, values: list[dict[str, Any]],
+                               requests: list[tuple[str, int, int]], now: datetime) -> Optional[list[int]]:
+        """Insert rows without unique keys and, in the same round trip, the produce-request rows
+        ``(request_id, first row, row count)`` with their ids; return the ids, or None when this
+        dialect cannot (the caller then inserts both its own way)."""
+        return None
 
     def is_transient(self, exc: DBAPIError) -> bool:
         """True for deadlocks and lock-wait timeouts: the transaction may simply be retried."""

@@ -20,6 +20,7 @@ from tidemq.tables import TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
+from ..schema import produce_request
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -69,9 +70,16 @@ def _max_deliveries(db: SqlDatabase) -> None:
                                  f"DEFAULT {DEFAULT_MAX_DELIVERIES}")
 
 
+def _produce_requests(db: SqlDatabase) -> None:
+    """Version 4: ``tidemq_produce_request``, the request ids of committed Produce calls, so a
+    call retried on another broker after its commit stores nothing twice."""
+    metadata.create_all(db.engine, tables=[produce_request])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
+    Step(4, "tidemq_produce_request: a retried Produce call stores nothing twice", _produce_requests),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

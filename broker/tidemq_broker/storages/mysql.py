@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+import pymysql
+from pymysql.constants import CLIENT
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from tidemq.lifecycle import Change
 from tidemq.tables import MESSAGE as M
+from tidemq.tables import PRODUCE_REQUEST
 
 from ..schema import topic
 from .dialect import SqlDialect
@@ -37,11 +40,15 @@ class MySqlDialect(SqlDialect):
         self._consecutive_ids: bool | None = None
         self._id_step = 1
 
-    def create_engine(self, url: str, pool_size: int = 16, **options: Any) -> Engine:
+    def create_engine(self, url: str, pool_size: int = 16, multi_statements: bool = False,
+                      **options: Any) -> Engine:
         # No pre-ping: it would add a round trip to every produce (an INSERT and a COMMIT).
         # SqlDatabase.tx runs a unit of work again on a fresh connection when its connection
         # turns out dead before the COMMIT was sent. The rollback on check-in stays: without it
         # the consume rate fell by about a tenth here (docs/PERFORMANCE.md).
+        # FOUND_ROWS is SQLAlchemy's own flag (rowcount = rows matched); set here, the
+        # connect_args flag replaces the one it would add.
+        flags = CLIENT.FOUND_ROWS | (CLIENT.MULTI_STATEMENTS if multi_statements else 0)
         return create_engine(
             url,
             pool_size=pool_size,
@@ -51,9 +58,45 @@ class MySqlDialect(SqlDialect):
             pool_timeout=5,
             isolation_level="READ COMMITTED",
             # Fail fast while the server is down instead of hanging past the caller's deadline.
-            connect_args={"connect_timeout": 3, "read_timeout": 30, "write_timeout": 30, "charset": "utf8mb4"},
+            connect_args={"connect_timeout": 3, "read_timeout": 30, "write_timeout": 30, "charset": "utf8mb4",
+                          "client_flag": flags},
             **options,
         )
+
+    def create_produce_engine(self, url: str) -> Optional[Engine]:
+        # Multi-statement connections, for produce only: the console and everything else never
+        # get a connection on which one string may carry two statements.
+        return self.create_engine(url, pool_size=4, multi_statements=True)
+
+    def insert_plain_answering(self, conn: Connection, values: list[dict[str, Any]],
+                               requests: list[tuple[str, int, int]], now: datetime) -> Optional[list[int]]:
+        if self._consecutive_ids is None:
+            self._check_autoincrement(conn)
+        chunks = _chunks_by_size(values)
+        dbapi = conn.connection.dbapi_connection
+        if not self._consecutive_ids or len(chunks) != 1 or not dbapi.client_flag & CLIENT.MULTI_STATEMENTS:
+            return None
+        escape = dbapi.escape
+        step = self._id_step
+        # The ids are LAST_INSERT_ID() + k * step, so the request rows can name them in the same
+        # string: "r<first>:<step>:<count>" (tidemq_broker.storages.writes reads it back).
+        answers = ", ".join(
+            f"({escape(request_id)}, CONCAT('r', LAST_INSERT_ID() + {start * step}, ':{step}:{count}'), "
+            f"{escape(now)})".replace("%", "%%") for request_id, start, count in requests)
+        sql = (f"INSERT INTO {M.name} ({_COLS}) VALUES " + _literal_rows(escape, values) +
+               f"; INSERT INTO {PRODUCE_REQUEST.name} ({PRODUCE_REQUEST.request_id}, {PRODUCE_REQUEST.ids}, "
+               f"{PRODUCE_REQUEST.created}) VALUES {answers}")
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(sql, (values[0]["data"],))
+            first = int(cursor.lastrowid)  # the first statement's LAST_INSERT_ID()
+            try:
+                cursor.nextset()  # the request rows: a request id stored already fails here
+            except pymysql.err.IntegrityError as exc:
+                raise IntegrityError(f"INSERT INTO {PRODUCE_REQUEST.name} ...", None, exc) from exc
+        finally:
+            cursor.close()
+        return [first + k * step for k in range(len(values))]
 
     def is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import LeasedMessage, MessageEdit, NewRow, Storage, StoredMessage, TopicSettings
+from ..storage import LeasedMessage, MessageEdit, NewRow, RequestRef, Storage, StoredMessage, TopicSettings
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
@@ -55,8 +55,12 @@ class SqlStorage(Storage):
         self.db.tx(lambda conn: conn.execute(select(1)).scalar())
 
     # -- transitions -------------------------------------------------------------------------
-    def insert_messages(self, rows: Sequence[NewRow], now: datetime, **who: object) -> list[int]:
-        return self._writes.insert_messages(rows, now, **who)
+    def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
+                        **who: object) -> list[int]:
+        return self._writes.insert_messages(rows, now, requests, **who)
+
+    def delete_produce_requests(self, before: datetime, limit: int) -> int:
+        return self._writes.delete_produce_requests(before, limit)
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:

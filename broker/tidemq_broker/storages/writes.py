@@ -9,14 +9,17 @@ import json
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy.exc import IntegrityError
 
 from tidemq import lifecycle
 from tidemq.lifecycle import Change, Event, MessageStatus
 from tidemq.tables import MESSAGE as M
 
+from ..errors import MalformedRequestError
 from ..schema import message as m
-from ..storage import MessageEdit, NewRow, StoredMessage
+from ..schema import produce_request as r
+from ..storage import MessageEdit, NewRow, RequestRef, StoredMessage
 from .changes import apply, guard
 from .database import SqlDatabase
 from .reads import to_message
@@ -50,14 +53,27 @@ class Writes:
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
-    def insert_messages(self, rows: Sequence[NewRow], now: datetime, **who: object) -> list[int]:
+    def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
+                        **who: object) -> list[int]:
         change = lifecycle.produce(now, **who)
-        plain = [i for i, r in enumerate(rows) if not r.unique_key]
-        keyed = [i for i, r in enumerate(rows) if r.unique_key]
         dialect = self._db.dialect
 
-        def work(conn: Connection) -> list[int]:
+        def work(conn: Connection, look_first: bool) -> list[int]:
             ids: list[int] = [0] * len(rows)
+            claims = _Claims.of(requests, _stored_answers(conn, requests) if look_first else {})
+            for ref, found in claims.answered.items():
+                ids[ref.start : ref.start + ref.count] = found
+            skip = claims.skipped()
+            plain = [i for i, r in enumerate(rows) if not r.unique_key and i not in skip]
+            keyed = [i for i, r in enumerate(rows) if r.unique_key and i not in skip]
+            if claims.ours and len(plain) == len(rows):
+                # Every row is new and plain: the dialect may write the rows and their request
+                # ids in one round trip.
+                answers = [(ref.request_id, ref.start, ref.count)
+                           for ref in sorted(claims.ours, key=lambda ref: ref.request_id)]
+                done = dialect.insert_plain_answering(conn, [row_values(row, change) for row in rows], answers, now)
+                if done is not None:
+                    return done
             if plain:
                 new_ids = dialect.insert_plain(conn, [row_values(rows[i], change) for i in plain])
                 for i, new_id in zip(plain, new_ids):
@@ -67,7 +83,31 @@ class Writes:
                 found = _ids_by_unique_key(conn, [(rows[i].topic, rows[i].unique_key or "") for i in keyed])
                 for i in keyed:
                     ids[i] = found[(rows[i].topic, rows[i].unique_key or "")]
+            for repeat, original in claims.repeats:
+                ids[repeat.start : repeat.start + repeat.count] = ids[original.start : original.start + original.count]
+            if claims.ours:
+                # A plain INSERT: a request id stored already (or by a transaction still open,
+                # which it waits for) makes it fail, and the whole unit of work is redone below.
+                conn.execute(insert(r), [{"request_id": ref.request_id, "created": now,
+                                          "ids": ",".join(str(i) for i in ids[ref.start : ref.start + ref.count])}
+                                         for ref in sorted(claims.ours, key=lambda ref: ref.request_id)])
             return ids
+
+        # Retries are rare: the first attempt does not look for stored request ids (a round trip
+        # saved on every produce). A duplicate key says this is a retry of a call committed
+        # meanwhile: roll back, look first, and answer it from what is stored.
+        for attempt in range(3):
+            try:
+                return self._db.tx(lambda conn: work(conn, look_first=attempt > 0), produce=True)
+            except IntegrityError:
+                if not requests or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def delete_produce_requests(self, before: datetime, limit: int) -> int:
+        def work(conn: Connection) -> int:
+            old = list(conn.execute(select(r.c.request_id).where(r.c.created < before).limit(limit)).scalars())
+            return conn.execute(delete(r).where(r.c.request_id.in_(old))).rowcount if old else 0
 
         return self._db.tx(work)
 
@@ -139,6 +179,58 @@ class Writes:
             return apply(conn, change, m.c.id.in_(old)) if old else 0
 
         return self._db.tx(work)
+
+
+class _Claims:
+    """How the requests of one insert are answered: from what is stored, by this insert, or as a
+    repeat of another request of it (a retry that reached the same broker while its original
+    still waited for a commit)."""
+
+    def __init__(self) -> None:
+        self.answered: dict[RequestRef, list[int]] = {}  # committed before: their stored ids
+        self.ours: list[RequestRef] = []  # stored by this insert, with its ids
+        self.repeats: list[tuple[RequestRef, RequestRef]] = []  # (repeat, first) within this insert
+
+    @classmethod
+    def of(cls, requests: Sequence[RequestRef], stored: dict[str, list[int]]) -> "_Claims":
+        claims = cls()
+        first: dict[str, RequestRef] = {}
+        for ref in requests:
+            earlier = stored.get(ref.request_id)
+            size = len(earlier) if earlier is not None else first[ref.request_id].count if ref.request_id in first \
+                else ref.count
+            if size != ref.count:
+                raise MalformedRequestError(f"request_id {ref.request_id!r} was already used for a Produce call of "
+                                            f"{size} messages, not {ref.count}")
+            if earlier is not None:
+                claims.answered[ref] = earlier
+            elif ref.request_id in first:
+                claims.repeats.append((ref, first[ref.request_id]))
+            else:
+                first[ref.request_id] = ref
+                claims.ours.append(ref)
+        return claims
+
+    def skipped(self) -> set[int]:
+        """Row indexes not to insert: answered before, or repeating another request here."""
+        refs = list(self.answered) + [repeat for repeat, _ in self.repeats]
+        return {i for ref in refs for i in range(ref.start, ref.start + ref.count)}
+
+
+def _stored_answers(conn: Connection, requests: Sequence[RequestRef]) -> dict[str, list[int]]:
+    """The ids each already stored request id was answered."""
+    names = sorted({ref.request_id for ref in requests})
+    found = conn.execute(select(r.c.request_id, r.c.ids).where(r.c.request_id.in_(names))).all()
+    return {name: _answer(ids) for name, ids in found}
+
+
+def _answer(stored: str) -> list[int]:
+    """Stored ids: "r<first>:<step>:<count>" (consecutive, written in the INSERT's round trip)
+    or a comma-separated list."""
+    if stored.startswith("r"):
+        first, step, count = (int(part) for part in stored[1:].split(":"))
+        return [first + k * step for k in range(count)]
+    return [int(i) for i in stored.split(",")]
 
 
 def _ids_by_unique_key(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
