@@ -80,3 +80,21 @@ def test_the_client_names_every_produce_call(client, broker):
     client.produce("t.idem.client", 1)
     client.produce_many("t.idem.client", [2, 3])
     assert len(seen) == 2 and len(set(seen)) == 2 and all(len(r) == 32 for r in seen)
+
+
+def test_only_the_produce_connections_take_several_statements_in_one_string(mysql_url):
+    from pymysql.constants import CLIENT
+    from sqlalchemy.exc import DBAPIError
+
+    from tidemq_broker.storages import open_storage
+
+    storage = open_storage(mysql_url)
+    try:
+        with storage.db.engine.connect() as conn:  # the console's and every other path's
+            assert not conn.connection.dbapi_connection.client_flag & CLIENT.MULTI_STATEMENTS
+            with pytest.raises(DBAPIError):
+                conn.exec_driver_sql("SELECT 1; SELECT 2")  # a stacked statement is a syntax error here
+        with storage.db.produce_engine.connect() as conn:
+            assert conn.connection.dbapi_connection.client_flag & CLIENT.MULTI_STATEMENTS
+    finally:
+        storage.close()
