@@ -99,8 +99,8 @@ def test_lock_takes_only_due_messages_oldest_first_up_to_limit(storage):
 
 def test_leasing_ahead_takes_what_is_due_within_the_window_under_a_lease_that_covers_the_wait(storage):
     now = clock.now()
-    soon = storage.insert_messages(rows("t.ahead", 2, delay=20), now)
-    later = storage.insert_messages(rows("t.ahead", 1, delay=90), now)
+    soon = storage.insert_messages([NewRow("t.ahead", str(n), clock.after(now, 20), 0) for n in range(2)], now)
+    later = storage.insert_messages([NewRow("t.ahead", "2", clock.after(now, 90), 0)], now)
     assert storage.lock_batch("t.ahead", 0, 1, 10, 30, "c1", now) == []  # nothing due now
     leased = storage.lock_batch("t.ahead", 0, 1, 10, 30, "c1", now, ahead=60)
     assert [m.id for m in leased] == soon  # due within 60 s; the one due in 90 s stays NEW
@@ -115,7 +115,7 @@ def test_leasing_ahead_takes_what_is_due_within_the_window_under_a_lease_that_co
 def test_a_serial_head_is_leased_ahead_only_within_the_window(storage):
     storage.ensure_topics(["t.serial.ahead"], clock.now())
     now = clock.now()
-    [head] = storage.insert_messages(rows("t.serial.ahead", 1, delay=20), now)
+    [head] = storage.insert_messages([NewRow("t.serial.ahead", "0", clock.after(now, 20), 0)], now)
     assert storage.lock_serial("t.serial.ahead", 30, "c1", now, ahead=10) == []
     [leased] = storage.lock_serial("t.serial.ahead", 30, "c1", now, ahead=30)
     assert leased.id == head and storage.get_message(head).lease_expire == clock.after(now, 60)
