@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="interleaved slices of each baseline and tidemq measurement (evens out load drift)")
     p.add_argument("--profile", metavar="DIR", default="", help="py-spy the brokers and workers into DIR")
     p.add_argument("--out", default="benchmarks/results/latest.json", help="where to write the JSON document")
+    p.add_argument("--mariadb-option", dest="mariadb_options", action="append", default=[], metavar="OPTION",
+                   help="extra mariadbd option, repeatable (e.g. --mariadb-option=--innodb-autoinc-lock-mode=2)")
     g = p.add_argument_group("produce")
     g.add_argument("--produce-messages", type=int, default=200_000)
     g.add_argument("--produce-threads", type=int, default=4)
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from .env import Cluster, machine
 
     report.progress("starting MariaDB and ZooKeeper")
-    cluster = Cluster()
+    cluster = Cluster(mariadb_options=tuple(args.mariadb_options))
     errors: dict[str, str] = {}
     try:
         cluster.start_broker()

@@ -163,9 +163,9 @@ class Proc:
 class Cluster:
     """MariaDB + ZooKeeper + any number of brokers and workers, all started here."""
 
-    def __init__(self, zk_root: str = "/bench") -> None:
+    def __init__(self, zk_root: str = "/bench", mariadb_options: tuple[str, ...] = ()) -> None:
         self.dir = tempfile.mkdtemp(prefix="tidemq-bench-")
-        self.mariadb = MariaDB().start()
+        self.mariadb = MariaDB(*mariadb_options).start()
         self.zookeeper = ZooKeeper().start()
         self.db_url = self.mariadb.create_database("tidemq_bench")
         self.zk_root = zk_root

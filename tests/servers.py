@@ -53,7 +53,8 @@ def _reap(proc: Optional[subprocess.Popen], sig: int, timeout: float = 30) -> No
 class MariaDB:
     """A throwaway MariaDB server (user root@127.0.0.1, no password)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
+        self.options = options  # extra server options, e.g. "--innodb-autoinc-lock-mode=2"
         self.dir = tempfile.mkdtemp(prefix="tidemq-mariadb-")
         self.port = free_port()
         self.proc: Optional[subprocess.Popen] = None
@@ -71,7 +72,7 @@ class MariaDB:
              "--bind-address=127.0.0.1", "--skip-name-resolve", f"--log-error={self.dir}/error.log",
              "--skip-log-bin", "--innodb-buffer-pool-size=256M", "--character-set-server=utf8mb4",
              "--transaction-isolation=READ-COMMITTED", "--max-connections=1000",
-             "--innodb-flush-log-at-trx-commit=1", "--max-allowed-packet=64M"],
+             "--innodb-flush-log-at-trx-commit=1", "--max-allowed-packet=64M", *self.options],
             stdout=log, stderr=subprocess.STDOUT,
         )
         wait_until(self._ready, timeout, 0.05, f"MariaDB on port {self.port} (log: {self.dir}/error.log)")

@@ -39,6 +39,7 @@ class MySqlDialect(SqlDialect):
     def __init__(self) -> None:
         self._consecutive_ids: bool | None = None
         self._id_step = 1
+        self._returning = False  # MariaDB 10.5+: INSERT ... RETURNING gives every row's id
 
     def create_engine(self, url: str, pool_size: int = 16, multi_statements: bool = False,
                       **options: Any) -> Engine:
@@ -103,19 +104,28 @@ class MySqlDialect(SqlDialect):
         return bool(args) and args[0] in _TRANSIENT
 
     def _check_autoincrement(self, conn: Connection) -> None:
-        """Multi-row INSERT ids are first, first+step, ... only under lock modes 0 and 1."""
-        mode, step = conn.exec_driver_sql("SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment").one()
+        """Multi-row INSERT ids are first, first+step, ... only under lock modes 0 and 1. Under
+        mode 2 (MySQL 8's default, Galera's requirement) MariaDB 10.5+ still reports each row's
+        id with RETURNING; MySQL, which has no RETURNING, gets one INSERT per row."""
+        mode, step, version = conn.exec_driver_sql(
+            "SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment, VERSION()").one()
         self._consecutive_ids = int(mode) in (0, 1)
         self._id_step = int(step)
-        if not self._consecutive_ids:
+        self._returning = _mariadb_with_returning(str(version))
+        if not self._consecutive_ids and not self._returning:
             log.warning(
-                "innodb_autoinc_lock_mode=%s: ids of a multi-row INSERT are not consecutive, so each "
-                "message is inserted by its own statement (slower). Set innodb_autoinc_lock_mode=1.", mode)
+                "innodb_autoinc_lock_mode=%s on a server without INSERT ... RETURNING: each message is "
+                "inserted by its own statement (slower). Set innodb_autoinc_lock_mode=1.", mode)
 
     def insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
         if self._consecutive_ids is None:
             self._check_autoincrement(conn)
         ids: list[int] = []
+        if not self._consecutive_ids and self._returning:
+            for chunk in _chunks_by_size(values):
+                # The rows come back in the order of the VALUES list, each with its own id.
+                ids.extend(int(row[0]) for row in _insert_rows(conn, chunk, f" RETURNING {M.id}"))
+            return ids
         if not self._consecutive_ids:
             for row in values:
                 result = conn.exec_driver_sql(f"INSERT INTO {M.name} ({_COLS}) VALUES {_ROW}", _params([row]))
@@ -159,6 +169,14 @@ class MySqlDialect(SqlDialect):
                            "source": change.source[0].value, "attempt_delta": change.attempt_delta,
                            "trace_line": change.trace, "topic": topic_name, "due_by": due_by, "total": total,
                            "rank": rank, "limit": limit})
+
+
+def _mariadb_with_returning(version: str) -> bool:
+    """True for MariaDB 10.5 and later (``VERSION()`` like ``10.11.19-MariaDB-0+deb12u1``)."""
+    if "mariadb" not in version.lower():
+        return False
+    major, minor = (int(part) for part in version.split("-")[0].split(".")[:2])
+    return (major, minor) >= (10, 5)
 
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
