@@ -78,3 +78,15 @@ def test_a_retried_request_gets_its_ids_back_without_consecutive_ids(storage):
     first = storage.insert_messages(_rows("t.mode2.req", range(5), now), now, [RequestRef("call-m2", 0, 5)])
     again = storage.insert_messages(_rows("t.mode2.req", range(5), now), now, [RequestRef("call-m2", 0, 5)])
     assert again == first and storage.count_by_status("t.mode2.req") == {"t.mode2.req": {"NEW": 5}}
+
+
+def test_shards_spread_a_nodes_ids_although_they_are_all_alike_modulo_the_increment(storage):
+    now = clock.now()
+    ids = storage.insert_messages(_rows("t.mode2.shard", range(300), now), now)
+    assert {i % 3 for i in ids} == {2}  # MOD(id, 3) alone would give them all to one consumer
+    shares = [storage.lock_batch("t.mode2.shard", rank, 3, 1000, 30, f"c{rank}", now) for rank in range(3)]
+    assert sorted(m.id for share in shares for m in share) == sorted(ids)  # each once
+    assert all(90 <= len(share) <= 110 for share in shares), [len(share) for share in shares]
+    storage.insert_messages(_rows("t.mode2.shard", ["one more"], now), now)
+    dues = [storage.next_due("t.mode2.shard", rank, 3) for rank in range(3)]
+    assert sum(d is not None for d in dues) == 1  # the probe uses the same shard rule

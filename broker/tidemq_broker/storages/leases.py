@@ -134,11 +134,13 @@ class Leases:
 
     # -- probes ------------------------------------------------------------------------------
     def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
-        stmt = select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
-        if total > 1:
-            stmt = stmt.where(m.c.id % total == rank)
-        stmt = stmt.order_by(m.c.effect_time).limit(1)
-        return self._db.tx(lambda conn: conn.execute(stmt).scalar())
+        def work(conn: Connection) -> Optional[datetime]:
+            stmt = select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
+            if total > 1:
+                stmt = stmt.where(self._db.dialect.shard_clause(conn, m.c.id, total, rank))
+            return conn.execute(stmt.order_by(m.c.effect_time).limit(1)).scalar()
+
+        return self._db.tx(work)
 
     def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
         if not topics:

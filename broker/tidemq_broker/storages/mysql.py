@@ -99,6 +99,11 @@ class MySqlDialect(SqlDialect):
             cursor.close()
         return [first + k * step for k in range(len(values))]
 
+    def shard_step(self, conn: Connection) -> int:
+        if self._consecutive_ids is None:
+            self._check_autoincrement(conn)
+        return self._id_step
+
     def is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())
         return bool(args) and args[0] in _TRANSIENT
@@ -155,7 +160,7 @@ class MySqlDialect(SqlDialect):
         # FORCE INDEX: with the console's (topic, status, lease_expire) index present, the
         # optimizer may pick an index merge plus a filesort of every NEW row of the topic, which
         # made each lock cost hundreds of ms on 200k due messages.
-        shard = f" AND MOD({M.id}, :total) = :rank" if total > 1 else ""
+        shard = f" AND MOD({M.id} DIV :step, :total) = :rank" if total > 1 else ""
         sets = ", ".join(f"{column} = :set_{column}" for column in change.values)
         sql = text(
             f"UPDATE {M.name} FORCE INDEX (idx_message_lock) SET {M.status} = :target, {sets}, "
@@ -168,7 +173,7 @@ class MySqlDialect(SqlDialect):
         conn.execute(sql, {**params, "target": change.target.value if change.target else None,
                            "source": change.source[0].value, "attempt_delta": change.attempt_delta,
                            "trace_line": change.trace, "topic": topic_name, "due_by": due_by, "total": total,
-                           "rank": rank, "limit": limit})
+                           "rank": rank, "limit": limit, "step": self.shard_step(conn)})
 
 
 def _mariadb_with_returning(version: str) -> bool:
