@@ -15,7 +15,7 @@ from typing import Callable, Optional, Sequence
 
 from tidemq import clock
 from tidemq.coalesce import Coalescer, Request
-from .errors import StorageUnavailableError, TidemqError
+from .errors import StorageUnavailableError, TidemqError, ValidationError
 from .storage import NewRow, RequestRef, Storage
 from .topics import TopicCache
 
@@ -62,7 +62,8 @@ class GroupCommitWriter:
                 request.error = exc
         except Exception as exc:
             if len(batch) == 1:
-                log.exception("produce failed")
+                if not isinstance(exc, ValidationError):  # the caller's input: its error says it all
+                    log.exception("produce failed")
                 batch[0].error = exc if isinstance(exc, TidemqError) else TidemqError(f"produce failed: {exc!r}")
                 return
             # One request's rows broke the shared transaction: commit each request on its own

@@ -66,16 +66,17 @@ class Writes:
             skip = claims.skipped()
             plain = [i for i, r in enumerate(rows) if not r.unique_key and i not in skip]
             keyed = [i for i, r in enumerate(rows) if r.unique_key and i not in skip]
-            if claims.ours and len(plain) == len(rows):
+            plain_values = [row_values(rows[i], change) for i in plain]
+            ours = sorted(claims.ours, key=lambda ref: ref.request_id)  # one key order between brokers
+            if ours and len(plain) == len(rows):
                 # Every row is new and plain: the dialect may write the rows and their request
                 # ids in one round trip.
-                answers = [(ref.request_id, ref.start, ref.count)
-                           for ref in sorted(claims.ours, key=lambda ref: ref.request_id)]
-                done = dialect.insert_plain_answering(conn, [row_values(row, change) for row in rows], answers, now)
+                answers = [(ref.request_id, ref.start, ref.count) for ref in ours]
+                done = dialect.insert_plain_answering(conn, plain_values, answers, now)
                 if done is not None:
                     return done
             if plain:
-                new_ids = dialect.insert_plain(conn, [row_values(rows[i], change) for i in plain])
+                new_ids = dialect.insert_plain(conn, plain_values)
                 for i, new_id in zip(plain, new_ids):
                     ids[i] = new_id
             if keyed:
@@ -85,12 +86,12 @@ class Writes:
                     ids[i] = found[(rows[i].topic, rows[i].unique_key or "")]
             for repeat, original in claims.repeats:
                 ids[repeat.start : repeat.start + repeat.count] = ids[original.start : original.start + original.count]
-            if claims.ours:
+            if ours:
                 # A plain INSERT: a request id stored already (or by a transaction still open,
                 # which it waits for) makes it fail, and the whole unit of work is redone below.
                 conn.execute(insert(r), [{"request_id": ref.request_id, "created": now,
                                           "ids": ",".join(str(i) for i in ids[ref.start : ref.start + ref.count])}
-                                         for ref in sorted(claims.ours, key=lambda ref: ref.request_id)])
+                                         for ref in ours])
             return ids
 
         # Retries are rare: the first attempt does not look for stored request ids (a round trip
