@@ -27,7 +27,7 @@ test: servers $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/conformance -k "not mysql and not zookeeper"
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/conformance -k "not mysql and not galera and not zookeeper"
 
 ## Every benchmark scenario against servers it starts itself (see docs/PERFORMANCE.md); flags via ARGS.
 bench: servers $(STAMP)

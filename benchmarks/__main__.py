@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks/results/latest.json", help="where to write the JSON document")
     p.add_argument("--mariadb-option", dest="mariadb_options", action="append", default=[], metavar="OPTION",
                    help="extra mariadbd option, repeatable (e.g. --mariadb-option=--innodb-autoinc-lock-mode=2)")
+    p.add_argument("--galera", action="store_true",
+                   help="run on a 3-node MariaDB Galera cluster (brokers and the raw baseline write through node 1)")
     g = p.add_argument_group("produce")
     g.add_argument("--produce-messages", type=int, default=200_000)
     g.add_argument("--produce-threads", type=int, default=4)
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from .env import Cluster, machine
 
     report.progress("starting MariaDB and ZooKeeper")
-    cluster = Cluster(mariadb_options=tuple(args.mariadb_options))
+    cluster = Cluster(mariadb_options=tuple(args.mariadb_options), galera=args.galera)
     errors: dict[str, str] = {}
     try:
         cluster.start_broker()

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from tests.servers import MariaDB, ZooKeeper, wait_until
+from tests.servers import GaleraCluster, MariaDB, ZooKeeper, wait_until
 
 __all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "tree_rss_mb", "machine", "run_threads", "stop_all", "wait_until"]
 
@@ -163,11 +163,14 @@ class Proc:
 class Cluster:
     """MariaDB + ZooKeeper + any number of brokers and workers, all started here."""
 
-    def __init__(self, zk_root: str = "/bench", mariadb_options: tuple[str, ...] = ()) -> None:
+    def __init__(self, zk_root: str = "/bench", mariadb_options: tuple[str, ...] = (), galera: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="tidemq-bench-")
-        self.mariadb = MariaDB(*mariadb_options).start()
+        # --galera: a 3-node Galera cluster instead of one server; brokers get every node's
+        # address and write through the first, and the raw baseline writes through it too.
+        self.galera = GaleraCluster(3).start() if galera else None
+        self.mariadb = self.galera.nodes[0] if self.galera else MariaDB(*mariadb_options).start()
         self.zookeeper = ZooKeeper().start()
-        self.db_url = self.mariadb.create_database("tidemq_bench")
+        self.db_url = (self.galera or self.mariadb).create_database("tidemq_bench")
         self.zk_root = zk_root
         self.brokers: list[Proc] = []
         self.workers: list[Proc] = []
@@ -247,7 +250,7 @@ class Cluster:
             self._zk.stop()
             self._zk.close()
         self.zookeeper.cleanup()
-        self.mariadb.cleanup()
+        (self.galera or self.mariadb).cleanup()
 
 
 class CpuMeter:

@@ -33,6 +33,9 @@ _ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
 
 def connect(url: str) -> pymysql.connections.Connection:
     """A PyMySQL connection to the database of a ``mysql+pymysql://`` URL."""
+    from tidemq_broker.storages.failover import split_addresses
+
+    url, _ = split_addresses(url)  # a cluster's URL: its first node, the one the brokers write through
     u = urlparse(url.replace("mysql+pymysql://", "mysql://"))
     return pymysql.connect(host=u.hostname, port=u.port or 3306, user=u.username or "root",
                            password=u.password or "", database=u.path.lstrip("/"), charset="utf8mb4",

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from tests.servers import MariaDB, ZooKeeper, ZooKeeperEnsemble
+from tests.servers import GaleraCluster, MariaDB, ZooKeeper, ZooKeeperEnsemble
 
 
 def truncate(db) -> None:
@@ -57,16 +57,63 @@ def mysql_url(_mysql_store):
     return url
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
-def any_storage(request, tmp_path):
-    """Each storage implementation in turn: a fresh SQLite file, then MariaDB's truncated tables."""
+@pytest.fixture(scope="session")
+def galera():
+    """A 3-node MariaDB Galera cluster (galera-4), started once for the session."""
+    cluster = GaleraCluster(3).start()
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _galera_store(galera):
+    from tidemq_broker.storages import open_storage
+
+    url = galera.create_database("tidemq_test")
+    storage = open_storage(url)
+    storage.create_schema()
+    yield url, storage
+    storage.close()
+
+
+@pytest.fixture
+def galera_url(_galera_store, galera):
+    """The cluster's database (every node's address in the URL) with the schema and no rows.
+
+    Nodes a test killed are started again after it."""
+    url, storage = _galera_store
+    truncate(storage.db)
+    yield url
+    for index, node in enumerate(galera.nodes):
+        if node.proc is None or node.proc.poll() is not None:
+            galera.start_node(index)
+
+
+def _open_store(request, tmp_path):
     from tidemq_broker.storages import open_storage
 
     if request.param == "sqlite":
         store = open_storage(f"sqlite:///{tmp_path}/store.sqlite3")
         store.create_schema()
     else:
-        store = open_storage(request.getfixturevalue("mysql_url"))
+        store = open_storage(request.getfixturevalue(f"{request.param}_url"))
+    return store
+
+
+@pytest.fixture(params=["sqlite", "mysql", "galera"])
+def any_storage(request, tmp_path):
+    """Each storage implementation in turn (the conformance suite): a fresh SQLite file, MariaDB's
+    truncated tables, then the same on a 3-node Galera cluster."""
+    store = _open_store(request, tmp_path)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def sql_storage(request, tmp_path):
+    """SQLite, then one MariaDB server: for tests of the console's queries, which count on a
+    server's consecutive ids (a Galera node's step by the cluster size)."""
+    store = _open_store(request, tmp_path)
     yield store
     store.close()
 

@@ -13,8 +13,8 @@ from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
 @pytest.fixture
-def storage(any_storage):
-    return any_storage
+def storage(sql_storage):
+    return sql_storage
 
 
 @pytest.fixture

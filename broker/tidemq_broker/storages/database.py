@@ -8,6 +8,7 @@ the same instance; none of them opens transactions of its own.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from contextlib import nullcontext
@@ -39,8 +40,14 @@ class SqlDatabase:
         # consecutive). MySQL runs transactions concurrently.
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
 
-    def tx(self, work: Callable[[Connection], T], attempts: int = 6, produce: bool = False) -> T:
+    def tx(self, work: Callable[[Connection], T], attempts: int = 12, produce: bool = False) -> T:
         """Run ``work(conn)`` in one transaction and return its result.
+
+        A transaction the dialect calls transient (deadlock, lock-wait timeout; on a Galera
+        cluster also a certification conflict, reported as a deadlock at COMMIT, and a local
+        transaction aborted by a replicated one) was rolled back entirely, so it runs again,
+        after a growing, jittered pause: brokers writing through different Galera nodes can
+        abort each other's transactions several times in a row under load.
 
         A pooled connection is not pinged before use (that would add a round trip to every
         produce): if it turns out dead before the COMMIT was sent, nothing was committed, so the
@@ -59,7 +66,7 @@ class SqlDatabase:
                     return result
             except DBAPIError as exc:
                 if self.dialect.is_transient(exc) and attempt < attempts:
-                    time.sleep(0.005 * attempt)
+                    time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
                     continue
                 if exc.connection_invalidated and not committing and not reconnected:
                     reconnected = True

@@ -64,18 +64,10 @@ class SqlDialect(abc.ABC):
         by ``due_by`` (now, or a little later when leasing ahead), oldest due first, get
         ``change`` (a lifecycle lease)."""
 
-    def shard_step(self, conn: Connection) -> int:
-        """The server's id increment: a QUEUE shard is ``MOD(id DIV step, total) = rank``.
-
-        With ``auto_increment_increment`` = n (a Galera cluster of n nodes sets it), every id a
-        node hands out is alike modulo n, so ``MOD(id, n)`` would give each node's messages to
-        one consumer; dividing by the step first spreads them again. 1 everywhere else."""
-        return 1
-
-    def shard_clause(self, conn: Connection, id_column: Any, total: int, rank: int) -> Any:
-        """The shard condition on ``id_column`` as a SQLAlchemy expression."""
-        step = self.shard_step(conn)
-        return (id_column if step == 1 else id_column // step) % total == rank
+    def shard_clause(self, id_column: Any, total: int, rank: int) -> Any:
+        """The condition ``id_column`` is in QUEUE shard ``rank`` of ``total``: ``MOD(id, total) = rank``
+        here; see the MySQL dialect for servers whose ids step by more than 1."""
+        return id_column % total == rank
 
     def lock_topic_row(self, conn: Connection, topic: str) -> None:
         """Serialise serial leases of one topic (a row lock on its topic row).

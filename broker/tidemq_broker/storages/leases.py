@@ -137,7 +137,7 @@ class Leases:
         def work(conn: Connection) -> Optional[datetime]:
             stmt = select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
             if total > 1:
-                stmt = stmt.where(self._db.dialect.shard_clause(conn, m.c.id, total, rank))
+                stmt = stmt.where(self._db.dialect.shard_clause(m.c.id, total, rank))
             return conn.execute(stmt.order_by(m.c.effect_time).limit(1)).scalar()
 
         return self._db.tx(work)

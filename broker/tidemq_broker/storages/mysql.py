@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import pymysql
 from pymysql.constants import CLIENT
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, text
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -22,6 +22,7 @@ from tidemq.tables import PRODUCE_REQUEST
 
 from ..schema import topic
 from .dialect import SqlDialect
+from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
 from .writes import INSERT_COLUMNS
 
 __all__ = ["MySqlDialect"]
@@ -30,6 +31,13 @@ log = logging.getLogger(__name__)
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock: retry the transaction
 _STATEMENT_BYTES = 4 * 1024 * 1024  # keep each INSERT well under max_allowed_packet
 _COLS = ", ".join(INSERT_COLUMNS)
+# A QUEUE shard is MOD(id DIV step, total) = rank, with step the server's id increment: with
+# auto_increment_increment = n (a Galera cluster of n nodes sets it), every id one node hands out
+# is alike modulo n, so MOD(id, n) would give each node's messages to one consumer; dividing by
+# the step first spreads them again. The server reads its own setting in the statement itself:
+# Galera changes it when nodes join or leave, and every broker must use the same rule at the same
+# time (a rule cached per broker would leave some ids in no shard, or in two).
+_ID_STEP = "@@GLOBAL.auto_increment_increment"
 _ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
 
 
@@ -40,6 +48,7 @@ class MySqlDialect(SqlDialect):
         self._consecutive_ids: bool | None = None
         self._id_step = 1
         self._returning = False  # MariaDB 10.5+: INSERT ... RETURNING gives every row's id
+        self._addresses: Optional[Addresses] = None
 
     def create_engine(self, url: str, pool_size: int = 16, multi_statements: bool = False,
                       **options: Any) -> Engine:
@@ -50,7 +59,12 @@ class MySqlDialect(SqlDialect):
         # FOUND_ROWS is SQLAlchemy's own flag (rowcount = rows matched); set here, the
         # connect_args flag replaces the one it would add.
         flags = CLIENT.FOUND_ROWS | (CLIENT.MULTI_STATEMENTS if multi_statements else 0)
-        return create_engine(
+        # A URL may name several addresses (a Galera cluster): see storages/failover.py.
+        # The produce engine and the main engine share one Addresses, so they use the same node.
+        url, addresses = split_addresses(url)
+        if addresses and self._addresses is None:
+            self._addresses = Addresses(addresses)
+        engine = create_engine(
             url,
             pool_size=pool_size,
             max_overflow=pool_size * 2,
@@ -63,11 +77,17 @@ class MySqlDialect(SqlDialect):
                           "client_flag": flags},
             **options,
         )
+        if addresses and self._addresses is not None:
+            self._addresses.attach(engine)
+        mark_not_serving_as_disconnect(engine)
+        return engine
 
     def create_produce_engine(self, url: str) -> Optional[Engine]:
         # Multi-statement connections, for produce only: the console and everything else never
         # get a connection on which one string may carry two statements.
-        return self.create_engine(url, pool_size=4, multi_statements=True)
+        engine = self.create_engine(url, pool_size=4, multi_statements=True)
+        event.listen(engine, "connect", _wait_for_cluster_writes)
+        return engine
 
     def insert_plain_answering(self, conn: Connection, values: list[dict[str, Any]],
                                requests: list[tuple[str, int, int]], now: datetime) -> Optional[list[int]]:
@@ -99,10 +119,8 @@ class MySqlDialect(SqlDialect):
             cursor.close()
         return [first + k * step for k in range(len(values))]
 
-    def shard_step(self, conn: Connection) -> int:
-        if self._consecutive_ids is None:
-            self._check_autoincrement(conn)
-        return self._id_step
+    def shard_clause(self, id_column: Any, total: int, rank: int) -> Any:
+        return func.mod(id_column.op("DIV")(literal_column(_ID_STEP)), total) == rank
 
     def is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())
@@ -160,7 +178,7 @@ class MySqlDialect(SqlDialect):
         # FORCE INDEX: with the console's (topic, status, lease_expire) index present, the
         # optimizer may pick an index merge plus a filesort of every NEW row of the topic, which
         # made each lock cost hundreds of ms on 200k due messages.
-        shard = f" AND MOD({M.id} DIV :step, :total) = :rank" if total > 1 else ""
+        shard = f" AND MOD({M.id} DIV {_ID_STEP}, :total) = :rank" if total > 1 else ""
         sets = ", ".join(f"{column} = :set_{column}" for column in change.values)
         sql = text(
             f"UPDATE {M.name} FORCE INDEX (idx_message_lock) SET {M.status} = :target, {sets}, "
@@ -173,7 +191,24 @@ class MySqlDialect(SqlDialect):
         conn.execute(sql, {**params, "target": change.target.value if change.target else None,
                            "source": change.source[0].value, "attempt_delta": change.attempt_delta,
                            "trace_line": change.trace, "topic": topic_name, "due_by": due_by, "total": total,
-                           "rank": rank, "limit": limit, "step": self.shard_step(conn)})
+                           "rank": rank, "limit": limit})
+
+
+def _wait_for_cluster_writes(dbapi_connection: Any, record: Any) -> None:
+    """On a Galera node, make a produce's INSERTs wait until the node has applied every
+    transaction the cluster committed before them (``wsrep_sync_wait`` bit 4).
+
+    A node assigns auto-increment ids from its own counter, which moves past another node's ids
+    only once their writesets are applied here. Without the wait, a client whose produce through
+    a broker on node A was acknowledged, and whose next produce goes through a broker on node B,
+    could get a smaller id for the later message: a SERIAL_QUEUE would run them out of order.
+    The wait costs one group round trip per group commit, not per message.
+    """
+    with dbapi_connection.cursor() as cur:
+        cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+        row = cur.fetchone()
+        if row and row[1] == "ON":
+            cur.execute("SET SESSION wsrep_sync_wait = @@wsrep_sync_wait | 4")
 
 
 def _mariadb_with_returning(version: str) -> bool:

@@ -59,7 +59,7 @@ class SqliteDialect(SqlDialect):
         new = MessageStatus.NEW.value
         due = select(m.c.id).where(m.c.topic == topic, m.c.status == new, m.c.effect_time <= due_by)
         if total > 1:
-            due = due.where(self.shard_clause(conn, m.c.id, total, rank))
+            due = due.where(self.shard_clause(m.c.id, total, rank))
         due = due.order_by(m.c.effect_time, m.c.id).limit(limit)
         conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == new).values(values_of(change)))
 
