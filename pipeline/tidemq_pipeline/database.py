@@ -31,6 +31,12 @@ class Database:
     def from_url(cls, url: str) -> "Database":
         """Parse ``url``; raise ConfigurationError for anything but a MySQL/MariaDB URL."""
         parts = urlsplit(url)
+        if "," in parts.netloc.rpartition("@")[2]:
+            # Its single-run guard is a GET_LOCK, which a Galera cluster does not share between
+            # nodes: two runs through two nodes would not be kept apart.
+            raise ConfigurationError(
+                "the pipeline reads one database address: give it one node of the cluster, e.g. "
+                "mysql+pymysql://user:password@db1:3306/tidemq (TIDEMQ_DB_URL names several)")
         if parts.scheme not in _SCHEMES:
             raise ConfigurationError(
                 f"the pipeline reads MySQL/MariaDB over JDBC: TIDEMQ_DB_URL must look like "

@@ -113,6 +113,18 @@ def test_certification_conflicts_between_nodes_are_retried_and_nothing_is_leased
     assert conflicts() > seen_before, "no certification conflict in 10 rounds"
 
 
+def test_produce_connections_wait_for_earlier_cluster_writes_and_others_do_not(on_node):
+    """Produce's INSERTs wait until the node has applied what the cluster committed before them
+    (the order test below relies on it); the lock and ack paths do not pay for the wait."""
+    storage = on_node(1)
+
+    def sync_wait(conn):
+        return int(conn.exec_driver_sql("SELECT @@SESSION.wsrep_sync_wait").scalar())
+
+    assert storage.db.tx(sync_wait, produce=True) & 4
+    assert not storage.db.tx(sync_wait) & 4
+
+
 def _broker_on(galera, galera_url, zk_hosts, node):
     order = [node] + [i for i in range(len(galera.nodes)) if i != node]
     settings = Settings.from_env({}, db_url=galera_url.replace(galera.addresses(), galera.addresses(order)),

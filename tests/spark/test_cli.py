@@ -32,6 +32,9 @@ def test_database_url_must_be_mysql():
     assert db.jdbc_url.startswith("jdbc:mysql://10.0.0.5:3307/tidemq")
     with pytest.raises(ConfigurationError, match="mysql\\+pymysql://user:password@host:3306/tidemq"):
         Database.from_url("sqlite:///tidemq.sqlite3")
+    with pytest.raises(ConfigurationError, match="one database address") as info:
+        Database.from_url("mysql+pymysql://u:secret@db1:3306,db2:3306/tidemq")
+    assert "secret" not in str(info.value)
 
 
 def test_since_must_be_an_iso_time():
