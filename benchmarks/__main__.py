@@ -16,7 +16,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +32,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra mariadbd option, repeatable (e.g. --mariadb-option=--innodb-autoinc-lock-mode=2)")
     p.add_argument("--galera", action="store_true",
                    help="run on a 3-node MariaDB Galera cluster (brokers and the raw baseline write through node 1)")
+    g = p.add_argument_group("security")
+    g.add_argument("--security-messages", type=int, default=40_000,
+                   help="messages produced, then consumed, through each of the plaintext and TLS + token brokers")
+    g.add_argument("--security-workers", type=int, default=2)
     g = p.add_argument_group("produce")
     g.add_argument("--produce-messages", type=int, default=200_000)
     g.add_argument("--produce-threads", type=int, default=4)

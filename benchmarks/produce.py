@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from argparse import Namespace
+from typing import Optional
 
 from . import raw, rpc_floor
 from .env import Cluster, CpuMeter
@@ -16,8 +17,15 @@ __all__ = ["run"]
 
 
 def _broker_rate(cluster: Cluster, report: Report, topic: str, total: int, threads: int, batch: int,
-                 profile: str = "") -> tuple[float, CpuMeter]:
-    client = cluster.client()
+                 profile: str = "", client_env: Optional[dict[str, str]] = None) -> tuple[float, CpuMeter]:
+    """msg/s of ``produce_many`` from ``threads`` threads (a client of the cluster, or one made
+    from ``client_env`` on top of the cluster's settings, e.g. pinned to one broker)."""
+    if client_env is None:
+        client = cluster.client()
+    else:
+        from tidemq import Client, Settings
+
+        client = Client(Settings.from_env(env={**cluster.settings_env, **client_env}))
     try:
         client.produce_many(topic, [{"warm": i} for i in range(batch)])  # channel, topic row, caches
         per_thread = total // threads // batch * batch

@@ -1,4 +1,4 @@
--- tidemq schema (version 3) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 5) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -136,4 +136,17 @@ CREATE TABLE `tidemq_produce_request` (
   `created` datetime(3) NOT NULL,
   PRIMARY KEY (`request_id`),
   KEY `idx_produce_request_created` (`created`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Authentication: who may call brokers that run with TIDEMQ_AUTH=token, with its role, the
+-- topic patterns it covers and the SHA-256 of its token (the token is shown once, never stored).
+CREATE TABLE `tidemq_principal` (
+  `name` varchar(64) NOT NULL,
+  `role` varchar(16) NOT NULL,
+  `topics` varchar(1024) NOT NULL,
+  `token_hash` varchar(64) NOT NULL,
+  `created` datetime(3) NOT NULL,
+  `revoked` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`name`),
+  UNIQUE KEY `idx_principal_token_hash` (`token_hash`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

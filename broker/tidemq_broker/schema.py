@@ -30,9 +30,9 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "produce_request", "SCHEMA_VERSION"]
+           "produce_request", "principal", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -211,9 +211,27 @@ produce_request = Table(
     mysql_charset="utf8mb4",
 )
 
+# Authentication: one row per principal. Tokens are random 32-byte secrets, so a plain SHA-256
+# is enough to keep a copy of the table from being a list of working tokens (a slow password
+# hash guards low-entropy secrets; these are not). A revoked principal keeps its row.
+principal = Table(
+    tables.PRINCIPAL.name,
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("topics", String(1024), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("created", Time, nullable=False),
+    Column("revoked", Time, nullable=True),
+    Index("idx_principal_token_hash", "token_hash", unique=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
-                       (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST)):
+                       (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
+                       (principal, tables.PRINCIPAL)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

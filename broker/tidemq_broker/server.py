@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 from concurrent import futures
@@ -14,6 +15,8 @@ from tidemq.coordinator import Coordinator
 from tidemq.coordinators import open_coordinator
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 
+from .auth import Principals, TokenInterceptor
+from .errors import ConfigurationError
 from .maintenance import Maintainer
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
@@ -21,9 +24,11 @@ from .maintenance.requests import ProduceRequests
 from .maintenance.retention import Retention
 from .pulls import PullHub
 from .migrations import warn_if_behind
-from .service import BrokerService
+from .service import ERROR_KEY, BrokerService
 from .storage import Storage
 from .storages import open_storage
+from .storages.principals import PrincipalStore
+from .tls import server_credentials
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -44,21 +49,39 @@ class BrokerServer:
     def __init__(self, settings: Settings, host: str = "127.0.0.1", port: int = 0,
                  advertise: Optional[str] = None, storage: Optional[Storage] = None,
                  coordinator: Optional[Coordinator] = None, workers: int = 256,
-                 create_schema: bool = True) -> None:
+                 create_schema: bool = True, insecure: bool = False) -> None:
+        if settings.auth == "none" and not insecure and not _loopback(host):
+            # Protected mode: an open broker on a reachable address lets anyone produce, pull,
+            # cancel and requeue. Saying so takes one flag; doing it by accident takes none.
+            raise ConfigurationError(
+                f"refusing to serve on {host} without authentication: anyone who reaches the port could "
+                "produce, pull, cancel and requeue. Set TIDEMQ_AUTH=token (principals from `tidemq auth add`), "
+                "or pass --insecure to serve it open anyway")
+        credentials = server_credentials(settings)  # read before anything is opened: a bad file leaks nothing
         self.settings = settings
         self.create_schema = create_schema
         self.storage = storage or open_storage(settings.db_url)
         self._own_storage = storage is None
         self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
         self._own_coordinator = coordinator is None
+        interceptors = []
+        if settings.auth == "token":
+            interceptors.append(TokenInterceptor(Principals(PrincipalStore(self.storage.db)), ERROR_KEY))
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidemq-rpc"),
+            interceptors=interceptors,
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=workers * 4,
         )
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        if credentials is None:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        else:
+            self.port = self._server.add_secure_port(f"{host}:{port}", credentials)
+        self.tls = credentials is not None
+        if settings.auth == "token" and not self.tls and not _loopback(host):
+            log.warning("tokens are sent in clear text on %s: set TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY", host)
         if self.port == 0:
             raise OSError(f"cannot listen on {host}:{port}")
         self.address = advertise or f"{_advertised_host(host)}:{self.port}"
@@ -112,6 +135,15 @@ class BrokerServer:
 
     def wait(self) -> None:
         self._server.wait_for_termination()
+
+
+def _loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _advertised_host(host: str) -> str:

@@ -284,5 +284,13 @@ class Storage(abc.ABC):
         """One message by id."""
 
     @abc.abstractmethod
+    def message_topics(self, ids: Sequence[int]) -> set[str]:
+        """The topics of the stored messages among ``ids`` (what a permission check looks at)."""
+
+    @abc.abstractmethod
+    def lease_topics(self, lease_token: str) -> set[str]:
+        """The topics of the RUNNING messages leased under ``lease_token``."""
+
+    @abc.abstractmethod
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         """{topic: {status: count}} for one topic or all."""

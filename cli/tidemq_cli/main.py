@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,6 +14,9 @@ from typing import Optional, Sequence
 
 from tidemq.config import Settings
 from tidemq.errors import TidemqError
+
+from .principals import register as register_auth
+from .principals import run as run_auth
 
 __all__ = ["main"]
 
@@ -23,6 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-hosts", help="ZooKeeper hosts (TIDEMQ_ZK_HOSTS); empty: in-process")
     p.add_argument("--zk-root", help="ZooKeeper root path (TIDEMQ_ZK_ROOT, default /tidemq)")
     p.add_argument("--brokers", help="static broker list host:port,... (TIDEMQ_BROKERS)")
+    p.add_argument("--tls-cert", help="PEM certificate of this process (TIDEMQ_TLS_CERT)")
+    p.add_argument("--tls-key", help="PEM key of that certificate (TIDEMQ_TLS_KEY)")
+    p.add_argument("--tls-ca", help="PEM CA a client verifies brokers with (TIDEMQ_TLS_CA)")
+    p.add_argument("--tls-client-ca", help="PEM CA a broker requires client certificates from (TIDEMQ_TLS_CLIENT_CA)")
+    p.add_argument("--token-file", help="file holding the client's token (TIDEMQ_TOKEN_FILE); "
+                                        "tokens are never taken on the command line")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -38,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--advertise", help="host:port clients should use (default host:port)")
     broker.add_argument("--workers", type=int, default=256, help="concurrent RPCs (each long-poll holds one)")
     broker.add_argument("--port-file", help="write the bound port to this file once serving")
+    broker.add_argument("--auth", choices=["none", "token"], help="what callers must present (TIDEMQ_AUTH)")
+    broker.add_argument("--insecure", action="store_true",
+                        help="serve without authentication on a non-loopback address (refused otherwise)")
 
     worker = sub.add_parser("worker", help="run the consumers declared in modules")
     worker.add_argument("modules", nargs="+", help="modules to import, e.g. myapp.consumers")
@@ -52,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--delay", type=float, help="seconds before it may run")
     produce.add_argument("--retry", type=int, help="retry count (default: the topic's)")
     produce.add_argument("--unique-key", help="deduplication key")
+    register_auth(sub)
     for plugin in _PLUGINS:
         module = _optional(plugin)
         if module is not None:
@@ -79,7 +93,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        settings = Settings.from_env(db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root, brokers=args.brokers)
+        env = dict(os.environ)
+        if args.token_file:
+            env["TIDEMQ_TOKEN_FILE"], env["TIDEMQ_TOKEN"] = args.token_file, ""
+        settings = Settings.from_env(env, db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root,
+                                     brokers=args.brokers, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                                     tls_ca=args.tls_ca, tls_client_ca=args.tls_client_ca,
+                                     auth=getattr(args, "auth", None))
         handler = _COMMANDS.get(args.command) or args.func
         return handler(args, settings)
     except TidemqError as exc:
@@ -96,7 +116,8 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 def _broker(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq_broker.server import BrokerServer
 
-    server = BrokerServer(settings, host=args.host, port=args.port, advertise=args.advertise, workers=args.workers)
+    server = BrokerServer(settings, host=args.host, port=args.port, advertise=args.advertise, workers=args.workers,
+                          insecure=args.insecure)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -104,8 +125,6 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as fh:
             fh.write(str(server.port))
-        import os
-
         os.replace(args.port_file + ".tmp", args.port_file)
     print(f"tidemq broker serving on {server.address}", flush=True)
     stop.wait()
@@ -157,7 +176,7 @@ def _produce(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-_COMMANDS = {"dev": _dev, "broker": _broker, "worker": _worker, "db": _db, "produce": _produce}
+_COMMANDS = {"dev": _dev, "broker": _broker, "worker": _worker, "db": _db, "produce": _produce, "auth": run_auth}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,6 +26,7 @@ from .errors import (
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
+from .tls import channel_credentials
 from .validation import (
     MAX_BATCH,
     check_batch_size,
@@ -66,7 +67,8 @@ class Client:
         self._coordinator_lock = threading.Lock()
         self._coordinator_started = coordinator is not None
         static = self.settings.brokers
-        self.pool = BrokerPool(static, None if static else self.coordinator)
+        self.pool = BrokerPool(static, None if static else self.coordinator, channel_credentials(self.settings),
+                               self.settings.token)
         # Concurrent produce() calls share Produce RPCs (see tidemq.coalesce).
         self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
             self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, _RPC_DATA_BYTES, _not_sent)

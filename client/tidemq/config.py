@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
@@ -13,6 +14,8 @@ __all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT"]
 
 DEFAULT_DB_URL = "sqlite:///tidemq-dev.sqlite3"
 DEFAULT_ZK_ROOT = "/tidemq"
+AUTH_MODES = ("none", "token")
+_TOKEN = re.compile(r"tmq_[A-Za-z0-9_-]{20,200}")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,17 @@ class Settings:
     (TIDEMQ_ZK_SESSION_TIMEOUT): lower means faster takeover of a dead worker's share.
     produce_in_flight: Produce RPCs a client keeps open at once (TIDEMQ_PRODUCE_IN_FLIGHT);
     concurrent produce() calls beyond it share the next RPC (see ``tidemq.coalesce``).
+    tls_cert, tls_key: PEM files of this process's certificate and key (TIDEMQ_TLS_CERT,
+    TIDEMQ_TLS_KEY): a broker serves TLS with them; a client presents them to a broker that
+    asks for client certificates.
+    tls_ca: PEM file of the CA a client trusts to sign brokers' certificates (TIDEMQ_TLS_CA);
+    set, the client speaks TLS and verifies the broker.
+    tls_client_ca: PEM file of the CA whose client certificates a broker requires
+    (TIDEMQ_TLS_CLIENT_CA): mutual TLS.
+    token: the secret a client sends to brokers that authenticate (TIDEMQ_TOKEN, or the first
+    line of the file TIDEMQ_TOKEN_FILE). Never shown by ``repr``.
+    auth: what a broker requires of callers (TIDEMQ_AUTH): "none", or "token" (every call
+    carries a token of a principal made with ``tidemq auth add``).
     """
 
     db_url: str = DEFAULT_DB_URL
@@ -35,11 +49,17 @@ class Settings:
     zk_root: str = DEFAULT_ZK_ROOT
     brokers: tuple[str, ...] = field(default_factory=tuple)
     admin_user: str = ""
-    admin_password: str = ""
+    admin_password: str = field(default="", repr=False)
     max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
     rpc_timeout: float = 10.0
     zk_session_timeout: float = 10.0
     produce_in_flight: int = 2
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_client_ca: str = ""
+    token: str = field(default="", repr=False)
+    auth: str = "none"
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "Settings":
@@ -65,6 +85,12 @@ class Settings:
             rpc_timeout=rpc_timeout,
             zk_session_timeout=session_timeout,
             produce_in_flight=in_flight,
+            tls_cert=env.get("TIDEMQ_TLS_CERT", ""),
+            tls_key=env.get("TIDEMQ_TLS_KEY", ""),
+            tls_ca=env.get("TIDEMQ_TLS_CA", ""),
+            tls_client_ca=env.get("TIDEMQ_TLS_CLIENT_CA", ""),
+            token=env.get("TIDEMQ_TOKEN", "") or _first_line(env.get("TIDEMQ_TOKEN_FILE", ""), "TIDEMQ_TOKEN_FILE"),
+            auth=(env.get("TIDEMQ_AUTH", "") or "none").strip().lower(),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -83,10 +109,29 @@ class Settings:
         if not 1 <= self.produce_in_flight <= 64:
             raise ConfigurationError(
                 f"TIDEMQ_PRODUCE_IN_FLIGHT must be between 1 and 64, got {self.produce_in_flight}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigurationError("TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together: set both files or neither")
+        if self.auth not in AUTH_MODES:
+            raise ConfigurationError(f"TIDEMQ_AUTH must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+        if self.token and not _TOKEN.fullmatch(self.token):
+            # The value is never echoed: it is a secret, even when malformed.
+            raise ConfigurationError(
+                "TIDEMQ_TOKEN is not a tidemq token (expected the tmq_... string `tidemq auth add` printed)")
         if not 1 <= self.max_data_bytes <= 16 * 1024 * 1024 - 1:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"
             )
+
+
+def _first_line(path: str, setting: str) -> str:
+    """The first line of the file at ``path`` (a secret kept out of the environment and argv)."""
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror}") from None
 
 
 def _split(value: str) -> tuple[str, ...]:

@@ -24,6 +24,8 @@ __all__ = [
     "CoordinationError",
     "LeaseLostError",
     "PullCancelledError",
+    "AuthenticationError",
+    "PermissionDeniedError",
     "error_from_name",
 ]
 
@@ -66,6 +68,14 @@ class InvalidMessageTypeError(ValidationError):
 
 class MalformedRequestError(ValidationError):
     """Raised when a request is structurally wrong (bad field, too many items, unknown id form)."""
+
+
+class AuthenticationError(TidemqError):
+    """Raised when a broker does not accept the caller's token (missing, unknown or revoked)."""
+
+
+class PermissionDeniedError(TidemqError):
+    """Raised when the caller's principal may not do this on this topic; nothing was changed."""
 
 
 class RetriableError(TidemqError):

@@ -30,7 +30,11 @@ class BrokerPool:
     a dead broker leaves the pool as soon as its ephemeral node goes).
     """
 
-    def __init__(self, static: tuple[str, ...] = (), coordinator: Optional[Coordinator] = None) -> None:
+    def __init__(self, static: tuple[str, ...] = (), coordinator: Optional[Coordinator] = None,
+                 credentials: Optional[grpc.ChannelCredentials] = None, token: str = "") -> None:
+        self._credentials = credentials  # TLS, or None for plaintext
+        # Sent with every call to brokers that authenticate (TIDEMQ_AUTH=token).
+        self._metadata: Optional[tuple[tuple[str, str], ...]] = (("authorization", f"Bearer {token}"),) if token else None
         self._lock = threading.Condition()
         self._addresses: list[str] = list(static)
         self._stubs: dict[str, tuple[grpc.Channel, pb_grpc.BrokerStub]] = {}
@@ -55,13 +59,17 @@ class BrokerPool:
     def _stub(self, address: str) -> pb_grpc.BrokerStub:
         with self._lock:
             if address not in self._stubs:
-                channel = grpc.insecure_channel(address, options=[
+                options = [
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                     # Reconnect quickly to a broker that comes back on the same address.
                     ("grpc.initial_reconnect_backoff_ms", 100),
                     ("grpc.max_reconnect_backoff_ms", 1000),
-                ])
+                ]
+                if self._credentials is None:
+                    channel = grpc.insecure_channel(address, options=options)
+                else:
+                    channel = grpc.secure_channel(address, self._credentials, options=options)
                 self._stubs[address] = (channel, pb_grpc.BrokerStub(channel))
             return self._stubs[address][1]
 
@@ -102,10 +110,11 @@ class BrokerPool:
                 on_attempt(address)
             try:
                 if track is None:
-                    return getattr(self._stub(address), method)(request, timeout=remaining)
+                    return getattr(self._stub(address), method)(request, timeout=remaining, metadata=self._metadata)
                 if track.cancelled:
                     raise PullCancelledError(f"{method} was cancelled before it was sent")
-                future = getattr(self._stub(address), method).future(request, timeout=remaining)
+                future = getattr(self._stub(address), method).future(request, timeout=remaining,
+                                                                     metadata=self._metadata)
                 track.bind(future.cancel)
                 try:
                     return future.result()
@@ -125,11 +134,22 @@ class BrokerPool:
                 if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
                                 grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED):
                     raise TidemqError(f"{method} on {address} failed: {code.name}: {exc.details()}") from None
-                last_error = f"{address}: {code.name} {exc.details()}"
+                last_error = f"{address}: {code.name} {exc.details()}{self._hint(exc.details() or '')}"
                 log.info("broker %s failed %s (%s); trying another", address, method, code.name)
                 with self._lock:
                     self._failed_at[address] = time.monotonic()
                 tried.add(address)
+
+    def _hint(self, details: str) -> str:
+        """What to check when a connection fails the way a TLS mismatch makes it fail."""
+        lowered = details.lower()
+        if self._credentials is None and ("socket closed" in lowered or "connection reset" in lowered
+                                          or "handshake" in lowered):
+            return " (if the broker serves TLS, set TIDEMQ_TLS_CA to the CA that signed its certificate)"
+        if self._credentials is not None and ("ssl" in lowered or "handshake" in lowered or "certificate" in lowered):
+            return (" (TLS failed: check that TIDEMQ_TLS_CA signed the broker's certificate for this address, "
+                    "and TIDEMQ_TLS_CERT/TIDEMQ_TLS_KEY if the broker requires a client certificate)")
+        return ""
 
     def close(self) -> None:
         with self._lock:

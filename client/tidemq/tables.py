@@ -7,7 +7,7 @@ the pipeline's statements and Spark reads use them too, so a renamed column is r
 from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
-           "ARCHIVE_BATCH", "PRODUCE_REQUEST"]
+           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL"]
 
 
 class Table:
@@ -147,6 +147,19 @@ class _ProduceRequest(Table):
     created = "created"
 
 
+class _Principal(Table):
+    """``tidemq_principal``: who may call brokers that authenticate: a role, the topic patterns
+    it covers, and the SHA-256 of its token (the token itself is shown once, never stored)."""
+
+    name = "tidemq_principal"
+    principal = "name"
+    role = "role"
+    topics = "topics"
+    token_hash = "token_hash"
+    created = "created"
+    revoked = "revoked"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -155,3 +168,4 @@ ALARM = _Alarm()
 ADMIN_USER = _AdminUser()
 ARCHIVE_BATCH = _ArchiveBatch()
 PRODUCE_REQUEST = _ProduceRequest()
+PRINCIPAL = _Principal()

@@ -20,7 +20,7 @@ from tidemq.tables import TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
-from ..schema import produce_request
+from ..schema import principal, produce_request
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -76,10 +76,16 @@ def _produce_requests(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[produce_request])
 
 
+def _principals(db: SqlDatabase) -> None:
+    """Version 5: ``tidemq_principal``, who may call brokers that authenticate."""
+    metadata.create_all(db.engine, tables=[principal])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
     Step(4, "tidemq_produce_request: a retried Produce call stores nothing twice", _produce_requests),
+    Step(5, "tidemq_principal: tokens, roles and topic patterns for authenticated brokers", _principals),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

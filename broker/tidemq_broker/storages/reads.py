@@ -8,6 +8,8 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from tidemq.lifecycle import MessageStatus
+
 from ..schema import message as m
 from ..schema import topic as t
 from ..storage import StoredMessage, TopicSettings
@@ -66,6 +68,25 @@ class Reads:
     def get_message(self, id: int) -> Optional[StoredMessage]:
         row = self._db.tx(lambda conn: conn.execute(select(m).where(m.c.id == id)).first())
         return to_message(row) if row is not None else None
+
+    def message_topics(self, ids: Sequence[int]) -> set[str]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return set()
+        return set(self._db.tx(lambda conn: conn.execute(
+            select(m.c.topic).where(m.c.id.in_(wanted)).distinct()).scalars()))
+
+    def lease_topics(self, lease_token: str) -> set[str]:
+        def work(conn: Connection) -> set[str]:
+            # As in Leases.release: no index leads with lease_token, the RUNNING rows of each
+            # topic are one range of (topic, status, lease_expire).
+            topics = topics_present(conn)
+            if not topics:
+                return set()
+            return set(conn.execute(select(m.c.topic).where(
+                m.c.topic.in_(topics), m.c.status == MessageStatus.RUNNING.value, m.c.lease_token == lease_token).distinct()).scalars())
+
+        return self._db.tx(work)
 
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         stmt = select(m.c.topic, m.c.status, func.count()).group_by(m.c.topic, m.c.status)

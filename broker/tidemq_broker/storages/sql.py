@@ -127,5 +127,11 @@ class SqlStorage(Storage):
     def get_message(self, id: int) -> Optional[StoredMessage]:
         return self._reads.get_message(id)
 
+    def message_topics(self, ids: Sequence[int]) -> set[str]:
+        return self._reads.message_topics(ids)
+
+    def lease_topics(self, lease_token: str) -> set[str]:
+        return self._reads.lease_topics(lease_token)
+
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         return self._reads.count_by_status(topic)

@@ -1,0 +1,277 @@
+"""TLS, authentication and authorization on a real broker and MariaDB: plaintext and wrongly
+trusting clients are refused with a clear error, every RPC needs a valid token, every role is
+checked against every RPC on its own and a foreign topic (the database is checked afterwards),
+and a revoked token stops working within seconds on every broker."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import replace
+
+import pytest
+
+from tests.pki import Authority
+from tests.processes import TIDEMQ
+from tests.servers import wait_until
+from tidemq import Client, clock
+from tidemq.errors import (AuthenticationError, BrokerUnavailableError, ConfigurationError,
+                           PermissionDeniedError)
+from tidemq.link import AckItem, LeaseRef
+from tidemq_broker.auth import new_token, token_hash
+from tidemq_broker.server import BrokerServer
+from tidemq_broker.storage import AckItem as StoredAck
+from tidemq_broker.storage import NewRow, TopicSettings
+from tidemq_broker.storages import open_storage
+from tidemq_broker.storages.principals import PrincipalStore
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    ca = Authority(tmp_path_factory.mktemp("pki"))
+    return ca, ca.server(), ca.client(), Authority(tmp_path_factory.mktemp("rogue"), "rogue CA")
+
+
+@pytest.fixture
+def store(settings):
+    storage = open_storage(settings.db_url)
+    yield storage
+    storage.close()
+
+
+def _client(broker, **settings_fields):
+    from tidemq import Settings
+
+    return Client(Settings.from_env({}, brokers=(broker.address,), rpc_timeout=2, **settings_fields))
+
+
+def _principal(store, name, role, topics=("orders.*",)):
+    token = new_token()
+    PrincipalStore(store.db).add(name, role, tuple(topics), token_hash(token), clock.now())
+    return token
+
+
+# -- TLS ------------------------------------------------------------------------------------
+
+def test_a_tls_broker_serves_verifying_clients_and_refuses_plaintext_and_untrusting_ones(settings, pki):
+    ca, server, _, rogue = pki
+    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key)).start()
+    clients = []
+    try:
+        good = _client(broker, tls_ca=ca.ca)
+        clients.append(good)
+        assert good.produce("tls.t", {"n": 1}) > 0
+        plain = _client(broker)
+        clients.append(plain)
+        with pytest.raises(BrokerUnavailableError, match="TIDEMQ_TLS_CA"):
+            plain.produce("tls.t", {"n": 2}, timeout=2)
+        untrusting = _client(broker, tls_ca=rogue.ca)
+        clients.append(untrusting)
+        with pytest.raises(BrokerUnavailableError, match="CERTIFICATE_VERIFY_FAILED.*TLS failed"):
+            untrusting.produce("tls.t", {"n": 3}, timeout=2)
+        assert broker.storage.count_by_status("tls.t")["tls.t"] == {"NEW": 1}
+    finally:
+        for c in clients:
+            c.close()
+        broker.stop(grace=1)
+
+
+def test_mutual_tls_requires_a_client_certificate_the_ca_signed(settings, pki):
+    ca, server, client_pair, rogue = pki
+    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key, tls_client_ca=ca.ca)).start()
+    rogue_pair = rogue.client("rogue-client")
+    clients = []
+    try:
+        anonymous = _client(broker, tls_ca=ca.ca)
+        clients.append(anonymous)
+        with pytest.raises(BrokerUnavailableError):
+            anonymous.produce("mtls.t", 1, timeout=2)
+        forged = _client(broker, tls_ca=ca.ca, tls_cert=rogue_pair.cert, tls_key=rogue_pair.key)
+        clients.append(forged)
+        with pytest.raises(BrokerUnavailableError):
+            forged.produce("mtls.t", 2, timeout=2)
+        known = _client(broker, tls_ca=ca.ca, tls_cert=client_pair.cert, tls_key=client_pair.key)
+        clients.append(known)
+        assert known.produce("mtls.t", 3) > 0
+        assert broker.storage.count_by_status("mtls.t")["mtls.t"] == {"NEW": 1}
+    finally:
+        for c in clients:
+            c.close()
+        broker.stop(grace=1)
+
+
+def test_unreadable_tls_files_are_refused_naming_the_setting(settings, tmp_path):
+    not_pem = tmp_path / "key.txt"
+    not_pem.write_text("secret-material")
+    with pytest.raises(ConfigurationError, match="TIDEMQ_TLS_KEY: .* is not a PEM file") as info:
+        BrokerServer(replace(settings, tls_cert=str(not_pem), tls_key=str(not_pem)))
+    assert "secret-material" not in str(info.value)
+    with pytest.raises(ConfigurationError, match="TIDEMQ_TLS_KEY: cannot read"):
+        BrokerServer(replace(settings, tls_cert=str(not_pem), tls_key=str(tmp_path / "missing.key")))
+
+
+# -- authentication -------------------------------------------------------------------------
+
+RPCS = ("Produce", "Pull", "Ack", "Touch", "Extend", "Release", "Cancel", "Requeue")
+
+
+class Case:
+    """One message in the state an RPC needs (leased for Ack/Touch/Extend/Release, a dead
+    letter for Requeue), the call to make, and how to tell whether it changed anything."""
+
+    def __init__(self, store, rpc, topic):
+        self.store, self.rpc, self.topic = store, rpc, topic
+        now = clock.now()
+        [self.id] = store.insert_messages([NewRow(topic, '{"k": 1}', now, 0)], now)
+        self.token = ""
+        if rpc in ("Ack", "Touch", "Extend", "Release", "Requeue"):
+            [leased] = store.lock_batch(topic, 0, 1, 1, 30, "setup", now)
+            self.token = leased.lease_token
+        if rpc == "Requeue":
+            store.ack([StoredAck(self.id, self.token, False, "setup")], now, "setup", "setup", TopicSettings)
+        self.before = self.snapshot()
+
+    def snapshot(self):
+        m = self.store.get_message(self.id)  # None once cancelled
+        counts = self.store.count_by_status(self.topic).get(self.topic, {})
+        return (m and (m.status, m.version, m.lease_expire, m.trace)), counts
+
+    def call(self, client):
+        return {
+            "Produce": lambda: client.produce(self.topic, {"k": 2}),
+            "Pull": lambda: client.pull(self.topic, "tester", wait=0, max_messages=1),
+            "Ack": lambda: client.ack(self.topic, "tester", [AckItem(self.id, self.token, True, "")]),
+            "Touch": lambda: client.touch(self.id, self.token, 60),
+            "Extend": lambda: client.extend([LeaseRef(self.id, self.token)], 60),
+            "Release": lambda: client.release(self.token),
+            "Cancel": lambda: client.cancel(self.id),
+            "Requeue": lambda: client.requeue([self.id]),
+        }[self.rpc]()
+
+
+@pytest.fixture
+def auth_broker(settings):
+    broker = BrokerServer(replace(settings, auth="token")).start()
+    yield broker
+    broker.stop(grace=1)
+
+
+def test_every_rpc_without_a_token_with_a_wrong_one_and_with_a_revoked_one_is_unauthenticated(auth_broker, store):
+    revoked = _principal(store, "gone", "admin", ["*"])
+    PrincipalStore(store.db).revoke("gone", clock.now())
+    wrong = new_token()
+    for label, token in (("no token", ""), ("wrong token", wrong), ("revoked token", revoked)):
+        client = _client(auth_broker, token=token)
+        try:
+            for rpc in RPCS:
+                case = Case(store, rpc, f"auth.{rpc.lower()}")
+                with pytest.raises(AuthenticationError) as info:
+                    case.call(client)
+                assert case.snapshot() == case.before, f"{label}: {rpc} changed the database"
+                assert "tidemq auth add" in str(info.value)
+                assert not token or token not in str(info.value)  # the secret is never echoed
+        finally:
+            client.close()
+
+
+ALLOWED = {
+    "producer": {"Produce", "Cancel", "Requeue"},
+    "consumer": {"Pull", "Ack", "Touch", "Extend", "Release"},
+    "admin": set(RPCS),
+}
+
+
+def test_each_role_against_each_rpc_on_its_own_and_a_foreign_topic(auth_broker, store):
+    tokens = {role: _principal(store, f"{role}-1", role) for role in ALLOWED}
+    wrong = []
+    for role, token in tokens.items():
+        client = _client(auth_broker, token=token)
+        try:
+            for rpc in RPCS:
+                for topic, own in ((f"orders.{role}.{rpc.lower()}", True), (f"billing.{role}.{rpc.lower()}", False)):
+                    case = Case(store, rpc, topic)
+                    allowed = own and rpc in ALLOWED[role]
+                    try:
+                        case.call(client)
+                        outcome = "allowed"
+                    except PermissionDeniedError as exc:
+                        outcome = "denied"
+                        assert f"{role}-1" in str(exc) and rpc in str(exc)
+                    changed = case.snapshot() != case.before
+                    if outcome != ("allowed" if allowed else "denied") or changed != allowed:
+                        wrong.append(f"{role} {rpc} on {topic}: {outcome}, changed={changed}")
+        finally:
+            client.close()
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_revoked_token_stops_working_within_seconds_on_every_broker(settings, store, spawn, tmp_path):
+    brokers = [BrokerServer(replace(settings, auth="token")).start() for _ in range(2)]
+    token = _principal(store, "svc", "producer", ["jobs.*"])
+    clients = [_client(b, token=token) for b in brokers]
+    try:
+        for c in clients:
+            assert c.produce("jobs.a", 1) > 0
+        revoke = subprocess.run(TIDEMQ + ["--db-url", settings.db_url, "auth", "revoke", "svc"],
+                                capture_output=True, text=True, timeout=60)
+        revoked_at = time.monotonic()
+        assert revoke.returncode == 0, revoke.stderr
+
+        def refused(client) -> bool:
+            try:
+                client.produce("jobs.a", 2)
+                return False
+            except AuthenticationError:
+                return True
+
+        for c in clients:
+            wait_until(lambda: refused(c), 10, 0.05, "the revoked token to be refused")
+        took = time.monotonic() - revoked_at
+        assert took < 5, f"a revoked token kept working {took:.1f} s"
+        print(f"\nrevoked token refused by both brokers after {took:.2f} s")
+    finally:
+        for c in clients:
+            c.close()
+        for b in brokers:
+            b.stop(grace=1)
+
+
+def test_the_auth_commands_show_tokens_once_and_never_list_them(settings, auth_broker, tmp_path):
+    def tidemq(*args):
+        return subprocess.run(TIDEMQ + ["--db-url", settings.db_url, "auth", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    added = tidemq("add", "reporter", "--role", "consumer", "--topics", "reports.*,audit")
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.splitlines()[0]
+    assert token.startswith("tmq_")
+    listed = tidemq("list")
+    assert "reporter" in listed.stdout and "reports.*,audit" in listed.stdout
+    assert token not in listed.stdout and token_hash(token) not in listed.stdout
+    again = tidemq("add", "reporter", "--role", "admin", "--topics", "*")
+    assert again.returncode == 2 and "revoke it first" in again.stderr
+    bad = tidemq("add", "x", "--role", "consumer", "--topics", "orders.[a]")
+    assert bad.returncode == 2 and "topic pattern" in bad.stderr
+    client = _client(auth_broker, token=token)
+    try:
+        assert client.pull("audit", "me", wait=0) == []
+        with pytest.raises(PermissionDeniedError):
+            client.pull("orders.x", "me", wait=0)
+    finally:
+        client.close()
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    produce = subprocess.run(TIDEMQ + ["--brokers", auth_broker.address, "--token-file", str(token_file),
+                                       "produce", "audit", "{}"], capture_output=True, text=True, timeout=60)
+    assert produce.returncode == 2 and "'reporter' (consumer) may not call Produce" in produce.stderr
+    assert token not in produce.stderr
+
+
+# -- safe defaults --------------------------------------------------------------------------
+
+def test_an_open_broker_on_a_reachable_address_refuses_to_start(settings):
+    with pytest.raises(ConfigurationError, match="TIDEMQ_AUTH=token.*--insecure"):
+        BrokerServer(settings, host="0.0.0.0")
+    cli = subprocess.run(TIDEMQ + ["--db-url", settings.db_url, "broker", "--host", "0.0.0.0", "--port", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 2 and "--insecure" in cli.stderr

@@ -1,0 +1,74 @@
+"""Roles, topic patterns and the security settings, without a server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from tidemq import Settings
+from tidemq.errors import ConfigurationError, PermissionDeniedError, ValidationError
+from tidemq_broker.auth import CALLER, authorize, bearer_token, checks_topics, new_token, parse_patterns, token_hash
+from tidemq_broker.storages.principals import Principal
+
+
+def _as(role, topics):
+    return Principal("p1", role, tuple(topics), "h", datetime(2026, 1, 1))
+
+
+def test_patterns_are_topic_characters_and_stars():
+    assert parse_patterns(" orders.* , billing ") == ("orders.*", "billing")
+    for bad in ("", " , ", "orders.[a]", "orders?", "a b", "x" * 256):
+        with pytest.raises(ValidationError):
+            parse_patterns(bad)
+
+
+def test_authorize_checks_the_role_then_every_topic():
+    reset = CALLER.set(_as("producer", ["orders.*", "audit"]))
+    try:
+        authorize("Produce", ["orders.eu.new", "audit"])
+        with pytest.raises(PermissionDeniedError, match="may not call Pull"):
+            authorize("Pull", ["orders.a"])
+        with pytest.raises(PermissionDeniedError, match="on topic 'billing'"):
+            authorize("Produce", ["orders.a", "billing"])
+        with pytest.raises(PermissionDeniedError):
+            authorize("Produce", ["auditx"])  # a pattern without * matches only itself
+        assert checks_topics()
+    finally:
+        CALLER.reset(reset)
+    authorize("Cancel", ["anything"])  # no caller: authentication is off
+    assert not checks_topics()
+    reset = CALLER.set(_as("admin", ["*"]))
+    try:
+        assert not checks_topics()  # "*" covers every topic: no lookup needed
+        authorize("Release", ["any.topic"])
+    finally:
+        CALLER.reset(reset)
+
+
+def test_tokens_are_random_and_stored_hashed():
+    a, b = new_token(), new_token()
+    assert a != b and a.startswith("tmq_") and len(a) > 40
+    assert token_hash(a) != a and len(token_hash(a)) == 64
+    assert bearer_token([("authorization", f"Bearer {a}")]) == a
+    assert bearer_token([("authorization", f"bearer {a}")]) == a
+    assert bearer_token([("authorization", a)]) == "" and bearer_token([]) == ""
+
+
+def test_security_settings(tmp_path):
+    token = new_token()
+    s = Settings.from_env({"TIDEMQ_TOKEN": token, "TIDEMQ_AUTH": "Token", "TIDEMQ_ADMIN_PASSWORD": "pw-secret"})
+    assert s.token == token and s.auth == "token"
+    assert token not in repr(s) and "pw-secret" not in repr(s)
+    path = tmp_path / "token"
+    path.write_text(f"{token}\n")
+    assert Settings.from_env({"TIDEMQ_TOKEN_FILE": str(path)}).token == token
+    with pytest.raises(ConfigurationError, match="TIDEMQ_TOKEN_FILE: cannot read"):
+        Settings.from_env({"TIDEMQ_TOKEN_FILE": str(tmp_path / "missing")})
+    with pytest.raises(ConfigurationError, match="not a tidemq token") as info:
+        Settings.from_env({"TIDEMQ_TOKEN": "hunter2-is-my-password"})
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(ConfigurationError, match="TIDEMQ_AUTH must be one of none, token"):
+        Settings.from_env({"TIDEMQ_AUTH": "password"})
+    with pytest.raises(ConfigurationError, match="TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together"):
+        Settings.from_env({"TIDEMQ_TLS_CERT": "/x.pem"})
