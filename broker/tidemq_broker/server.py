@@ -49,7 +49,8 @@ class BrokerServer:
         self.create_schema = create_schema
         self.storage = storage or open_storage(settings.db_url)
         self._own_storage = storage is None
-        self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
+        self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root,
+                                                           settings.zk_session_timeout, auth=settings.zk_auth)
         self._own_coordinator = coordinator is None
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidemq-rpc"),

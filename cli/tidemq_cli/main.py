@@ -12,7 +12,7 @@ import threading
 from typing import Optional, Sequence
 
 from tidemq.config import Settings
-from tidemq.errors import TidemqError
+from tidemq.errors import ConfigurationError, TidemqError
 
 __all__ = ["main"]
 
@@ -23,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--zk-hosts", help="ZooKeeper hosts (TIDEMQ_ZK_HOSTS); empty: in-process")
     p.add_argument("--zk-root", help="ZooKeeper root path (TIDEMQ_ZK_ROOT, default /tidemq)")
     p.add_argument("--brokers", help="static broker list host:port,... (TIDEMQ_BROKERS)")
+    p.add_argument("--zk-auth-file", metavar="PATH",
+                   help="file whose first line is the ZooKeeper digest user:password (else TIDEMQ_ZK_AUTH)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -79,12 +81,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        settings = Settings.from_env(db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root, brokers=args.brokers)
+        settings = _settings(args)
         handler = _COMMANDS.get(args.command) or args.func
         return handler(args, settings)
     except TidemqError as exc:
         print(f"tidemq: {exc}", file=sys.stderr)
         return 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The environment's settings with the global flags applied."""
+    return Settings.from_env(db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root, brokers=args.brokers,
+                             zk_auth=_first_line(args.zk_auth_file) if args.zk_auth_file else None)
+
+
+def _first_line(path: str) -> str:
+    # Secrets come from a file, never from argv, where every user of the host can read them.
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigurationError(f"--zk-auth-file: cannot read {path}: {exc.strerror}") from None
 
 
 def _dev(args: argparse.Namespace, settings: Settings) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
 from .errors import ConfigurationError
@@ -28,6 +28,8 @@ class Settings:
     (TIDEMQ_ZK_SESSION_TIMEOUT): lower means faster takeover of a dead worker's share.
     produce_in_flight: Produce RPCs a client keeps open at once (TIDEMQ_PRODUCE_IN_FLIGHT);
     concurrent produce() calls beyond it share the next RPC (see ``tidemq.coalesce``).
+    zk_auth: ZooKeeper digest credentials ``user:password`` (TIDEMQ_ZK_AUTH); set, tidemq's nodes
+    are writable only with them and readable by all. Masked by ``repr``.
     """
 
     db_url: str = DEFAULT_DB_URL
@@ -40,6 +42,14 @@ class Settings:
     rpc_timeout: float = 10.0
     zk_session_timeout: float = 10.0
     produce_in_flight: int = 2
+    zk_auth: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:
+        # The generated repr leaves zk_auth out (repr=False); show who, never the password.
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        if self.zk_auth:
+            shown.append(f"zk_auth={self.zk_auth.partition(':')[0] + ':***'!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "Settings":
@@ -65,6 +75,7 @@ class Settings:
             rpc_timeout=rpc_timeout,
             zk_session_timeout=session_timeout,
             produce_in_flight=in_flight,
+            zk_auth=env.get("TIDEMQ_ZK_AUTH", ""),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -87,6 +98,13 @@ class Settings:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"
             )
+        if self.zk_auth:
+            user, colon, password = self.zk_auth.partition(":")
+            if not (colon and user and password):
+                # Never quote the value: it may be a password with its colon mistyped.
+                raise ConfigurationError(
+                    "TIDEMQ_ZK_AUTH (or --zk-auth-file) must be ZooKeeper digest credentials user:password, "
+                    "both parts non-empty (the password may itself contain ':')")
 
 
 def _split(value: str) -> tuple[str, ...]:
