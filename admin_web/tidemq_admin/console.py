@@ -50,7 +50,7 @@ class ClusterView:
         with self._lock:
             if self._coordinator is None:
                 self._coordinator = open_coordinator(self._settings.zk_hosts, self._settings.zk_root,
-                                                     self._settings.zk_session_timeout)
+                                                     self._settings.zk_session_timeout, auth=self._settings.zk_auth)
             if not self._started:
                 self._coordinator.start(timeout=5.0)
                 self._started = True

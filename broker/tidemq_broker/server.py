@@ -62,7 +62,8 @@ class BrokerServer:
         self.create_schema = create_schema
         self.storage = storage or open_storage(settings.db_url)
         self._own_storage = storage is None
-        self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
+        self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root,
+                                                           settings.zk_session_timeout, auth=settings.zk_auth)
         self._own_coordinator = coordinator is None
         interceptors = []
         if settings.auth == "token":

@@ -13,7 +13,7 @@ import threading
 from typing import Optional, Sequence
 
 from tidemq.config import Settings
-from tidemq.errors import TidemqError
+from tidemq.errors import ConfigurationError, TidemqError
 
 from .principals import register as register_auth
 from .principals import run as run_auth
@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-client-ca", help="PEM CA a broker requires client certificates from (TIDEMQ_TLS_CLIENT_CA)")
     p.add_argument("--token-file", help="file holding the client's token (TIDEMQ_TOKEN_FILE); "
                                         "tokens are never taken on the command line")
+    p.add_argument("--zk-auth-file", metavar="PATH",
+                   help="file whose first line is the ZooKeeper digest user:password (else TIDEMQ_ZK_AUTH)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -93,18 +95,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        env = dict(os.environ)
-        if args.token_file:
-            env["TIDEMQ_TOKEN_FILE"], env["TIDEMQ_TOKEN"] = args.token_file, ""
-        settings = Settings.from_env(env, db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root,
-                                     brokers=args.brokers, tls_cert=args.tls_cert, tls_key=args.tls_key,
-                                     tls_ca=args.tls_ca, tls_client_ca=args.tls_client_ca,
-                                     auth=getattr(args, "auth", None))
+        settings = _settings(args)
         handler = _COMMANDS.get(args.command) or args.func
         return handler(args, settings)
     except TidemqError as exc:
         print(f"tidemq: {exc}", file=sys.stderr)
         return 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The environment's settings with the global flags applied."""
+    env = dict(os.environ)
+    if args.token_file:
+        env["TIDEMQ_TOKEN_FILE"], env["TIDEMQ_TOKEN"] = args.token_file, ""
+    return Settings.from_env(env, db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root,
+                             brokers=args.brokers, tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
+                             tls_client_ca=args.tls_client_ca, auth=getattr(args, "auth", None),
+                             zk_auth=_first_line(args.zk_auth_file) if args.zk_auth_file else None)
+
+
+def _first_line(path: str) -> str:
+    # Secrets come from a file, never from argv, where every user of the host can read them.
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigurationError(f"--zk-auth-file: cannot read {path}: {exc.strerror}") from None
 
 
 def _dev(args: argparse.Namespace, settings: Settings) -> int:

@@ -79,7 +79,7 @@ class Client:
         with self._coordinator_lock:
             if self._coordinator is None:
                 self._coordinator = open_coordinator(self.settings.zk_hosts, self.settings.zk_root,
-                                                     self.settings.zk_session_timeout)
+                                                     self.settings.zk_session_timeout, auth=self.settings.zk_auth)
             if not self._coordinator_started:
                 self._coordinator.start()
                 self._coordinator_started = True

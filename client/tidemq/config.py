@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
 from .errors import ConfigurationError
@@ -42,6 +42,8 @@ class Settings:
     line of the file TIDEMQ_TOKEN_FILE). Never shown by ``repr``.
     auth: what a broker requires of callers (TIDEMQ_AUTH): "none", or "token" (every call
     carries a token of a principal made with ``tidemq auth add``).
+    zk_auth: ZooKeeper digest credentials ``user:password`` (TIDEMQ_ZK_AUTH); set, tidemq's nodes
+    are writable only with them and readable by all. Masked by ``repr``.
     """
 
     db_url: str = DEFAULT_DB_URL
@@ -60,6 +62,14 @@ class Settings:
     tls_client_ca: str = ""
     token: str = field(default="", repr=False)
     auth: str = "none"
+    zk_auth: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:
+        # The generated repr leaves zk_auth out (repr=False); show who, never the password.
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        if self.zk_auth:
+            shown.append(f"zk_auth={self.zk_auth.partition(':')[0] + ':***'!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None, **overrides: object) -> "Settings":
@@ -91,6 +101,7 @@ class Settings:
             tls_client_ca=env.get("TIDEMQ_TLS_CLIENT_CA", ""),
             token=env.get("TIDEMQ_TOKEN", "") or _first_line(env.get("TIDEMQ_TOKEN_FILE", ""), "TIDEMQ_TOKEN_FILE"),
             auth=(env.get("TIDEMQ_AUTH", "") or "none").strip().lower(),
+            zk_auth=env.get("TIDEMQ_ZK_AUTH", ""),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -121,6 +132,13 @@ class Settings:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"
             )
+        if self.zk_auth:
+            user, colon, password = self.zk_auth.partition(":")
+            if not (colon and user and password):
+                # Never quote the value: it may be a password with its colon mistyped.
+                raise ConfigurationError(
+                    "TIDEMQ_ZK_AUTH (or --zk-auth-file) must be ZooKeeper digest credentials user:password, "
+                    "both parts non-empty (the password may itself contain ':')")
 
 
 def _first_line(path: str, setting: str) -> str:

@@ -53,3 +53,34 @@ def test_a_consumer_may_lease_ahead_whatever_its_ttr():
     mq_consumer("t.ahead.off", ahead=0)(lambda m: None)
     assert [(c.ttr, c.ahead) for c in registered_consumers()] == [(1.0, 5.0), (60.0, 0.0)]
     clear_registry()
+
+
+def test_zk_auth_is_read_from_the_environment_and_masked_by_repr():
+    assert Settings.from_env({}).zk_auth == ""
+    s = Settings.from_env({"TIDEMQ_ZK_AUTH": "ops:pa:ss"})  # the password may hold a colon
+    assert s.zk_auth == "ops:pa:ss"
+    assert "zk_auth='ops:***'" in repr(s) and "pa:ss" not in repr(s) and "pa:ss" not in str(s)
+    assert "zk_auth" not in repr(Settings.from_env({}))
+    assert Settings.from_env({"TIDEMQ_ZK_AUTH": "ops:x"}, zk_auth="other:y").zk_auth == "other:y"
+
+
+@pytest.mark.parametrize("value", ["no-colon-secret", ":only-secret", "user-only:"])
+def test_malformed_zk_auth_names_the_form_and_never_echoes_the_secret(value):
+    with pytest.raises(ConfigurationError, match="TIDEMQ_ZK_AUTH .*user:password") as refused:
+        Settings.from_env({"TIDEMQ_ZK_AUTH": value})
+    assert "secret" not in str(refused.value) and "user-only" not in str(refused.value)
+
+
+def test_the_cli_reads_zk_auth_from_a_file_never_from_argv(tmp_path, capsys):
+    from tidemq_cli.main import _parser, _settings, main
+
+    secret = tmp_path / "zk-auth"
+    secret.write_text("ops:file-pass \n")
+    args = _parser().parse_args(["--zk-auth-file", str(secret), "db", "init"])
+    assert _settings(args).zk_auth == "ops:file-pass "  # only the line end is dropped
+    secret.write_text("no-colon-file-pass\n")
+    assert main(["--zk-auth-file", str(secret), "db", "init"]) == 2
+    err = capsys.readouterr().err
+    assert "user:password" in err and "file-pass" not in err
+    assert main(["--zk-auth-file", str(tmp_path / "missing"), "db", "init"]) == 2
+    assert "cannot read" in capsys.readouterr().err

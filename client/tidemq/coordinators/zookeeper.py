@@ -9,11 +9,12 @@ import time
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
 from ..coordinator import (
     ConnectionState,
@@ -34,17 +35,46 @@ _STATES = {
 }
 
 
-class ZooKeeperCoordinator(Coordinator):
-    """Coordination through ZooKeeper; ``hosts`` may carry a chroot (``h1:2181,h2:2181/app``)."""
+_SUBPATHS = ("brokers", "consumers", "broadcast", "leader")
 
-    def __init__(self, hosts: str, root: str = "/tidemq", session_timeout: float = 10.0) -> None:
+
+def node_acl(auth: str) -> list[ACL]:
+    """The ACL of every node tidemq creates: with ``auth`` (``user:password``), all rights for
+    that digest identity and read for anyone; without, ZooKeeper's open ACL."""
+    if not auth:
+        return list(OPEN_ACL_UNSAFE)
+    user, _, password = auth.partition(":")
+    return [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
+
+
+def _hint(exc: Exception) -> str:
+    if isinstance(exc, NoAuthError):
+        return (" (ZooKeeper's ACL refuses this session: set TIDEMQ_ZK_AUTH to the credentials "
+                "tidemq's nodes were made with)")
+    return ""
+
+
+class ZooKeeperCoordinator(Coordinator):
+    """Coordination through ZooKeeper; ``hosts`` may carry a chroot (``h1:2181,h2:2181/app``).
+
+    ``auth`` (``user:password``, TIDEMQ_ZK_AUTH) authenticates the session by digest and gives
+    every node this coordinator creates the ACL of :func:`node_acl`, so processes without the
+    credentials can read tidemq's nodes but not create, change or delete them.
+    """
+
+    def __init__(self, hosts: str, root: str = "/tidemq", session_timeout: float = 10.0, auth: str = "") -> None:
         self.hosts = hosts
         self.root = root.rstrip("/") or "/"
+        self._acl = node_acl(auth)
+        self._secured = bool(auth)
+        # default_acl covers every create: ours, ensure_path/makepath's parents and the Election's.
         self._zk = KazooClient(
             hosts=hosts,
             timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=5, max_delay=1.0, deadline=10.0),
+            auth_data=[("digest", auth)] if auth else None,
+            default_acl=self._acl,
         )
         self._listeners: list[Callable[[ConnectionState], None]] = []
         self._brokers: set[str] = set()
@@ -63,8 +93,45 @@ class ZooKeeperCoordinator(Coordinator):
         except (KazooTimeoutError, KazooException) as exc:
             self._zk.stop()
             raise CoordinationError(f"cannot connect to ZooKeeper at {self.hosts} within {timeout} s: {exc}") from None
-        for sub in ("brokers", "consumers", "broadcast", "leader"):
-            self._zk.ensure_path(self._path(sub))
+        try:
+            for sub in _SUBPATHS:
+                self._zk.ensure_path(self._path(sub))
+            if self._secured:
+                self._secure_existing()
+        except NoAuthError:
+            self._zk.stop()
+            self._zk.close()
+            raise CoordinationError(
+                f"ZooKeeper refused to change tidemq's nodes under {self.root}: they are protected by "
+                "other credentials. Set TIDEMQ_ZK_AUTH to the user:password that created them") from None
+
+    def _secure_existing(self) -> None:
+        """Give nodes made before TIDEMQ_ZK_AUTH was set (an upgrade) the ACL they lack.
+
+        The root, its subpaths and their persistent children (per-topic parents, the election);
+        ephemeral nodes of old sessions go with them and old broadcasts are pruned in time.
+        """
+        paths = [self.root] + [self._path(sub) for sub in _SUBPATHS]
+        for sub in ("consumers", "broadcast", "leader"):
+            paths += [self._path(sub, child) for child in self._zk.get_children(self._path(sub))]
+        changed = []
+        for path in paths:
+            try:
+                acl, _ = self._zk.get_acls(path)
+                if self._lacks_acl(acl):
+                    self._zk.set_acls(path, self._acl)
+                    changed.append(path)
+            except NoNodeError:
+                continue  # an ephemeral child went with its session
+        if changed:
+            log.warning("set tidemq's ACL (all for the TIDEMQ_ZK_AUTH user, read for anyone) on %d ZooKeeper "
+                        "nodes made without it: %s", len(changed), ", ".join(changed))
+
+    def _lacks_acl(self, acl: list[ACL]) -> bool:
+        # Entries an operator added beside ours (a superuser, a monitoring identity) are kept;
+        # a node that anyone may write, or that is not ours to administer, is not.
+        writable = any(a.id == ANYONE_ID_UNSAFE and a.perms & ~Permissions.READ for a in acl)
+        return writable or self._acl[0] not in acl
 
     def stop(self) -> None:
         self._closed = True
@@ -174,6 +241,8 @@ class ZooKeeperCoordinator(Coordinator):
         path = self._path("brokers", address)
         try:
             self._zk.create(path, b"", ephemeral=True, makepath=True)
+        except NoAuthError as exc:
+            raise CoordinationError(f"cannot register broker {address}: {exc!r}{_hint(exc)}") from None
         except NodeExistsError:
             # A broker restarted on the same address after kill -9: its old session's node
             # lingers until that session times out. It is ours to replace.
@@ -206,7 +275,7 @@ class ZooKeeperCoordinator(Coordinator):
                 self._path("consumers", topic, instance + "-"), b"", ephemeral=True, sequence=True, makepath=True
             )
         except KazooException as exc:
-            raise CoordinationError(f"cannot register consumer of {topic}: {exc!r}") from None
+            raise CoordinationError(f"cannot register consumer of {topic}: {exc!r}{_hint(exc)}") from None
         node = posixpath.basename(path)
         with self._lock:
             self._node_session[id(reg)] = session
@@ -262,7 +331,7 @@ class ZooKeeperCoordinator(Coordinator):
         try:
             path = self._zk.create(self._path("broadcast", topic, "m-"), payload, sequence=True, makepath=True)
         except KazooException as exc:
-            raise CoordinationError(f"cannot store the broadcast of {topic}: {exc!r}") from None
+            raise CoordinationError(f"cannot store the broadcast of {topic}: {exc!r}{_hint(exc)}") from None
         return sequence_of(posixpath.basename(path))
 
     def broadcast_sequences(self, topic: str) -> list[int]:
