@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Optional, Sequence
 
-from tidemq.config import Settings
+from tidemq.config import Settings, has_password, masked_url
 from tidemq.errors import ConfigurationError, TidemqError
 
 from .principals import register as register_auth
@@ -106,6 +106,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     """The environment's settings with the global flags applied."""
     env = dict(os.environ)
+    if args.db_url and has_password(args.db_url):
+        # Too late to hide it from `ps` (every local user can read argv), but not too late to say so.
+        logging.getLogger("tidemq").warning(
+            "--db-url %s carries a password on the command line, where every local user can read it; "
+            "set TIDEMQ_DB_URL or TIDEMQ_DB_URL_FILE instead", masked_url(args.db_url))
     if args.token_file:
         env["TIDEMQ_TOKEN_FILE"], env["TIDEMQ_TOKEN"] = args.token_file, ""
     return Settings.from_env(env, db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root,
@@ -166,7 +171,7 @@ def _db(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.action == "init":
             storage.create_schema()
-            print(f"schema created in {settings.db_url.split('@')[-1]}")
+            print(f"schema created in {masked_url(settings.db_url)}")
         else:
             applied = upgrade(storage)
             print(f"schema upgraded: {', '.join(applied) if applied else 'already current'}")

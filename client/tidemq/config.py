@@ -10,7 +10,7 @@ from typing import Mapping, Optional
 from .errors import ConfigurationError
 from .validation import DEFAULT_MAX_DATA_BYTES
 
-__all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT"]
+__all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT", "has_password", "masked_url"]
 
 DEFAULT_DB_URL = "sqlite:///tidemq-dev.sqlite3"
 DEFAULT_ZK_ROOT = "/tidemq"
@@ -22,7 +22,8 @@ _TOKEN = re.compile(r"tmq_[A-Za-z0-9_-]{20,200}")
 class Settings:
     """Every setting tidemq reads; ``Settings.from_env()`` is the only reader of the environment.
 
-    db_url: SQLAlchemy URL of the message store (TIDEMQ_DB_URL; default a SQLite file).
+    db_url: SQLAlchemy URL of the message store (TIDEMQ_DB_URL, or the first line of the file
+    TIDEMQ_DB_URL_FILE; default a SQLite file). Shown only through ``masked_url``.
     zk_hosts: ZooKeeper connection string (TIDEMQ_ZK_HOSTS); empty means in-process coordination.
     zk_root: the ZooKeeper path under which tidemq keeps its nodes (TIDEMQ_ZK_ROOT).
     brokers: static broker addresses (TIDEMQ_BROKERS) used instead of ZooKeeper discovery.
@@ -46,7 +47,7 @@ class Settings:
     are writable only with them and readable by all. Masked by ``repr``.
     """
 
-    db_url: str = DEFAULT_DB_URL
+    db_url: str = field(default=DEFAULT_DB_URL, repr=False)
     zk_hosts: str = ""
     zk_root: str = DEFAULT_ZK_ROOT
     brokers: tuple[str, ...] = field(default_factory=tuple)
@@ -65,8 +66,10 @@ class Settings:
     zk_auth: str = field(default="", repr=False)
 
     def __repr__(self) -> str:
-        # The generated repr leaves zk_auth out (repr=False); show who, never the password.
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
+        # Secrets are left out (repr=False) or masked: the URL and ZooKeeper credentials show
+        # who, never the password; tokens and the console password not at all.
+        shown = [f"db_url={masked_url(self.db_url)!r}"]
+        shown += [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
         if self.zk_auth:
             shown.append(f"zk_auth={self.zk_auth.partition(':')[0] + ':***'!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
@@ -85,7 +88,8 @@ class Settings:
                 "TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT / TIDEMQ_PRODUCE_IN_FLIGHT "
                 f"must be numbers: {exc}") from None
         settings = cls(
-            db_url=env.get("TIDEMQ_DB_URL", "") or DEFAULT_DB_URL,
+            db_url=(env.get("TIDEMQ_DB_URL", "") or _first_line(env.get("TIDEMQ_DB_URL_FILE", ""), "TIDEMQ_DB_URL_FILE")
+                    or DEFAULT_DB_URL),
             zk_hosts=env.get("TIDEMQ_ZK_HOSTS", ""),
             zk_root=env.get("TIDEMQ_ZK_ROOT", "") or DEFAULT_ZK_ROOT,
             brokers=_split(env.get("TIDEMQ_BROKERS", "")),
@@ -139,6 +143,22 @@ class Settings:
                 raise ConfigurationError(
                     "TIDEMQ_ZK_AUTH (or --zk-auth-file) must be ZooKeeper digest credentials user:password, "
                     "both parts non-empty (the password may itself contain ':')")
+
+
+def masked_url(url: str) -> str:
+    """``url`` with the password of its user info replaced by ``***`` (for logs and messages)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    userinfo, at, hosts = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{hosts}"
+
+
+def has_password(url: str) -> bool:
+    """Whether ``url`` carries a password in its user info."""
+    return masked_url(url) != url
 
 
 def _first_line(path: str, setting: str) -> str:

@@ -72,3 +72,32 @@ def test_security_settings(tmp_path):
         Settings.from_env({"TIDEMQ_AUTH": "password"})
     with pytest.raises(ConfigurationError, match="TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together"):
         Settings.from_env({"TIDEMQ_TLS_CERT": "/x.pem"})
+
+
+def test_database_passwords_are_masked_and_may_come_from_a_file(tmp_path):
+    from tidemq.config import has_password, masked_url
+
+    url = "mysql+pymysql://app:s3cr@t:pw@db1:3306,db2:3306/tidemq"
+    assert masked_url(url) == "mysql+pymysql://app:***@db1:3306,db2:3306/tidemq" and has_password(url)
+    assert masked_url("mysql+pymysql://app@db1/tidemq") == "mysql+pymysql://app@db1/tidemq"
+    assert not has_password("sqlite:///x.sqlite3")
+    path = tmp_path / "db-url"
+    path.write_text(url + "\n")
+    settings = Settings.from_env({"TIDEMQ_DB_URL_FILE": str(path)})
+    assert settings.db_url == url
+    assert "s3cr" not in repr(settings) and "app:***@db1" in repr(settings)
+
+
+def test_a_password_on_the_command_line_is_warned_about_and_masked(tmp_path):
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/x.sqlite3"
+    result = subprocess.run([sys.executable, "-m", "tidemq_cli.main", "--db-url", url, "db", "init"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "password" not in result.stderr
+    secret = "mysql+pymysql://app:hunter2-pw@127.0.0.1:1/tidemq"
+    result = subprocess.run([sys.executable, "-m", "tidemq_cli.main", "--db-url", secret, "auth", "list"],
+                            capture_output=True, text=True, timeout=60)
+    assert "carries a password on the command line" in result.stderr and "app:***@127.0.0.1" in result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
