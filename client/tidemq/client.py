@@ -20,6 +20,7 @@ from .errors import (
     ConfigurationError,
     DataTooLargeError,
     InvalidDelayError,
+    PermissionDeniedError,
     TidemqError,
     ValidationError,
 )
@@ -129,9 +130,10 @@ class Client:
     def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
         """One Produce RPC for the requests of ``batch``; on an input error, one RPC each.
 
-        The broker validates a whole request before it writes any of it, so a ValidationError
-        means nothing was stored: sent again alone, each request shows whether the bad input was
-        its own. Any other error (the outcome may be unknown) reaches every caller as it is.
+        The broker validates and authorizes a whole request before it writes any of it, so a
+        ValidationError or PermissionDeniedError means nothing was stored: sent again alone, each
+        request shows whether the bad input (or the forbidden topic) was its own. Any other error
+        (the outcome may be unknown) reaches every caller as it is.
         """
         messages = [m for r in batch for m in r.payload]
         deadlines = [r.deadline for r in batch if r.deadline is not None]
@@ -143,7 +145,7 @@ class Client:
             ids = list(self.pool.call("Produce", request, timeout).ids)
             if len(ids) != len(messages):
                 raise TidemqError(f"the broker answered {len(ids)} ids for {len(messages)} messages")
-        except ValidationError as exc:
+        except (ValidationError, PermissionDeniedError) as exc:
             if len(batch) == 1:
                 batch[0].error = exc
             else:

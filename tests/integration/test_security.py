@@ -275,3 +275,61 @@ def test_an_open_broker_on_a_reachable_address_refuses_to_start(settings):
     cli = subprocess.run(TIDEMQ + ["--db-url", settings.db_url, "broker", "--host", "0.0.0.0", "--port", "0"],
                          capture_output=True, text=True, timeout=60)
     assert cli.returncode == 2 and "--insecure" in cli.stderr
+
+
+def test_a_forbidden_topic_in_a_shared_produce_call_fails_only_its_own_caller(auth_broker, store):
+    """Concurrent produce() calls share RPCs; one caller's foreign topic must not deny the others."""
+    import threading
+
+    token = _principal(store, "mixed", "producer", ["orders.*"])
+    client = _client(auth_broker, token=token)
+    results: dict[str, object] = {}
+    start = threading.Barrier(8)
+
+    def produce(k: int) -> None:
+        start.wait()
+        topic = "billing.x" if k == 3 else "orders.shared"
+        try:
+            results[f"{k}"] = client.produce_many(topic, [{"k": k, "i": i} for i in range(50)])
+        except PermissionDeniedError as exc:
+            results[f"{k}"] = exc
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert isinstance(results["3"], PermissionDeniedError)
+        assert all(isinstance(results[f"{k}"], list) for k in range(8) if k != 3), results
+        assert store.count_by_status("orders.shared")["orders.shared"] == {"NEW": 350}
+        assert "billing.x" not in store.count_by_status("billing.x")
+    finally:
+        client.close()
+
+
+def test_a_worker_process_consumes_through_tls_with_a_token(settings, pki, store, spawn, tmp_path):
+    from tests.integration.handlers_common import read_log
+    from tests.processes import start_worker
+
+    ca, server, _, _ = pki
+    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key, auth="token")).start()
+    producer = _client(broker, tls_ca=ca.ca, token=_principal(store, "app", "producer", ["jobs.*"]),
+                       zk_hosts=settings.zk_hosts)
+    log = tmp_path / "runs.log"
+    token_file = tmp_path / "worker.token"
+    token_file.write_text(_principal(store, "worker", "consumer", ["jobs.*"]) + "\n")
+    env = {"TIDEMQ_DB_URL": "", "TIDEMQ_ZK_HOSTS": settings.zk_hosts, "TIDEMQ_BROKERS": broker.address,
+           "TIDEMQ_TLS_CA": ca.ca, "TIDEMQ_TOKEN_FILE": str(token_file), "HANDLER_LOG": str(log),
+           "HANDLER_TOPIC": "jobs.secure", "HANDLER_SLEEP": "0"}
+    try:
+        start_worker(spawn, "worker", "tests.integration.handlers_queue", env)
+        wait_until(lambda: len(producer.coordinator.consumers("jobs.secure")) == 1, 30,
+                   what="the worker registered")
+        ids = producer.produce_many("jobs.secure", [{"n": n} for n in range(200)])
+        wait_until(lambda: {e.id for e in read_log(log)} >= set(ids), 60, 0.1, "200 messages run")
+        wait_until(lambda: store.count_by_status("jobs.secure")["jobs.secure"] == {"SUCCESS": 200}, 30,
+                   what="200 acks stored")
+    finally:
+        producer.close()
+        broker.stop(grace=1)
