@@ -8,7 +8,7 @@ import json
 import threading
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from tests.servers import MariaDB
 from tidemq import clock
@@ -78,6 +78,67 @@ def test_a_retried_request_gets_its_ids_back_without_consecutive_ids(storage):
     first = storage.insert_messages(_rows("t.mode2.req", range(5), now), now, [RequestRef("call-m2", 0, 5)])
     again = storage.insert_messages(_rows("t.mode2.req", range(5), now), now, [RequestRef("call-m2", 0, 5)])
     assert again == first and storage.count_by_status("t.mode2.req") == {"t.mode2.req": {"NEW": 5}}
+
+
+def _stored_answers(storage, *request_ids):
+    names = ", ".join(f"'{name}'" for name in request_ids)  # the tests' own constants
+    with storage.db.engine.connect() as conn:
+        return dict(conn.execute(text(
+            f"SELECT request_id, ids FROM tidemq_produce_request WHERE request_id IN ({names})")).all())
+
+
+def test_requests_are_stored_with_their_rows_in_one_string(storage):
+    now = clock.now()
+    refs = [RequestRef("one-a", 0, 3), RequestRef("one-b", 3, 4)]
+    ids = storage.insert_messages(_rows("t.mode2.one", range(7), now), now, refs)
+    # "r<first>:<step>:<count>", written from LAST_INSERT_ID() in the INSERT's own round trip.
+    assert _stored_answers(storage, "one-a", "one-b") == {"one-a": f"r{ids[0]}:3:3", "one-b": f"r{ids[3]}:3:4"}
+
+
+def test_a_group_whose_ids_do_not_follow_the_step_stores_each_requests_id_list(storage, monkeypatch):
+    """Lock mode 2 does not promise a multi-row INSERT consecutive ids. Here the dialect is told a
+    step the server does not use, so "r<first>:<step>:<count>" names ids the rows did not get, as
+    it would after a gap: the check against RETURNING must store the real lists before the
+    commit, or a retried call would be answered with ids of other messages."""
+    now = clock.now()
+    storage.insert_messages(_rows("t.mode2.gap", ["warm-up"], now), now)  # the dialect reads the server's step
+    dialect = storage.db.dialect
+    assert dialect._id_step == 3
+    monkeypatch.setattr(dialect, "_id_step", 6)
+    refs = [RequestRef("gap-a", 0, 3), RequestRef("gap-b", 3, 4)]
+    first = storage.insert_messages(_rows("t.mode2.gap", range(7), now), now, refs)
+    assert all(b - a == 3 for a, b in zip(first, first[1:]))  # the server's step, not the one assumed
+    assert _stored_answers(storage, "gap-a", "gap-b") == {
+        "gap-a": ",".join(map(str, first[:3])), "gap-b": ",".join(map(str, first[3:]))}
+    monkeypatch.undo()  # the retry, answered from what is stored
+    again = storage.insert_messages(_rows("t.mode2.gap", range(7), now), now, refs)
+    assert again == first
+    assert storage.count_by_status("t.mode2.gap") == {"t.mode2.gap": {"NEW": 8}}
+
+
+def test_concurrent_calls_each_get_their_own_ids_back_on_retry(storage):
+    now = clock.now()
+    answers: dict[str, list[int]] = {}
+    errors = []
+
+    def produce(t):
+        try:
+            for k in range(20):
+                name = f"mt-{t}-{k}"
+                answers[name] = storage.insert_messages(_rows("t.mode2.mtreq", range(30), now), now,
+                                                        [RequestRef(name, 0, 30)])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(answers) == 80
+    for name, ids in answers.items():
+        assert storage.insert_messages(_rows("t.mode2.mtreq", range(30), now), now, [RequestRef(name, 0, 30)]) == ids
+    assert storage.count_by_status("t.mode2.mtreq") == {"t.mode2.mtreq": {"NEW": 80 * 30}}
 
 
 def test_shards_spread_a_nodes_ids_although_they_are_all_alike_modulo_the_increment(storage):

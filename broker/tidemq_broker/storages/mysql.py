@@ -93,31 +93,63 @@ class MySqlDialect(SqlDialect):
                                requests: list[tuple[str, int, int]], now: datetime) -> Optional[list[int]]:
         if self._consecutive_ids is None:
             self._check_autoincrement(conn)
+        returning = not self._consecutive_ids  # lock mode 2: the ids come back with RETURNING
         chunks = _chunks_by_size(values)
         dbapi = conn.connection.dbapi_connection
-        if not self._consecutive_ids or len(chunks) != 1 or not dbapi.client_flag & CLIENT.MULTI_STATEMENTS:
+        if (returning and not self._returning) or len(chunks) != 1 \
+                or not dbapi.client_flag & CLIENT.MULTI_STATEMENTS:
             return None
         escape = dbapi.escape
         step = self._id_step
         # The ids are LAST_INSERT_ID() + k * step, so the request rows can name them in the same
-        # string: "r<first>:<step>:<count>" (tidemq_broker.storages.writes reads it back).
+        # string: "r<first>:<step>:<count>" (tidemq_broker.storages.writes reads it back). Under
+        # lock mode 2 that is only what a multi-row INSERT does in practice, not a promise, so
+        # the request rows come back too and are checked against the ids RETURNING gave.
         answers = ", ".join(
             f"({escape(request_id)}, CONCAT('r', LAST_INSERT_ID() + {start * step}, ':{step}:{count}'), "
             f"{escape(now)})".replace("%", "%%") for request_id, start, count in requests)
+        req = PRODUCE_REQUEST
         sql = (f"INSERT INTO {M.name} ({_COLS}) VALUES " + _literal_rows(escape, values) +
-               f"; INSERT INTO {PRODUCE_REQUEST.name} ({PRODUCE_REQUEST.request_id}, {PRODUCE_REQUEST.ids}, "
-               f"{PRODUCE_REQUEST.created}) VALUES {answers}")
+               (f" RETURNING {M.id}" if returning else "") +
+               f"; INSERT INTO {req.name} ({req.request_id}, {req.ids}, {req.created}) "
+               f"VALUES {answers}" + (f" RETURNING {req.request_id}, {req.ids}" if returning else ""))
         cursor = dbapi.cursor()
         try:
             cursor.execute(sql, (values[0]["data"],))
-            first = int(cursor.lastrowid)  # the first statement's LAST_INSERT_ID()
+            if returning:
+                ids = [int(row[0]) for row in cursor.fetchall()]  # in the order of the VALUES list
+            else:
+                first = int(cursor.lastrowid)  # the first statement's LAST_INSERT_ID()
+                ids = [first + k * step for k in range(len(values))]
             try:
                 cursor.nextset()  # the request rows: a request id stored already fails here
             except pymysql.err.IntegrityError as exc:
-                raise IntegrityError(f"INSERT INTO {PRODUCE_REQUEST.name} ...", None, exc) from exc
+                raise IntegrityError(f"INSERT INTO {req.name} ...", None, exc) from exc
+            if returning:
+                self._correct_answers(cursor, dict(cursor.fetchall()), ids, requests)
         finally:
             cursor.close()
-        return [first + k * step for k in range(len(values))]
+        return ids
+
+    def _correct_answers(self, cursor: Any, stored: dict[str, str], ids: list[int],
+                         requests: list[tuple[str, int, int]]) -> None:
+        """Store the id list of every request whose "r<first>:<step>:<count>" (written from
+        LAST_INSERT_ID()) does not name the ids its rows got: under lock mode 2 a group's ids may
+        leave gaps, and a retried request must get back exactly the ids of its first answer.
+        Runs in the group's transaction, before its COMMIT."""
+        step = self._id_step
+        wrong = []
+        for request_id, start, count in requests:
+            own = ids[start : start + count]
+            if not own:
+                continue  # an empty call: "r<any>:<step>:0" names no ids, which is right
+            if stored[request_id] != f"r{own[0]}:{step}:{count}" or \
+                    own != [own[0] + k * step for k in range(count)]:
+                wrong.append((",".join(str(i) for i in own), request_id))
+        if wrong:
+            log.debug("%d produce request(s) got non-consecutive ids; storing their id lists", len(wrong))
+            cursor.executemany(f"UPDATE {PRODUCE_REQUEST.name} SET {PRODUCE_REQUEST.ids} = %s "
+                               f"WHERE {PRODUCE_REQUEST.request_id} = %s", wrong)
 
     def shard_clause(self, id_column: Any, total: int, rank: int) -> Any:
         return func.mod(id_column.op("DIV")(literal_column(_ID_STEP)), total) == rank
