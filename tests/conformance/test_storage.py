@@ -11,7 +11,7 @@ from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
 from tidemq import clock, trace
 from tidemq.lifecycle import next_delay
-from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, TopicSettings
+from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, RequestRef, TopicSettings
 from tidemq_broker.storages import open_storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
@@ -74,6 +74,17 @@ def test_unique_key_deduplicates_within_and_across_batches(storage):
     assert [storage.get_message(i).data for i in got] == [odd[0], odd[1], odd[0]]
     assert storage.get_message(ids[0]).data == "1"
     assert storage.count_by_status("t.u") == {"t.u": {"NEW": 5}}
+
+
+def test_every_character_a_string_literal_escapes_comes_back_intact(storage):
+    now = clock.now()
+    odd = ['"back\\slash \\" and \\\\"', "it's 'quoted'", "nul\0 cr\r lf\n sub\x1a tab\t", 'ünï ✓ 50%',
+           '{"a": "\\u00e9\\n"}', "\\", "'", '"']
+    rows = [NewRow("t.esc", data, now, 0) for data in odd]
+    plain = storage.insert_messages(rows, now)
+    answered = storage.insert_messages(rows, now, [RequestRef("esc-call", 0, len(rows))])  # the one-string path
+    assert [storage.get_message(i).data for i in plain] == odd
+    assert [storage.get_message(i).data for i in answered] == odd
 
 
 def test_a_failing_batch_stores_nothing(storage):
