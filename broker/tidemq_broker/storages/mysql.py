@@ -89,7 +89,10 @@ class MySqlDialect(SqlDialect):
     def create_produce_engine(self, url: str) -> Optional[Engine]:
         # Multi-statement connections, for produce only: the console and everything else never
         # get a connection on which one string may carry two statements.
-        engine = self.create_engine(url, pool_size=4, multi_statements=True)
+        # No ROLLBACK on check-in: it was a third round trip per group commit (INSERT, COMMIT,
+        # ROLLBACK), and these connections serve SqlDatabase.tx(produce=True) alone, whose
+        # conn.begin() always ends with a COMMIT or a ROLLBACK before the connection goes back.
+        engine = self.create_engine(url, pool_size=4, multi_statements=True, pool_reset_on_return=None)
         event.listen(engine, "connect", _wait_for_cluster_writes)
         return engine
 
