@@ -16,6 +16,7 @@ from collections import Counter as Tally
 from datetime import datetime
 from typing import Any, Iterable, Optional, Sequence
 
+from tidemq.clock import to_epoch_ms
 from tidemq.metrics import AVAILABLE, counter, histogram
 
 from .storage import Backlog, NewRow
@@ -96,13 +97,17 @@ class BacklogCollector:
                                     labels=["topic"])
         oldest = GaugeMetricFamily("tidemq_oldest_due_age_seconds", "Seconds since the effect_time of the oldest "
                                    "due NEW message (0 when none is due), as of the last refresh.", labels=["topic"])
+        refreshed = GaugeMetricFamily("tidemq_backlog_refresh_timestamp_seconds", "Unix time of the leader's "
+                                      "last backlog reading (exported by the maintenance leader only).")
+        if at is not None:
+            refreshed.add_metric([], to_epoch_ms(at) / 1000)
         for row in rows:
             due.add_metric([row.topic], row.due)
             scheduled.add_metric([row.topic], row.scheduled)
             running.add_metric([row.topic], row.running)
             age = (at - row.oldest_due).total_seconds() if at is not None and row.oldest_due is not None else 0.0
             oldest.add_metric([row.topic], max(age, 0.0))
-        yield from (due, scheduled, running, oldest)
+        yield from (due, scheduled, running, oldest, refreshed)
 
 
 BACKLOG = BacklogCollector()

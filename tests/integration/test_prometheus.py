@@ -4,7 +4,11 @@ must agree with what the database holds."""
 from __future__ import annotations
 
 import bisect
+import json
+import re
+import subprocess
 import threading
+from pathlib import Path
 
 from tests.observe import all_messages
 from tests.processes import TIDEMQ, process_env, start_broker_process
@@ -115,3 +119,39 @@ def test_prometheus_counts_and_lateness_agree_with_the_database(settings, spawn,
         prometheus.forget(job)
         client.close()
         storage.close()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_alert_rules_pass_promtool_and_fire_on_made_up_series():
+    rules = ROOT / "docs" / "prometheus-rules.yml"
+    checked = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = subprocess.run(["promtool", "test", "rules", "prometheus_rules_test.yml"], capture_output=True,
+                            text=True, cwd=Path(__file__).parent)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_every_dashboard_and_rule_expression_is_valid_promql_over_metrics_we_export(prometheus):
+    import prometheus_client
+    import tidemq_admin.metrics  # noqa: F401
+    import tidemq_broker.metrics  # noqa: F401
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    exported = {family.name + suffix for family in prometheus_client.REGISTRY.collect()
+                for suffix in suffixes.get(family.type, ("",))}
+    exported |= {sample.name for family in prometheus_client.REGISTRY.collect() for sample in family.samples}
+    exported |= {f"tidemq_{name}" for name in ("backlog_due_messages", "backlog_scheduled_messages",
+                                               "running_messages", "oldest_due_age_seconds",
+                                               "backlog_refresh_timestamp_seconds")}
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    expressions += re.findall(r"expr: >-\n((?:          .*\n)+)|expr: (.*)\n", (ROOT / "docs" / "prometheus-rules.yml").read_text())
+    expressions = [e if isinstance(e, str) else (e[0] or e[1]) for e in expressions]
+    assert len(expressions) > 20
+    for expr in expressions:
+        promql = expr.replace("$__rate_interval", "1m").replace("$topic", ".*").replace("$job", ".*")
+        prometheus.query(promql)  # raises on a syntax error
+        for name in re.findall(r"\b(tidemq_[a-z_]+|process_[a-z_]+)\b", promql):
+            assert name in exported, f"{name} in {expr!r} is not a metric tidemq exports"

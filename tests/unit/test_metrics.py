@@ -46,7 +46,7 @@ def test_names_follow_prometheus_conventions_and_labels_are_bounded():
             "tidemq_handler_duration_seconds", "tidemq_lateness_seconds"} <= {
         name for name, kind in kinds.items() if kind == "histogram"}
     assert {"tidemq_backlog_due_messages", "tidemq_backlog_scheduled_messages", "tidemq_running_messages",
-            "tidemq_oldest_due_age_seconds"} <= {name for name, kind in kinds.items() if kind == "gauge"}
+            "tidemq_oldest_due_age_seconds", "tidemq_backlog_refresh_timestamp_seconds"} <= {name for name, kind in kinds.items() if kind == "gauge"}
     for family in families:
         assert family.documentation, family.name
         exposed = family.name + ("_total" if family.type == "counter" else "")
@@ -101,6 +101,8 @@ def test_backlog_gauges_come_from_the_leaders_reading_and_go_with_its_leadership
         assert registry.get_sample_value("tidemq_backlog_scheduled_messages", {"topic": "u.bl"}) == 1
         assert registry.get_sample_value("tidemq_running_messages", {"topic": "u.bl"}) == 0
         assert 29 < registry.get_sample_value("tidemq_oldest_due_age_seconds", {"topic": "u.bl"}) < 60
+        refreshed = registry.get_sample_value("tidemq_backlog_refresh_timestamp_seconds")
+        assert abs(refreshed - datetime.now(timezone.utc).timestamp()) < 60
         collector.withdraw("broker-b")  # another broker of the process never removes our reading
         assert registry.get_sample_value("tidemq_backlog_due_messages", {"topic": "u.bl"}) == 1
         job.stop_leading()
