@@ -35,8 +35,8 @@ AVAILABLE = prometheus_client is not None
 
 #: Seconds from effect_time to handler start: tidemq's delays are precise to milliseconds, and a
 #: backlog makes them minutes or hours late, so the buckets span both.
-LATENESS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 300.0, 900.0, 3600.0)
+LATENESS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0,
+                    15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 #: Seconds a handler runs: from a no-op to the longest ttr a lease allows with heartbeats.
 HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    60.0, 300.0, 1800.0)

@@ -111,6 +111,8 @@ def test_prometheus_counts_and_lateness_agree_with_the_database(settings, spawn,
             measured = _scalar(prometheus, promql)
             low, high = _quantile(earliest, q), _quantile(latest, q)
             assert measured is not None, promql
+            print(f"lateness p{q * 100:g}: Prometheus {measured * 1000:.1f} ms, stored times allow "
+                  f"{low * 1000:.1f}-{high * 1000:.1f} ms")
             assert _bucket_floor(low) <= measured <= _bucket_ceiling(high), (q, measured, low, high)
 
         # Process figures of both processes.
