@@ -1,6 +1,6 @@
 """Session-wide real servers and per-test isolation.
 
-MariaDB and ZooKeeper start once per session from Debian's packages (`make test` installs them).
+MariaDB, ZooKeeper and Prometheus start once per session from Debian's packages (`make test` installs them).
 A server that cannot start makes every test that needs it error: it is never a skip.
 Each test gets truncated tables and its own ZooKeeper chroot.
 """
@@ -14,7 +14,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from tests.servers import GaleraCluster, MariaDB, ZooKeeper, ZooKeeperEnsemble
+from tests.servers import GaleraCluster, MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble
 
 
 def truncate(db) -> None:
@@ -140,6 +140,14 @@ def _new_chroot(hosts: str) -> str:
 def zk_hosts(zookeeper):
     """A connection string with a chroot of this test's own."""
     return zookeeper.hosts + _new_chroot(zookeeper.hosts)
+
+
+@pytest.fixture(scope="session")
+def prometheus():
+    """A real Prometheus (Debian's package) scraping every second; tests add their targets."""
+    server = Prometheus().start()
+    yield server
+    server.cleanup()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Real MariaDB and ZooKeeper servers from Debian's packages, started by the tests themselves.
+"""Real MariaDB, ZooKeeper and Prometheus servers from Debian's packages, started by the tests themselves.
 
 Each server runs in a temporary directory on a free loopback port. ``kill()`` sends SIGKILL and
 ``restart()`` starts the same data directory on the same port, for the fault tests.
@@ -6,6 +6,7 @@ Each server runs in a temporary directory on a free loopback port. ``kill()`` se
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,9 +14,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Optional
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Optional
 
-__all__ = ["free_port", "GaleraCluster", "MariaDB", "ZooKeeper", "ZooKeeperEnsemble", "wait_until"]
+__all__ = ["free_port", "GaleraCluster", "MariaDB", "Prometheus", "ZooKeeper", "ZooKeeperEnsemble", "wait_until"]
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 
@@ -362,3 +366,80 @@ class ZooKeeperEnsemble:
     def cleanup(self) -> None:
         for member in self.members:
             member.cleanup()
+
+
+class Prometheus:
+    """A Prometheus server scraping every second; tests add targets with ``scrape``.
+
+    Targets live in a file-based service discovery file that Prometheus re-reads on change, so
+    one server serves the whole session and each test names its own processes (its ``job``
+    label) without a restart.
+    """
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="tidemq-prometheus-")
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        self._targets: dict[str, list[str]] = {}
+        self._write_targets()
+        with open(os.path.join(self.dir, "prometheus.yml"), "w") as fh:
+            fh.write(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+                "scrape_configs:\n  - job_name: tidemq\n    file_sd_configs:\n"
+                f"      - files: ['{self.dir}/targets.json']\n        refresh_interval: 1s\n")
+
+    def start(self, timeout: float = 60) -> "Prometheus":
+        log = open(os.path.join(self.dir, "prometheus.log"), "ab")
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={self.dir}/prometheus.yml", f"--storage.tsdb.path={self.dir}/data",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
+            stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._ready, timeout, 0.05, f"Prometheus on port {self.port} (log: {self.dir}/prometheus.log)")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited with {self.proc.returncode}; see {self.dir}/prometheus.log")
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _write_targets(self) -> None:
+        groups = [{"targets": targets, "labels": {"test": job}} for job, targets in self._targets.items()]
+        path = os.path.join(self.dir, "targets.json")
+        with open(path + ".tmp", "w") as fh:
+            json.dump(groups, fh)
+        os.replace(path + ".tmp", path)  # Prometheus never reads half a file
+
+    def scrape(self, job: str, *targets: str) -> None:
+        """Scrape ``targets`` (host:port) from now on, labelled ``test=<job>``."""
+        self._targets[job] = list(targets)
+        self._write_targets()
+
+    def forget(self, job: str) -> None:
+        self._targets.pop(job, None)
+        self._write_targets()
+
+    def active_targets(self) -> list[dict[str, Any]]:
+        return self._get("/api/v1/targets")["activeTargets"]
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The instant vector ``promql`` evaluates to now (each item has ``metric`` and ``value``)."""
+        return self._get("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))["result"]
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=5) as response:
+            body = json.load(response)
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus answered {body}")
+        return body["data"]
+
+    def cleanup(self) -> None:
+        _reap(self.proc, signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)

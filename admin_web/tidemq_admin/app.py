@@ -21,7 +21,7 @@ from tidemq_broker.storages import open_database
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 from tidemq_broker.storages.sql import SqlStorage
 
-from . import security
+from . import metrics, security
 from .accounts import ensure_first_admin
 from .console import Console
 
@@ -57,6 +57,7 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[SqlStorage
     app.extensions["tidemq"] = console
     ensure_first_admin(console.admin, settings)
     security.install(app)
+    metrics.install(app)
     _install_template_helpers(app)
 
     from .views import auth, cluster, dashboard, message_actions, messages, topics

@@ -28,6 +28,8 @@ def register(subparsers: Any) -> None:
     admin.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
     admin.add_argument("--secret-file", help="file holding the session signing key (created if missing); "
                                              "share it between console processes behind one address")
+    admin.add_argument("--metrics-port", type=int,
+                       help="serve Prometheus metrics on this HTTP port (TIDEMQ_METRICS_PORT; 0: none)")
     admin.set_defaults(func=_serve)
     sub = admin.add_subparsers(dest="admin_command")
     user = sub.add_parser("user", help="manage console users")
@@ -113,9 +115,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
+    from tidemq.metrics import serve_metrics
+
     from .app import create_app
 
     app = create_app(settings, secret_key=_secret(args.secret_file))
+    serve_metrics(settings, "console")
     server = serve(app, args.host, args.port)
     print(f"tidemq admin console on http://{args.host}:{server.port}/", flush=True)
     stop = threading.Event()

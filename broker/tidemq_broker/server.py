@@ -18,6 +18,7 @@ from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from .auth import Principals, TokenInterceptor
 from .errors import ConfigurationError
 from .maintenance import Maintainer
+from .maintenance.backlog import BacklogRefresh
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.requests import ProduceRequests
@@ -97,6 +98,7 @@ class BrokerServer:
             Retention(self.storage),
             ProduceRequests(self.storage),
             BroadcastPruner(self.coordinator),
+            BacklogRefresh(self.storage, self.address),
         ])
 
     def _max_deliveries(self, topic: str) -> int:

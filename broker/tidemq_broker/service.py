@@ -14,6 +14,7 @@ from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from tidemq.validation import check_topic
 
+from . import metrics
 from .auth import authorize, checks_topics
 from .errors import (
     MalformedRequestError,
@@ -81,11 +82,13 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     @_rpc
     def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceReply:
+        started = time.perf_counter()
         rows = rows_from_request(request, self.topics, self.max_data_bytes)
         request_id = check_request_id(request.request_id)
         authorize("Produce", {row.topic for row in rows})
         remaining = context.time_remaining()
         ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
+        metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         return pb.ProduceReply(ids=ids)
 
     @_rpc
@@ -108,10 +111,11 @@ class BrokerService(pb_grpc.BrokerServicer):
                 return []
             now = clock.now()
             token = request.lease_token or None
-            if request.serial:
-                return self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
-            return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, token,
-                                           self.name, ahead)
+            with metrics.LOCK_SECONDS.time():
+                if request.serial:
+                    return self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
+                return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, token,
+                                               self.name, ahead)
 
         def next_due() -> Any:
             if request.serial:
@@ -126,6 +130,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.storage.release(found[0].lease_token or "", now, consumer, self.name)
             self.hub.notify(topic, now)
             return pb.PullReply()
+        metrics.DELIVERED.labels(topic).inc(len(found))
         return pb.PullReply(messages=[_delivery(m) for m in found])
 
     @_rpc

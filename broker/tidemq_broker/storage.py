@@ -26,6 +26,7 @@ __all__ = [
     "TopicSettings",
     "MessageFilter",
     "MessageEdit",
+    "Backlog",
     "Storage",
     "AckItem",
     "AckOutcome",
@@ -140,6 +141,18 @@ class MessageEdit:
     effect_time: Optional[datetime] = None
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """One topic's pending work at a moment: NEW messages due and not yet due, RUNNING ones, and
+    the effect_time of the oldest due NEW message (None when none is due)."""
+
+    topic: str
+    due: int
+    scheduled: int
+    running: int
+    oldest_due: Optional[datetime]
+
+
 class Storage(abc.ABC):
     """The message store. Each method is one transaction unless it says otherwise."""
 
@@ -215,9 +228,11 @@ class Storage(abc.ABC):
         bool per lease, False for a lease already lost."""
 
     @abc.abstractmethod
-    def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int]) -> int:
+    def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int],
+                      by_topic: Optional[dict[str, int]] = None) -> int:
         """Up to ``limit`` RUNNING messages whose lease ran out: back to NEW (due now), or to FAIL
-        once delivered ``max_deliveries(topic)`` times. Returns how many moved."""
+        once delivered ``max_deliveries(topic)`` times. Returns how many moved, and adds them per
+        topic to ``by_topic`` when given (the metrics)."""
 
     @abc.abstractmethod
     def cancel(self, ids: Sequence[int]) -> list[bool]:
@@ -290,6 +305,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def lease_topics(self, lease_token: str) -> set[str]:
         """The topics of the RUNNING messages leased under ``lease_token``."""
+
+    @abc.abstractmethod
+    def backlog(self, now: datetime) -> list[Backlog]:
+        """Every topic with NEW or RUNNING messages: due, scheduled and running counts and the
+        oldest due effect_time, in one grouped query (the leader's backlog gauges, every few
+        seconds; it counts those rows along the (topic, status, effect_time) index)."""
 
     @abc.abstractmethod
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:

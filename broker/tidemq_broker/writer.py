@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 
 from tidemq import clock
 from tidemq.coalesce import Coalescer, Request
+from . import metrics
 from .errors import StorageUnavailableError, TidemqError, ValidationError
 from .storage import NewRow, RequestRef, Storage
 from .topics import TopicCache
@@ -82,6 +83,7 @@ class GroupCommitWriter:
         self._topics.ensure({row.topic for row in all_rows})
         now = clock.now()
         ids = self._storage.insert_messages(all_rows, now, refs, broker=self._broker)
+        metrics.committed(all_rows)
         start = 0
         for request in batch:
             request.result = ids[start : start + request.items]

@@ -53,10 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--auth", choices=["none", "token"], help="what callers must present (TIDEMQ_AUTH)")
     broker.add_argument("--insecure", action="store_true",
                         help="serve without authentication on a non-loopback address (refused otherwise)")
+    add_metrics_port(broker)
 
     worker = sub.add_parser("worker", help="run the consumers declared in modules")
     worker.add_argument("modules", nargs="+", help="modules to import, e.g. myapp.consumers")
     worker.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to let handlers finish on SIGTERM")
+    add_metrics_port(worker)
 
     db = sub.add_parser("db", help="schema management")
     db.add_argument("action", choices=["init", "upgrade"], help="init: create the schema; upgrade: migrate it")
@@ -73,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
         if module is not None:
             module.register(sub)
     return p
+
+
+def add_metrics_port(parser: argparse.ArgumentParser) -> None:
+    """The ``--metrics-port`` flag of the long-running commands (TIDEMQ_METRICS_PORT)."""
+    parser.add_argument("--metrics-port", type=int,
+                        help="serve Prometheus metrics on this HTTP port (TIDEMQ_METRICS_PORT; 0: none)")
 
 
 #: Components that add their own sub-commands (``admin``, ``pipeline``) when installed. Each
@@ -116,7 +124,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env(env, db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root,
                              brokers=args.brokers, tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
                              tls_client_ca=args.tls_client_ca, auth=getattr(args, "auth", None),
-                             zk_auth=_first_line(args.zk_auth_file) if args.zk_auth_file else None)
+                             zk_auth=_first_line(args.zk_auth_file) if args.zk_auth_file else None,
+                             metrics_port=getattr(args, "metrics_port", None))
 
 
 def _first_line(path: str) -> str:
@@ -137,8 +146,11 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 def _broker(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq_broker.server import BrokerServer
 
+    from tidemq.metrics import serve_metrics
+
     server = BrokerServer(settings, host=args.host, port=args.port, advertise=args.advertise, workers=args.workers,
                           insecure=args.insecure)
+    serve_metrics(settings, "broker")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -155,7 +167,9 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq import Client, Worker
+    from tidemq.metrics import serve_metrics
 
+    serve_metrics(settings, "worker")
     sys.path.insert(0, ".")
     for module in args.modules:
         importlib.import_module(module)

@@ -45,6 +45,9 @@ class Settings:
     carries a token of a principal made with ``tidemq auth add``).
     zk_auth: ZooKeeper digest credentials ``user:password`` (TIDEMQ_ZK_AUTH); set, tidemq's nodes
     are writable only with them and readable by all. Masked by ``repr``.
+    metrics_port: HTTP port of this process's Prometheus endpoint (TIDEMQ_METRICS_PORT; the CLI's
+    ``--metrics-port`` on broker, worker and admin); 0 serves none.
+    metrics_host: interface that endpoint listens on (TIDEMQ_METRICS_HOST, default 127.0.0.1).
     """
 
     db_url: str = field(default=DEFAULT_DB_URL, repr=False)
@@ -64,6 +67,8 @@ class Settings:
     token: str = field(default="", repr=False)
     auth: str = "none"
     zk_auth: str = field(default="", repr=False)
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
 
     def __repr__(self) -> str:
         # Secrets are left out (repr=False) or masked: the URL and ZooKeeper credentials show
@@ -83,9 +88,11 @@ class Settings:
             rpc_timeout = float(env.get("TIDEMQ_RPC_TIMEOUT", 10.0))
             session_timeout = float(env.get("TIDEMQ_ZK_SESSION_TIMEOUT", 10.0))
             in_flight = int(env.get("TIDEMQ_PRODUCE_IN_FLIGHT", 2))
+            metrics_port = int(env.get("TIDEMQ_METRICS_PORT", "") or 0)
         except ValueError as exc:
             raise ConfigurationError(
                 "TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT / TIDEMQ_PRODUCE_IN_FLIGHT "
+                "/ TIDEMQ_METRICS_PORT "
                 f"must be numbers: {exc}") from None
         settings = cls(
             db_url=(env.get("TIDEMQ_DB_URL", "") or _first_line(env.get("TIDEMQ_DB_URL_FILE", ""), "TIDEMQ_DB_URL_FILE")
@@ -106,6 +113,8 @@ class Settings:
             token=env.get("TIDEMQ_TOKEN", "") or _first_line(env.get("TIDEMQ_TOKEN_FILE", ""), "TIDEMQ_TOKEN_FILE"),
             auth=(env.get("TIDEMQ_AUTH", "") or "none").strip().lower(),
             zk_auth=env.get("TIDEMQ_ZK_AUTH", ""),
+            metrics_port=metrics_port,
+            metrics_host=env.get("TIDEMQ_METRICS_HOST", "") or "127.0.0.1",
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -136,6 +145,9 @@ class Settings:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"
             )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError(
+                f"TIDEMQ_METRICS_PORT must be a TCP port (1-65535), or 0 or empty for no metrics, got {self.metrics_port}")
         if self.zk_auth:
             user, colon, password = self.zk_auth.partition(":")
             if not (colon and user and password):

@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Callable, Optional
 
+from . import metrics
 from .consumer import ConsumerSpec
 from .coordinator import ConnectionState, Coordinator, Registration, rank_of
 from .due import DueTimer
@@ -241,11 +242,13 @@ class QueueRunner:
             self._release(1)
             return
         item = AckItem(delivery.id, delivery.lease_token, True)
+        started = metrics.handler_started(self.spec.topic, delivery.effect_time)
         try:
             self.spec.handler(delivery_to_message(delivery, touch=lambda ttr: self._touch(lease, ttr)))
         except Exception as exc:  # the handler's failure is the message's outcome, not ours
             log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
             item = AckItem(delivery.id, delivery.lease_token, False, f"{type(exc).__name__}: {exc}")
+        metrics.handler_finished(self.spec.topic, started, item.success, delivery.retry_remaining)
         self._acks.put(item)
         if not self.serial:
             # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too

@@ -36,7 +36,8 @@ def test_tidemq_admin_serves_the_console(spawn, mysql_url, zk_hosts):
     port = free_port()
     env = {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": zk_hosts, "TIDEMQ_ADMIN_USER": "boss",
            "TIDEMQ_ADMIN_PASSWORD": "boss-password"}
-    proc = spawn("admin", TIDEMQ + ["admin", "--port", str(port)], env)
+    metrics_port = free_port()
+    proc = spawn("admin", TIDEMQ + ["admin", "--port", str(port), "--metrics-port", str(metrics_port)], env)
     base = f"http://127.0.0.1:{port}"
     opener = _opener()
     first = wait_until(lambda: _get(opener, base + "/cluster") or (proc.poll() is not None and ("exited",)), 30,
@@ -44,6 +45,10 @@ def test_tidemq_admin_serves_the_console(spawn, mysql_url, zk_hosts):
     assert first[0] == 200 and first[1].startswith(base + "/login"), proc.log_path.read_text()
     url, html = _sign_in(opener, base, "boss", "boss-password")
     assert url == base + "/" and "Dashboard" in html
+    # Its Prometheus endpoint, outside the login: requests by view (never by path), process figures.
+    _, _, metrics = _get(_opener(), f"http://127.0.0.1:{metrics_port}/metrics")
+    assert 'tidemq_console_requests_total{code="200",endpoint="dashboard.index"}' in metrics, metrics
+    assert "process_cpu_seconds_total" in metrics
 
 
 def test_tidemq_dev_serves_the_console_and_prints_how_to_sign_in(spawn, tmp_path):

@@ -397,3 +397,30 @@ def test_unreachable_database_raises_a_retriable_error(tmp_path):
     store = open_storage("mysql+pymysql://root@127.0.0.1:1/none")
     with pytest.raises(StorageUnavailableError):
         store.ping()
+
+
+def test_backlog_counts_due_scheduled_and_running_per_topic_in_one_reading(storage):
+    now = clock.now()
+    storage.insert_messages([NewRow("t.bl", "1", clock.after(now, -30), 0), NewRow("t.bl", "2", clock.after(now, -5), 0),
+                             NewRow("t.bl", "3", clock.after(now, 600), 0), NewRow("t.bl2", "4", now, 0)], now)
+    insert(storage, "t.done", 1)
+    [done] = lock(storage, "t.done")
+    ack(storage, [AckItem(done.id, done.lease_token, True)])  # finished rows are not backlog
+    [leased] = storage.lock_batch("t.bl2", 0, 1, 1, 30, "c1", now)
+    backlog = {b.topic: b for b in storage.backlog(now)}
+    assert set(backlog) == {"t.bl", "t.bl2"}
+    assert (backlog["t.bl"].due, backlog["t.bl"].scheduled, backlog["t.bl"].running) == (2, 1, 0)
+    assert backlog["t.bl"].oldest_due == clock.after(now, -30)
+    assert (backlog["t.bl2"].due, backlog["t.bl2"].scheduled, backlog["t.bl2"].running) == (0, 0, 1)
+    assert backlog["t.bl2"].oldest_due is None and leased.topic == "t.bl2"
+
+
+def test_expired_leases_are_counted_per_topic_when_asked(storage):
+    insert(storage, "t.exp1", 2)
+    insert(storage, "t.exp2", 1)
+    lock(storage, "t.exp1", ttr=1)
+    lock(storage, "t.exp2", ttr=1)
+    by_topic: dict = {"t.exp1": 1}  # added to, not replaced
+    later = clock.after(clock.now(), 2)
+    assert storage.expire_leases(later, 100, "b1", lambda topic: 10, by_topic) == 3
+    assert by_topic == {"t.exp1": 3, "t.exp2": 1}

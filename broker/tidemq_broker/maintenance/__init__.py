@@ -1,7 +1,7 @@
 """Leader-only maintenance: one broker at a time (elected through the coordinator) runs these.
 
 Each job lives in its own module and has ``interval`` (seconds) and ``run() -> int`` (how much it
-did). Jobs work in small batches so that no transaction holds locks for long.
+did), and may have ``stop_leading()``, called when leadership ends. Jobs work in small batches so that no transaction holds locks for long.
 """
 
 from __future__ import annotations
@@ -65,4 +65,8 @@ class Maintainer:
                 lost.wait(self._tick)
         finally:
             self.is_leader.clear()
+            for job in self._jobs:
+                stop_leading = getattr(job, "stop_leading", None)
+                if stop_leading is not None:  # a job holding leader-only state (the backlog gauges)
+                    stop_leading()
             log.info("%s is no longer the maintenance leader", self._identifier)

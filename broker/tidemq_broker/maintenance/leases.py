@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tidemq import clock
+from .. import metrics
 from ..storage import Storage
 
 __all__ = ["LeaseExpiry"]
@@ -27,11 +28,14 @@ class LeaseExpiry:
 
     def run(self) -> int:
         total = 0
+        by_topic: dict[str, int] = {}
         while True:
-            moved = self._storage.expire_leases(clock.now(), self._batch, self._broker, self._max_deliveries)
+            moved = self._storage.expire_leases(clock.now(), self._batch, self._broker, self._max_deliveries,
+                                                by_topic)
             total += moved
             if moved < self._batch:
                 break
+        metrics.expired(by_topic)
         if total:
             self._on_requeued()
         return total

@@ -106,8 +106,11 @@ class Leases:
         return self._db.tx(work)
 
     def expire_leases(self, now: datetime, limit: int, broker: str,
-                      max_deliveries: Callable[[str], int]) -> int:
+                      max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None) -> int:
+        counts: dict[str, int] = {}
+
         def work(conn: Connection) -> int:
+            counts.clear()  # a transaction run again counts afresh
             topics = topics_present(conn)
             if not topics:
                 return 0
@@ -116,21 +119,25 @@ class Leases:
                 select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer)
                 .where(m.c.topic.in_(topics), m.c.status == _RUNNING, m.c.lease_expire < now)
                 .order_by(m.c.lease_expire).limit(limit)).all()
-            # Rows lost by one consumer go back together; a poison message fails on its own.
-            back: dict[Optional[str], list[int]] = {}
-            moved = 0
+            # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
+            back: dict[tuple[Optional[str], str], list[int]] = {}
             for row in expired:
                 most = max_deliveries(row.topic)
                 if lifecycle.delivered_out(row.attempt, most):
                     change = lifecycle.expire(now, row.attempt, most, row.consumer, broker, _expiries(conn, row.id) + 1)
-                    moved += apply(conn, change, m.c.id == row.id, m.c.lease_expire < now)
+                    _tally(counts, row.topic, apply(conn, change, m.c.id == row.id, m.c.lease_expire < now))
                 else:
-                    back.setdefault(row.consumer, []).append(row.id)
-            for consumer, ids in back.items():
-                moved += apply(conn, lifecycle.lease_lost(now, consumer, broker), ids_in(ids), m.c.lease_expire < now)
-            return moved
+                    back.setdefault((row.consumer, row.topic), []).append(row.id)
+            for (consumer, topic), ids in back.items():
+                _tally(counts, topic, apply(conn, lifecycle.lease_lost(now, consumer, broker), ids_in(ids),
+                                            m.c.lease_expire < now))
+            return sum(counts.values())
 
-        return self._db.tx(work)
+        moved = self._db.tx(work)
+        if by_topic is not None:
+            for topic, n in counts.items():
+                _tally(by_topic, topic, n)
+        return moved
 
     # -- probes ------------------------------------------------------------------------------
     def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
@@ -160,6 +167,11 @@ class Leases:
 
     def max_id(self) -> int:
         return self._db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
+
+
+def _tally(counts: dict[str, int], topic: str, n: int) -> None:
+    if n:
+        counts[topic] = counts.get(topic, 0) + n
 
 
 def _any_running(conn: Connection, topic: str) -> bool:

@@ -6,13 +6,13 @@ import json
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, case, func, insert, select, update
 
 from tidemq.lifecycle import MessageStatus
 
 from ..schema import message as m
 from ..schema import topic as t
-from ..storage import StoredMessage, TopicSettings
+from ..storage import Backlog, StoredMessage, TopicSettings
 from .database import SqlDatabase
 
 __all__ = ["Reads", "to_message", "topics_present"]
@@ -87,6 +87,31 @@ class Reads:
                 m.c.topic.in_(topics), m.c.status == MessageStatus.RUNNING.value, m.c.lease_token == lease_token).distinct()).scalars())
 
         return self._db.tx(work)
+
+    def backlog(self, now: datetime) -> list[Backlog]:
+        new, running = MessageStatus.NEW.value, MessageStatus.RUNNING.value
+
+        def work(conn: Connection) -> list[Any]:
+            # Topic by topic along (topic, status, effect_time): the NEW and RUNNING ranges only,
+            # never the finished rows, read from the index alone.
+            topics = topics_present(conn)
+            if not topics:
+                return []
+            due = m.c.effect_time <= now
+            return conn.execute(
+                select(m.c.topic, m.c.status, func.count(), func.sum(case((due, 1), else_=0)),
+                       func.min(case((due, m.c.effect_time), else_=None)))
+                .where(m.c.topic.in_(topics), m.c.status.in_([new, running]))
+                .group_by(m.c.topic, m.c.status)).all()
+
+        found: dict[str, dict[str, Any]] = {}
+        for topic, status, count, due_count, oldest in self._db.tx(work):
+            entry = found.setdefault(topic, {"due": 0, "scheduled": 0, "running": 0, "oldest_due": None})
+            if status == running:
+                entry["running"] = int(count)
+            else:
+                entry.update(due=int(due_count or 0), scheduled=int(count) - int(due_count or 0), oldest_due=oldest)
+        return [Backlog(topic, **values) for topic, values in sorted(found.items())]
 
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         stmt = select(m.c.topic, m.c.status, func.count()).group_by(m.c.topic, m.c.status)

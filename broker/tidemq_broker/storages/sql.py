@@ -16,7 +16,7 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import LeasedMessage, MessageEdit, NewRow, RequestRef, Storage, StoredMessage, TopicSettings
+from ..storage import Backlog, LeasedMessage, MessageEdit, NewRow, RequestRef, Storage, StoredMessage, TopicSettings
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
@@ -81,8 +81,8 @@ class SqlStorage(Storage):
         return self._leases.extend_leases(leases, ttr, now)
 
     def expire_leases(self, now: datetime, limit: int, broker: str,
-                      max_deliveries: Callable[[str], int]) -> int:
-        return self._leases.expire_leases(now, limit, broker, max_deliveries)
+                      max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None) -> int:
+        return self._leases.expire_leases(now, limit, broker, max_deliveries, by_topic)
 
     def cancel(self, ids: Sequence[int]) -> list[bool]:
         return self._writes.cancel(ids)
@@ -132,6 +132,9 @@ class SqlStorage(Storage):
 
     def lease_topics(self, lease_token: str) -> set[str]:
         return self._reads.lease_topics(lease_token)
+
+    def backlog(self, now: datetime) -> list[Backlog]:
+        return self._reads.backlog(now)
 
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         return self._reads.count_by_status(topic)

@@ -1,0 +1,123 @@
+"""Prometheus metrics of a worker, and the HTTP endpoint every tidemq process serves them on.
+
+Workers measure what only they see: how late a handler starts after its message's effect_time,
+how long it runs, and what came of it. The broker's own metrics are in ``tidemq_broker.metrics``
+and the console's in ``tidemq_admin.metrics``; all register in prometheus_client's default
+registry, which also holds its process and platform collectors (CPU, memory, open files).
+
+Labels are bounded: ``topic`` (topics are declared by operators and code, never derived from
+data) and ``outcome``; never a message id. prometheus_client is the ``metrics`` extra: without
+it the metrics below do nothing, and asking for an endpoint is a configuration error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from .config import Settings
+from .errors import ConfigurationError
+
+__all__ = ["HANDLER_SECONDS", "LATENESS_SECONDS", "MESSAGES_FAILED", "MESSAGES_RETRIED", "MESSAGES_SUCCEEDED",
+           "handler_started", "handler_finished", "serve_metrics", "AVAILABLE"]
+
+log = logging.getLogger(__name__)
+
+try:
+    import prometheus_client
+except ModuleNotFoundError:  # the base install: metrics are no-ops
+    prometheus_client = None  # type: ignore[assignment]
+
+AVAILABLE = prometheus_client is not None
+
+#: Seconds from effect_time to handler start: tidemq's delays are precise to milliseconds, and a
+#: backlog makes them minutes or hours late, so the buckets span both.
+LATENESS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0,
+                    15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+#: Seconds a handler runs: from a no-op to the longest ttr a lease allows with heartbeats.
+HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                   60.0, 300.0, 1800.0)
+
+
+class _Noop:
+    """Stands in for a metric when prometheus_client is not installed."""
+
+    def labels(self, *args: Any, **kwargs: Any) -> "_Noop":
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def time(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+    """A Counter in the default registry (``name`` without ``_total``), or a no-op."""
+    return prometheus_client.Counter(name, doc, labels) if AVAILABLE else _Noop()
+
+
+def histogram(name: str, doc: str, buckets: tuple[float, ...], labels: tuple[str, ...] = ()) -> Any:
+    """A Histogram in the default registry, or a no-op."""
+    return prometheus_client.Histogram(name, doc, labels, buckets=buckets) if AVAILABLE else _Noop()
+
+
+MESSAGES_SUCCEEDED = counter("tidemq_messages_succeeded", "Handlers that returned (the message goes to SUCCESS), "
+                             "counted by the worker when the handler ends.", ("topic",))
+MESSAGES_RETRIED = counter("tidemq_messages_retried", "Handlers that raised while the message had retries left "
+                           "(it goes back to NEW after its backoff).", ("topic",))
+MESSAGES_FAILED = counter("tidemq_messages_failed", "Handlers that raised on the message's last attempt (it goes "
+                          "to FAIL, the dead letters).", ("topic",))
+HANDLER_SECONDS = histogram("tidemq_handler_duration_seconds", "Seconds a handler ran, by outcome "
+                            "(success or failure).", HANDLER_BUCKETS, ("topic", "outcome"))
+LATENESS_SECONDS = histogram("tidemq_lateness_seconds", "Seconds from a message's effect_time to the start of its "
+                             "handler, measured by the worker's clock (negative would mean early).",
+                             LATENESS_BUCKETS, ("topic",))
+
+
+def handler_started(topic: str, effect_time: datetime) -> float:
+    """Record how late a handler of ``topic`` starts (``effect_time`` aware, or naive UTC);
+    return a start mark for ``handler_finished``."""
+    now = datetime.now(timezone.utc)
+    if effect_time.tzinfo is None:
+        now = now.replace(tzinfo=None)
+    LATENESS_SECONDS.labels(topic).observe((now - effect_time).total_seconds())
+    return time.perf_counter()
+
+
+def handler_finished(topic: str, started: float, success: bool, retry_remaining: int = 0) -> None:
+    """Record a handler's duration and outcome. A failure with ``retry_remaining`` > 0 is a retry
+    (``tidemq.lifecycle.fail_attempt`` decides the same way), else a FAIL."""
+    HANDLER_SECONDS.labels(topic, "success" if success else "failure").observe(time.perf_counter() - started)
+    if success:
+        MESSAGES_SUCCEEDED.labels(topic).inc()
+    elif retry_remaining > 0:
+        MESSAGES_RETRIED.labels(topic).inc()
+    else:
+        MESSAGES_FAILED.labels(topic).inc()
+
+
+def serve_metrics(settings: Settings, what: str) -> Optional[Any]:
+    """Serve the default registry on ``settings.metrics_host:metrics_port`` (a daemon thread) when
+    the port is set; return the server (``.shutdown()``), or None when metrics are off."""
+    if not settings.metrics_port:
+        return None
+    if not AVAILABLE:
+        raise ConfigurationError("TIDEMQ_METRICS_PORT (--metrics-port) needs prometheus_client: "
+                                 "pip install 'tidemq[metrics]'")
+    try:
+        server, _ = prometheus_client.start_http_server(settings.metrics_port, settings.metrics_host)
+    except OSError as exc:
+        raise ConfigurationError(f"TIDEMQ_METRICS_PORT: cannot listen on {settings.metrics_host}:"
+                                 f"{settings.metrics_port}: {exc.strerror}") from None
+    log.info("%s metrics on http://%s:%d/metrics", what, settings.metrics_host, settings.metrics_port)
+    return server
