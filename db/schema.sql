@@ -1,4 +1,4 @@
--- tidemq schema (version 5) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 6) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -8,6 +8,7 @@
 --   order_time   effect_time as produced; SERIAL_QUEUE runs in (order_time, id) order
 --   lease_token  set by the pull that leased the row; an ack must present it
 --   lease_expire set while RUNNING, NULL in every other status
+--   trace_context the producer's W3C traceparent (OpenTelemetry), NULL when it had none
 -- idx_message_lock serves the pull lock: topic and status by equality, effect_time in order.
 -- idx_message_topic_status_lease finds each topic's expired leases and, lease_expire being NULL
 -- outside RUNNING, walks one topic and status in id order for the console.
@@ -32,6 +33,7 @@ CREATE TABLE `tidemq_message` (
   `update_time` datetime(3) NOT NULL,
   `start_time` datetime(3) DEFAULT NULL,
   `finish_time` datetime(3) DEFAULT NULL,
+  `trace_context` varchar(255) DEFAULT NULL,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`effect_time`),

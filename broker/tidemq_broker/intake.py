@@ -20,6 +20,7 @@ from tidemq.validation import (
 )
 
 from tidemq import clock
+from tidemq.tracing import check_traceparent
 from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError
 from .storage import NewRow
 from .topics import TopicCache
@@ -75,8 +76,13 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
         retry = msg.retry
     else:
         raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES} (or -1 for the topic's default), got {msg.retry}")
+    try:
+        trace_context = check_traceparent(msg.trace_context) or None
+    except ValueError as exc:
+        raise MalformedRequestError(str(exc)) from None
     return NewRow(topic=topic, data=msg.data, effect_time=effect_time, retry_remaining=retry,
-                  retry_schedule=schedule, unique_key=check_unique_key(msg.unique_key) or None)
+                  retry_schedule=schedule, unique_key=check_unique_key(msg.unique_key) or None,
+                  trace_context=trace_context)
 
 
 def check_pull(request: pb.PullRequest) -> None:

@@ -32,7 +32,7 @@ from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
            "produce_request", "principal", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -69,6 +69,8 @@ message = Table(
     Column("update_time", Time, nullable=False),
     Column("start_time", Time, nullable=True),
     Column("finish_time", Time, nullable=True),
+    # The producer's W3C traceparent (OpenTelemetry), returned with every delivery; NULL: none.
+    Column("trace_context", String(255), nullable=True),
     UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
     # The pull lock: equality on topic and status, range on effect_time, in index order.
     Index("idx_message_lock", "topic", "status", "effect_time"),

@@ -9,7 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
-from tidemq import clock
+from tidemq import clock, tracing
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from tidemq.validation import check_topic
@@ -87,7 +87,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         request_id = check_request_id(request.request_id)
         authorize("Produce", {row.topic for row in rows})
         remaining = context.time_remaining()
-        ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
+        with tracing.rpc_span("Produce", (row.topic for row in rows), (row.trace_context or "" for row in rows)):
+            ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         return pb.ProduceReply(ids=ids)
 
@@ -109,13 +110,16 @@ class BrokerService(pb_grpc.BrokerServicer):
         def attempt() -> list[LeasedMessage]:
             if self.topics.get(topic).paused or not context.is_active():
                 return []
-            now = clock.now()
+            now, lock_started = clock.now(), tracing.now_ns()
             token = request.lease_token or None
             with metrics.LOCK_SECONDS.time():
                 if request.serial:
-                    return self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
-                return self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now, token,
-                                               self.name, ahead)
+                    found = self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
+                else:
+                    found = self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now,
+                                                    token, self.name, ahead)
+            tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
+            return found
 
         def next_due() -> Any:
             if request.serial:
@@ -209,5 +213,5 @@ def _delivery(msg: LeasedMessage) -> pb.Delivery:
     return pb.Delivery(
         id=msg.id, topic=msg.topic, data=msg.data, effect_time_ms=clock.to_epoch_ms(msg.effect_time),
         retry_remaining=msg.retry_remaining, attempt=msg.attempt, lease_token=msg.lease_token or "",
-        ttr_seconds=float(msg.ttr or 0),
+        ttr_seconds=float(msg.ttr or 0), trace_context=msg.trace_context or "",
     )

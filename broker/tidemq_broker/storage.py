@@ -43,6 +43,7 @@ class NewRow:
     retry_remaining: int
     retry_schedule: Optional[list[float]] = None
     unique_key: Optional[str] = None
+    trace_context: Optional[str] = None  # the producer's W3C traceparent (``tidemq.tracing``)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class StoredMessage:
     update_time: datetime
     start_time: Optional[datetime]
     finish_time: Optional[datetime]
+    trace_context: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class LeasedMessage:
     ttr: Optional[int]
     lease_token: str
     consumer: Optional[str]
+    trace_context: Optional[str] = None
 
 
 @dataclass

@@ -13,7 +13,7 @@ import logging
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
-from tidemq import clock
+from tidemq import clock, tracing
 from tidemq.coalesce import Coalescer, Request
 from . import metrics
 from .errors import StorageUnavailableError, TidemqError, ValidationError
@@ -57,7 +57,9 @@ class GroupCommitWriter:
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:
-            self._write(batch)
+            rows = [row for request in batch for row in request.payload[0]]
+            with tracing.commit_span(len(rows), len(batch), [row.trace_context or "" for row in rows]):
+                self._write(batch)
         except StorageUnavailableError as exc:
             for request in batch:
                 request.error = exc

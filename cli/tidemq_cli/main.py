@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from tidemq.config import Settings, has_password, masked_url
 from tidemq.errors import ConfigurationError, TidemqError
+from tidemq.logs import configure_logging
 
 from .principals import register as register_auth
 from .principals import run as run_auth
@@ -99,11 +100,16 @@ def _optional(name: str):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    level = logging.DEBUG if args.verbose else logging.INFO
+    configure_logging("text", level)  # until the settings say which format
     try:
         settings = _settings(args)
+        configure_logging(settings.log_format, level)
+        if args.db_url and has_password(args.db_url):
+            # Too late to hide it from `ps` (every local user can read argv), but not too late to say so.
+            logging.getLogger("tidemq").warning(
+                "--db-url %s carries a password on the command line, where every local user can read it; "
+                "set TIDEMQ_DB_URL or TIDEMQ_DB_URL_FILE instead", masked_url(args.db_url))
         handler = _COMMANDS.get(args.command) or args.func
         return handler(args, settings)
     except TidemqError as exc:
@@ -114,11 +120,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     """The environment's settings with the global flags applied."""
     env = dict(os.environ)
-    if args.db_url and has_password(args.db_url):
-        # Too late to hide it from `ps` (every local user can read argv), but not too late to say so.
-        logging.getLogger("tidemq").warning(
-            "--db-url %s carries a password on the command line, where every local user can read it; "
-            "set TIDEMQ_DB_URL or TIDEMQ_DB_URL_FILE instead", masked_url(args.db_url))
     if args.token_file:
         env["TIDEMQ_TOKEN_FILE"], env["TIDEMQ_TOKEN"] = args.token_file, ""
     return Settings.from_env(env, db_url=args.db_url, zk_hosts=args.zk_hosts, zk_root=args.zk_root,

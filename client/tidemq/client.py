@@ -27,6 +27,7 @@ from .errors import (
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
+from . import tracing
 from .tls import channel_credentials
 from .validation import (
     MAX_BATCH,
@@ -113,6 +114,15 @@ class Client:
         if unique_keys is not None and len(unique_keys) != len(datas):
             raise ConfigurationError(f"unique_keys has {len(unique_keys)} entries for {len(datas)} messages")
         template = self._template(topic, delay, effect_time, retry)
+        with tracing.produce_span(template.topic, len(datas)) as span:
+            # The messages carry this span's context: their handlers' spans become its children.
+            template.trace_context = tracing.current_traceparent()
+            ids = self._produce(template, datas, unique_keys, timeout)
+            tracing.set_message_ids(span, ids)
+            return ids
+
+    def _produce(self, template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
+                 timeout: Optional[float]) -> list[int]:
         messages = []
         for index, data in enumerate(datas):
             msg = pb.NewMessage()
@@ -178,12 +188,16 @@ class Client:
     def broadcast(self, topic: str, data: Any = None) -> int:
         """Send ``data`` to every TOPIC consumer of ``topic`` online now; return its sequence."""
         check_topic(topic)
-        payload = json.dumps({"data": json.loads(encode_data(data, BROADCAST_MAX_BYTES)),
-                              "sent_at": int(time.time() * 1000)}, ensure_ascii=False,
-                             separators=(",", ":")).encode("utf-8")
-        if len(payload) > BROADCAST_MAX_BYTES:
-            raise DataTooLargeError(f"broadcast is {len(payload)} bytes; ZooKeeper's limit leaves {BROADCAST_MAX_BYTES}")
-        return self.coordinator.broadcast(topic, payload)
+        with tracing.produce_span(topic, 1):
+            envelope = {"data": json.loads(encode_data(data, BROADCAST_MAX_BYTES)), "sent_at": int(time.time() * 1000)}
+            context = tracing.current_traceparent()
+            if context:  # each consumer's handler span joins this trace
+                envelope["trace_context"] = context
+            payload = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            if len(payload) > BROADCAST_MAX_BYTES:
+                raise DataTooLargeError(
+                    f"broadcast is {len(payload)} bytes; ZooKeeper's limit leaves {BROADCAST_MAX_BYTES}")
+            return self.coordinator.broadcast(topic, payload)
 
     # -- managing ----------------------------------------------------------------------------
     def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
@@ -282,4 +296,4 @@ def _delivery(d: pb.Delivery) -> Delivery:
     return Delivery(id=d.id, topic=d.topic, data=d.data,
                     effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
                     retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
-                    ttr=d.ttr_seconds)
+                    ttr=d.ttr_seconds, trace_context=d.trace_context)

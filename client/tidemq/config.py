@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
 from .errors import ConfigurationError
+from .logs import LOG_FORMATS
 from .validation import DEFAULT_MAX_DATA_BYTES
 
 __all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT", "has_password", "masked_url"]
@@ -48,6 +49,8 @@ class Settings:
     metrics_port: HTTP port of this process's Prometheus endpoint (TIDEMQ_METRICS_PORT; the CLI's
     ``--metrics-port`` on broker, worker and admin); 0 serves none.
     metrics_host: interface that endpoint listens on (TIDEMQ_METRICS_HOST, default 127.0.0.1).
+    log_format: how the command line's processes write log lines (TIDEMQ_LOG_FORMAT): "text",
+    or "json" for one JSON object per line (``tidemq.logs``).
     """
 
     db_url: str = field(default=DEFAULT_DB_URL, repr=False)
@@ -69,6 +72,7 @@ class Settings:
     zk_auth: str = field(default="", repr=False)
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    log_format: str = "text"
 
     def __repr__(self) -> str:
         # Secrets are left out (repr=False) or masked: the URL and ZooKeeper credentials show
@@ -115,6 +119,7 @@ class Settings:
             zk_auth=env.get("TIDEMQ_ZK_AUTH", ""),
             metrics_port=metrics_port,
             metrics_host=env.get("TIDEMQ_METRICS_HOST", "") or "127.0.0.1",
+            log_format=(env.get("TIDEMQ_LOG_FORMAT", "") or "text").strip().lower(),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -137,6 +142,9 @@ class Settings:
             raise ConfigurationError("TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together: set both files or neither")
         if self.auth not in AUTH_MODES:
             raise ConfigurationError(f"TIDEMQ_AUTH must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigurationError(
+                f"TIDEMQ_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         if self.token and not _TOKEN.fullmatch(self.token):
             # The value is never echoed: it is a secret, even when malformed.
             raise ConfigurationError(

@@ -28,6 +28,7 @@ class Delivery:
     attempt: int
     lease_token: str
     ttr: float
+    trace_context: str = ""  # the producer's W3C traceparent ("": none), see tidemq.tracing
 
 
 @dataclass(frozen=True)

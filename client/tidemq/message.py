@@ -52,6 +52,9 @@ class Message:
     attempt: int = 1
     lease_token: str = ""
     ttr: float = 0.0
+    #: The W3C traceparent of the span that produced the message ("" when it had none): the
+    #: handler's span is its child (``tidemq.tracing``).
+    trace_context: str = ""
     _touch: Optional[Callable[[float], bool]] = field(default=None, repr=False, compare=False)
 
     def touch(self, ttr: Optional[float] = None) -> bool:

@@ -14,7 +14,9 @@ from .consumer import ConsumerSpec
 from .coordinator import ConnectionState, Coordinator, Registration, rank_of
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
+from . import tracing
 from .link import AckItem, AckOutcome, BrokerLink, Delivery, LeaseRef, PullHandle
+from .logs import message_context
 from .message import Message, MessageType
 
 __all__ = ["QueueRunner", "delivery_to_message"]
@@ -30,7 +32,8 @@ def delivery_to_message(d: Delivery, link: Optional[BrokerLink] = None,
     if touch is None and link is not None:
         touch = lambda ttr, _id=d.id, _token=d.lease_token: link.touch(_id, _token, ttr)  # noqa: E731
     return Message.from_json(d.id, d.topic, d.data, effect_time=d.effect_time, retry_remaining=d.retry_remaining,
-                             attempt=d.attempt, lease_token=d.lease_token, ttr=d.ttr, _touch=touch)
+                             attempt=d.attempt, lease_token=d.lease_token, ttr=d.ttr,
+                             trace_context=d.trace_context, _touch=touch)
 
 
 class QueueRunner:
@@ -238,16 +241,20 @@ class QueueRunner:
             self._lost.discard(lease)
         if lost:  # it waited for a thread and a heartbeat found it gone: someone else may run it
             self.stale += 1
-            log.warning("message %d lost its lease while it waited for a thread; not running it", delivery.id)
+            log.warning("message %d lost its lease while it waited for a thread; not running it", delivery.id,
+                        extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
             self._release(1)
             return
         item = AckItem(delivery.id, delivery.lease_token, True)
         started = metrics.handler_started(self.spec.topic, delivery.effect_time)
-        try:
-            self.spec.handler(delivery_to_message(delivery, touch=lambda ttr: self._touch(lease, ttr)))
-        except Exception as exc:  # the handler's failure is the message's outcome, not ours
-            log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-            item = AckItem(delivery.id, delivery.lease_token, False, f"{type(exc).__name__}: {exc}")
+        # Log lines made while it runs name the message; its span joins the producer's trace.
+        with message_context(delivery.id, delivery.topic, delivery.trace_context):
+            try:
+                with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
+                    self.spec.handler(delivery_to_message(delivery, touch=lambda ttr: self._touch(lease, ttr)))
+            except Exception as exc:  # the handler's failure is the message's outcome, not ours
+                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
+                item = AckItem(delivery.id, delivery.lease_token, False, f"{type(exc).__name__}: {exc}")
         metrics.handler_finished(self.spec.topic, started, item.success, delivery.retry_remaining)
         self._acks.put(item)
         if not self.serial:
@@ -313,7 +320,8 @@ class QueueRunner:
                     lost.append(lease.id)
         for msg_id in lost:
             log.warning("lease of message %d of %s was lost (expired or taken over): its ack will be "
-                        "refused as STALE", msg_id, self.spec.topic)
+                        "refused as STALE", msg_id, self.spec.topic,
+                        extra={"tidemq_message_id": msg_id, "tidemq_topic": self.spec.topic})
 
     # -- acking ------------------------------------------------------------------------------
     def _ack_loop(self) -> None:

@@ -50,6 +50,7 @@ class StubMessage:
     lease_expire: float = 0.0
     ttr: float = 0.0
     consumer: str = ""
+    trace_context: str = ""
     extended: int = 0
     error: str = ""
     leased_at: float = 0.0  # ``clock`` when its last lease was taken
@@ -101,11 +102,14 @@ class StubBroker:
         self.peak_running: Counter[str] = Counter()
 
     # -- test helpers ------------------------------------------------------------------------
-    def produce(self, topic: str, data: Any = None, delay: float = 0.0, retry: int = 0) -> int:
-        """Store a message due ``delay`` seconds from now with ``retry`` retries; return its id."""
+    def produce(self, topic: str, data: Any = None, delay: float = 0.0, retry: int = 0,
+                trace_context: str = "") -> int:
+        """Store a message due ``delay`` seconds from now with ``retry`` retries (and the
+        producer's W3C traceparent, if any); return its id."""
         with self._cond:
             due = self.clock() + delay
-            msg = StubMessage(next(self._next_id), topic, json.dumps(data), due, due, retry)
+            msg = StubMessage(next(self._next_id), topic, json.dumps(data), due, due, retry,
+                              trace_context=trace_context)
             self._messages[msg.id] = msg
             self._cond.notify_all()
             return msg.id
@@ -280,4 +284,5 @@ class StubBroker:
     def _delivery(self, m: StubMessage) -> Delivery:
         return Delivery(id=m.id, topic=m.topic, data=m.data,
                         effect_time=datetime.fromtimestamp(m.effect_time, tz=timezone.utc),
-                        retry_remaining=m.retry_remaining, attempt=m.attempt, lease_token=m.lease_token, ttr=m.ttr)
+                        retry_remaining=m.retry_remaining, attempt=m.attempt, lease_token=m.lease_token, ttr=m.ttr,
+                        trace_context=m.trace_context)

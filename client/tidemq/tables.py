@@ -46,6 +46,9 @@ class _Message(Table):
     update_time = "update_time"
     start_time = "start_time"
     finish_time = "finish_time"
+    # The W3C traceparent of the producer's OpenTelemetry span (NULL: none); not ``trace``,
+    # which is tidemq's own history of the message.
+    trace_context = "trace_context"
 
 
 class _Topic(Table):

@@ -8,9 +8,11 @@ import threading
 from datetime import datetime, timezone
 from typing import Optional
 
+from . import tracing
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration
 from .errors import TidemqError
+from .logs import message_context
 from .message import Message
 
 __all__ = ["BroadcastRunner"]
@@ -93,10 +95,15 @@ class BroadcastRunner:
             log.error("broadcast %d of %s is not tidemq's JSON envelope; skipped", seq, self.spec.topic)
             return
         sent_at = datetime.fromtimestamp(envelope.get("sent_at", 0) / 1000, tz=timezone.utc)
-        message = Message(id=seq, topic=self.spec.topic, data=envelope.get("data"), effect_time=sent_at)
-        try:
-            self.spec.handler(message)
-            self.succeeded += 1
-        except Exception:  # broadcasts are not retried: log and go on to the next
-            self.failed += 1
-            log.exception("handler of broadcast %d of %s failed", seq, self.spec.topic)
+        context = envelope.get("trace_context") or ""
+        context = context if isinstance(context, str) and tracing.trace_id_of(context) else ""
+        message = Message(id=seq, topic=self.spec.topic, data=envelope.get("data"), effect_time=sent_at,
+                          trace_context=context)
+        with message_context(seq, self.spec.topic, context):
+            try:
+                with tracing.handler_span(self.spec.topic, seq, 1, context):
+                    self.spec.handler(message)
+                self.succeeded += 1
+            except Exception:  # broadcasts are not retried: log and go on to the next
+                self.failed += 1
+                log.exception("handler of broadcast %d of %s failed", seq, self.spec.topic)

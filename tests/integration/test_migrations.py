@@ -39,6 +39,7 @@ def old_store(request, tmp_path):
         on = f" ON {m.name}" if conn.dialect.name != "sqlite" else ""
         conn.exec_driver_sql(f"DROP INDEX idx_message_topic_status_lease{on}")
         conn.exec_driver_sql("DROP TABLE tidemq_produce_request")  # version 4's table
+        conn.exec_driver_sql(f"ALTER TABLE {m.name} DROP COLUMN trace_context")  # version 6's column
         conn.execute(update(m).where(m.c.id == leased[0].id).values(lease_expire=clock.after(now, 30)))
         conn.execute(delete(v))
         conn.execute(insert(v).values(version=1, applied_at=now))
@@ -61,6 +62,7 @@ def test_upgrade_applies_version_2_once(old_store):
     assert store.schema_version() == SCHEMA_VERSION
     assert not DROPPED & _indexes(store) and "idx_message_topic_status_lease" in _indexes(store)
     assert "tidemq_produce_request" in inspect(store.db.engine).get_table_names()
+    assert "trace_context" in {column["name"] for column in inspect(store.db.engine).get_columns(m.name)}
     done, running, new = (store.get_message(i) for i in (leased[0].id, leased[1].id, ids[2]))
     assert (done.status, done.lease_expire) == ("SUCCESS", None)
     assert running.status == "RUNNING" and running.lease_expire is not None  # a live lease is kept

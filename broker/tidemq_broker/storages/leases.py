@@ -27,7 +27,7 @@ __all__ = ["Leases", "new_lease_token"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
 # What a pull reads back of each leased row: the rest of a delivery is what the lease set.
-_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt]
+_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt, m.c.trace_context]
 
 
 def new_lease_token() -> str:
@@ -194,7 +194,7 @@ def _leased(conn: Connection, topic: str, change: Change) -> list[LeasedMessage]
     # with their data cost MariaDB more than this costs Python.
     rows.sort(key=lambda row: (row.effect_time, row.id))
     return [LeasedMessage(row.id, topic, row.data, _RUNNING, row.effect_time, row.retry_remaining, row.attempt,
-                          sets["ttr"], sets["lease_token"], sets["consumer"]) for row in rows]
+                          sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context) for row in rows]
 
 
 def _expiries(conn: Connection, id: int) -> int:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from tidemq import clock
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, MessageStatus
-from tidemq.tables import TOPIC
+from tidemq.tables import MESSAGE, TOPIC
 
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
@@ -81,11 +81,21 @@ def _principals(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[principal])
 
 
+def _trace_context(db: SqlDatabase) -> None:
+    """Version 6: ``tidemq_message.trace_context``, the producer's W3C traceparent, so each
+    handler's span joins the producer's trace."""
+    columns = {column["name"] for column in inspect(db.engine).get_columns(MESSAGE.name)}
+    if MESSAGE.trace_context not in columns:
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {MESSAGE.name} ADD COLUMN {MESSAGE.trace_context} VARCHAR(255) NULL")
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
     Step(4, "tidemq_produce_request: a retried Produce call stores nothing twice", _produce_requests),
     Step(5, "tidemq_principal: tokens, roles and topic patterns for authenticated brokers", _principals),
+    Step(6, "tidemq_message.trace_context: the producer's OpenTelemetry trace context", _trace_context),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

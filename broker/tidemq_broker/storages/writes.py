@@ -42,6 +42,7 @@ def row_values(row: NewRow, change: Change) -> dict[str, Any]:
         M.retry_schedule: json.dumps(row.retry_schedule) if row.retry_schedule is not None else None,
         M.unique_key: row.unique_key or None,
         M.trace: change.trace,
+        M.trace_context: row.trace_context or None,
         **change.values,
     }
     return {name: values[name] for name in INSERT_COLUMNS}
