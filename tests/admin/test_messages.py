@@ -105,3 +105,14 @@ def test_running_messages_show_their_consumer(admin, storage):
     html = admin.get(f"/messages/{msg_id}").get_data(as_text=True)
     assert "RUNNING" in html and "test-consumer" in html
     assert f"/messages/{msg_id}/edit" not in html  # no edit button while a consumer holds it
+
+
+def test_detail_shows_the_producer_s_trace_id(admin, storage):
+    from tidemq import clock
+    from tidemq_broker.storage import NewRow
+
+    now = clock.now()
+    [msg_id] = storage.insert_messages([NewRow("orders", "{}", now, 0, trace_context=(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))], now)
+    html = admin.get(f"/messages/{msg_id}").get_data(as_text=True)
+    assert "0af7651916cd43dd8448eb211c80319c" in html

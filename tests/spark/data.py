@@ -61,6 +61,7 @@ def message_rows(n: int, topics: tuple[str, ...] = ("t.alpha", "t.beta"), seed: 
             "consumer": "c1" if start else None, "unique_key": f"k-{i}" if i % 5 == 0 else None, "version": attempt,
             "trace": trace, "add_time": add, "update_time": finish or start or add, "start_time": start,
             "finish_time": finish,
+            "trace_context": f"00-{i:032x}-{i + 1:016x}-01" if i % 2 else None,
         })
     return rows
 
