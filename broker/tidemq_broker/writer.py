@@ -57,8 +57,8 @@ class GroupCommitWriter:
 
     def _commit(self, batch: list[_Pending]) -> None:
         try:
-            rows = [row for request in batch for row in request.payload[0]]
-            with tracing.commit_span(len(rows), len(batch), [row.trace_context or "" for row in rows]):
+            contexts = (row.trace_context or "" for request in batch for row in request.payload[0])
+            with tracing.commit_span(sum(request.items for request in batch), len(batch), contexts):
                 self._write(batch)
         except StorageUnavailableError as exc:
             for request in batch:

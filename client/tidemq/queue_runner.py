@@ -9,12 +9,11 @@ import time
 import uuid
 from typing import Callable, Optional
 
-from . import metrics
+from . import metrics, tracing
 from .consumer import ConsumerSpec
 from .coordinator import ConnectionState, Coordinator, Registration, rank_of
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
-from . import tracing
 from .link import AckItem, AckOutcome, BrokerLink, Delivery, LeaseRef, PullHandle
 from .logs import message_context
 from .message import Message, MessageType

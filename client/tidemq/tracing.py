@@ -164,8 +164,13 @@ def set_message_ids(span: Any, ids: Sequence[int]) -> None:
 
 
 @contextlib.contextmanager
-def rpc_span(method: str, topics: Sequence[str], traceparents: Sequence[str]) -> Iterator[Any]:
-    """The broker's span of one Produce RPC: a child of its messages' producer span."""
+def rpc_span(method: str, topics: Iterable[str], traceparents: Iterable[str]) -> Iterator[Any]:
+    """The broker's span of one Produce RPC: a child of its messages' producer span. The
+    iterables are read only when spans are made."""
+    if _active() is None:
+        yield None
+        return
+    topics, traceparents = list(topics), list(traceparents)
     parent = _parent(traceparents)
     attributes = {"rpc.system": "grpc", "rpc.service": "tidemq.v1.Broker", "rpc.method": method,
                   "messaging.system": SYSTEM, "messaging.batch.message_count": len(traceparents)}
@@ -178,9 +183,10 @@ def rpc_span(method: str, topics: Sequence[str], traceparents: Sequence[str]) ->
 
 
 @contextlib.contextmanager
-def commit_span(rows: int, requests: int, traceparents: Sequence[str]) -> Iterator[Any]:
+def commit_span(rows: int, requests: int, traceparents: Iterable[str]) -> Iterator[Any]:
     """The group commit: one transaction for the rows of several Produce RPCs. It runs in one
-    of their threads (a child of that RPC's span) and links every message's producer span."""
+    of their threads (a child of that RPC's span) and links every message's producer span
+    (``traceparents`` is read only when the span is recorded)."""
     attributes = {"messaging.system": SYSTEM, "messaging.batch.message_count": rows,
                   "tidemq.commit.requests": requests, "db.operation.name": "INSERT"}
     with _span("tidemq group commit", "INTERNAL", attributes) as span:
@@ -188,14 +194,17 @@ def commit_span(rows: int, requests: int, traceparents: Sequence[str]) -> Iterat
         yield span
 
 
-def record_lock(topic: str, start_ns: int, ids: Sequence[int], traceparents: Sequence[str]) -> None:
+def record_lock(topic: str, start_ns: int, ids: Iterable[int], traceparents: Iterable[str]) -> None:
     """Record the broker's lock of leased messages as a span from ``start_ns`` to now.
 
     Made after the fact, so a long-poll's empty tries leave no spans. One message (or one
     trace): a child of its producer's span; a batch of several: links to each.
     """
     api = _active()
-    if api is None or not ids:
+    if api is None:
+        return
+    ids, traceparents = list(ids), list(traceparents)
+    if not ids:
         return
     parent = _parent(traceparents)
     attributes = _attributes(topic, "receive", **{

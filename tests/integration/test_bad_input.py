@@ -89,6 +89,8 @@ def test_broker_refuses_a_batch_with_one_bad_message_and_stores_none(stub, broke
     (pb.NewMessage(topic="t", data="1", retry_schedule=[1, -1]), "InvalidRetryError", "between 0"),
     (pb.NewMessage(topic="t", data="1", unique_key="k" * 300), "MalformedRequestError", "limit is 255"),
     (pb.NewMessage(topic="t" * 300, data="1"), "InvalidTopicError", "limit is 255"),
+    (pb.NewMessage(topic="t", data="1", trace_context="not-a-traceparent"), "MalformedRequestError", "W3C traceparent"),
+    (pb.NewMessage(topic="t", data="1", trace_context="00-" + "a" * 300), "MalformedRequestError", "at most 255"),
 ])
 def test_broker_refuses_malformed_fields(stub, broker, message, error, words):
     details = _invalid(stub.Produce, pb.ProduceRequest(messages=[message]), error)
