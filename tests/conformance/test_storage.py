@@ -147,6 +147,22 @@ def test_a_delivery_is_what_the_lock_stored(storage):
         assert [e["event"] for e in trace.parse(stored.trace)] == ["PRODUCED", "LOCKED"]
 
 
+def test_a_trace_context_is_stored_and_handed_out_with_every_lease(storage):
+    """The producer's traceparent goes in with the row (on the shared-request path and the plain
+    one), comes back with the lease, is kept for a retry, and stays apart from the trace."""
+    now = clock.now()
+    contexts = ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None,
+                "00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203332-00"]
+    new = [NewRow("t.otel", str(i), now, 1, trace_context=c) for i, c in enumerate(contexts)]
+    ids = storage.insert_messages(new[:2], now, [RequestRef("otel-req", 0, 2)]) + storage.insert_messages(new[2:], now)
+    assert [storage.get_message(i).trace_context for i in ids] == contexts
+    first = {m.id: m for m in lock(storage, "t.otel")}
+    assert [first[i].trace_context for i in ids] == contexts
+    ack(storage, [AckItem(ids[0], first[ids[0]].lease_token, False, "boom")])
+    stored = storage.get_message(ids[0])  # back to NEW for its retry, with its context
+    assert (stored.status, stored.trace_context) == ("NEW", contexts[0]) and contexts[0] not in stored.trace
+
+
 def test_lease_expire_is_set_only_while_running(storage):
     """The console pages one status through (status, lease_expire) with lease_expire NULL: every
     way out of RUNNING must clear it."""
