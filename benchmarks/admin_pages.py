@@ -100,6 +100,13 @@ def main() -> None:
         seconds = fill(server, "tidemq_bench", args.rows)
         print(f"inserted {args.rows:,} messages in {seconds:.1f} s ({args.rows / seconds:,.0f} rows/s)")
         server.execute("ANALYZE TABLE tidemq_message", "tidemq_bench")
+        # What a running broker's maintenance leader does every ~10 s: count per topic and
+        # status once and store it, so the dashboard and topics pages do not count 1M rows.
+        from tidemq_broker.maintenance.counts import TopicCounts
+
+        started = time.perf_counter()
+        TopicCounts(storage).run()
+        print(f"the leader's count of {args.rows:,} messages took {(time.perf_counter() - started) * 1000:.0f} ms")
         app = create_app(Settings.from_env({}, db_url=url), storage=storage)
         add_user(app.extensions["tidemq"].admin, "bench", "bench-password", "admin")
         client = app.test_client()
@@ -126,9 +133,13 @@ def main() -> None:
             ("topics", "/topics"),
         ]
         print(f"{'page':34} {'median ms':>10} {'worst ms':>10}")
+        missed = []
         for name, path in pages:
             med, worst = measure(app, path, args.repeat)
             print(f"{name:34} {med:10.1f} {worst:10.1f}", flush=True)
+            if name in ("dashboard", "topics") and med > 50:
+                missed.append(f"{name} {med:.1f} ms")
+        print("target dashboard and topics <= 50 ms (median): " + ("MISSED: " + ", ".join(missed) if missed else "met"))
         storage.close()
     finally:
         server.cleanup()

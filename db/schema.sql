@@ -1,4 +1,4 @@
--- tidemq schema (version 6) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 7) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -151,4 +151,14 @@ CREATE TABLE `tidemq_principal` (
   `revoked` datetime(3) DEFAULT NULL,
   PRIMARY KEY (`name`),
   UNIQUE KEY `idx_principal_token_hash` (`token_hash`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- The maintenance leader's periodic count of messages per topic and status: the console reads
+-- the count of finished messages from here on large tables instead of counting on every view.
+CREATE TABLE `tidemq_topic_count` (
+  `topic` varchar(255) NOT NULL,
+  `status` varchar(16) NOT NULL,
+  `messages` bigint(20) NOT NULL,
+  `counted_at` datetime(3) NOT NULL,
+  PRIMARY KEY (`topic`,`status`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

@@ -30,9 +30,9 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "produce_request", "principal", "SCHEMA_VERSION"]
+           "produce_request", "principal", "topic_count", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -230,10 +230,23 @@ principal = Table(
     mysql_charset="utf8mb4",
 )
 
+# The leader's periodic count of messages per topic and status (maintenance/counts.py): the
+# console reads the bulk of finished messages from here instead of counting them per page view.
+topic_count = Table(
+    tables.TOPIC_COUNT.name,
+    metadata,
+    Column("topic", String(255), primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("messages", BigInteger, nullable=False),
+    Column("counted_at", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
                        (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
-                       (principal, tables.PRINCIPAL)):
+                       (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

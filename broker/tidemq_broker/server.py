@@ -19,6 +19,7 @@ from .auth import Principals, TokenInterceptor
 from .errors import ConfigurationError
 from .maintenance import Maintainer
 from .maintenance.backlog import BacklogRefresh
+from .maintenance.counts import TopicCounts
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.requests import ProduceRequests
@@ -99,6 +100,7 @@ class BrokerServer:
             ProduceRequests(self.storage),
             BroadcastPruner(self.coordinator),
             BacklogRefresh(self.storage, self.address),
+            TopicCounts(self.storage),
         ])
 
     def _max_deliveries(self, topic: str) -> int:

@@ -316,5 +316,9 @@ class Storage(abc.ABC):
         seconds; it counts those rows along the (topic, status, effect_time) index)."""
 
     @abc.abstractmethod
+    def save_topic_counts(self, counts: dict[str, dict[str, int]], now: datetime) -> None:
+        """Replace the stored count per topic and status (the leader's, read by the console)."""
+
+    @abc.abstractmethod
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         """{topic: {status: count}} for one topic or all."""

@@ -7,7 +7,7 @@ the pipeline's statements and Spark reads use them too, so a renamed column is r
 from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
-           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL"]
+           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT"]
 
 
 class Table:
@@ -163,6 +163,17 @@ class _Principal(Table):
     revoked = "revoked"
 
 
+class _TopicCount(Table):
+    """``tidemq_topic_count``: the maintenance leader's latest count of messages per topic and
+    status, so the console need not count a large table on every page view."""
+
+    name = "tidemq_topic_count"
+    topic = "topic"
+    status = "status"
+    messages = "messages"
+    counted_at = "counted_at"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -172,3 +183,4 @@ ADMIN_USER = _AdminUser()
 ARCHIVE_BATCH = _ArchiveBatch()
 PRODUCE_REQUEST = _ProduceRequest()
 PRINCIPAL = _Principal()
+TOPIC_COUNT = _TopicCount()

@@ -169,3 +169,26 @@ def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
         assert "group-by" in str(plan[0][-1]), plan  # a loose index scan: one probe per topic
     finally:
         storage.close()
+
+
+def test_counts_take_large_statuses_from_the_leaders_count_and_count_the_rest_now(storage):
+    from tidemq_broker.maintenance.counts import TopicCounts
+    from tidemq_broker.storages.admin_sql import COUNTED_FROM
+
+    admin = AdminSqlStore(storage.db)
+    now = clock.now()
+    storage.insert_messages([NewRow("c.one", "1", now, 0)] * 3, now)
+    fresh = admin.topic_counts()
+    assert fresh.counts == {"c.one": {"NEW": 3}} and fresh.stored == [] and fresh.counted_at is None
+    job = TopicCounts(storage, interval=10.0)
+    assert job.run() == 3 and job.interval == 10.0
+    assert admin.topic_counts().counts == {"c.one": {"NEW": 3}}  # small: still counted live
+    # A large count of finished messages (as on a busy installation) is read from the store;
+    # the messages in flight are still counted now.
+    storage.save_topic_counts({"c.one": {"SUCCESS": COUNTED_FROM + 5, "NEW": 3}}, now)
+    storage.insert_messages([NewRow("c.one", "2", now, 0)], now)
+    counted = admin.topic_counts()
+    assert counted.counts == {"c.one": {"SUCCESS": COUNTED_FROM + 5, "NEW": 4}}
+    assert counted.stored == ["SUCCESS"] and counted.counted_at is not None
+    # Counts the caller made itself (the dashboard's NEW, from its backlog query) are used as given.
+    assert admin.topic_counts(known={"c.one": {"NEW": 7}}).counts == {"c.one": {"SUCCESS": COUNTED_FROM + 5, "NEW": 7}}

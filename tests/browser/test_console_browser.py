@@ -184,3 +184,17 @@ def test_topics_and_cluster_pages(console, page, shots, zk_hosts):
         shots(page, "cluster")
     finally:
         zk.stop()
+
+
+def test_the_dashboard_refreshes_its_figures_without_a_reload(console, page):
+    storage = console.extensions["tidemq"].storage
+    produce(storage, "live.orders", [json.dumps({"n": i}) for i in range(2)])
+    sign_in(page, console.base_url)
+    page.goto(console.base_url + "/")
+    tile = ".tile.t-new .n"
+    assert page.inner_text(tile) == "2"
+    page.evaluate("window.__notReloaded = true")
+    produce(storage, "live.orders", [json.dumps({"n": i}) for i in range(3)])
+    wait_until(lambda: page.inner_text(tile) == "5", 15, 0.2, "the dashboard to show 5 NEW")
+    assert page.evaluate("window.__notReloaded") is True  # the figures changed in place
+    assert "5" in page.inner_text("#topic-live\\.orders .counts")

@@ -6,7 +6,7 @@ from flask import Blueprint, render_template
 
 from tidemq import clock
 from tidemq.lifecycle import STATUSES
-from tidemq_broker.storages.admin_sql import hours_ago
+from tidemq_broker.storages.admin_sql import TopicBacklog, hours_ago
 
 from ..charts import line_chart
 from . import console
@@ -15,22 +15,26 @@ __all__ = ["bp"]
 
 bp = Blueprint("dashboard", __name__)
 CHART_HOURS = 48
+REFRESH_SECONDS = 5  # how often an open dashboard refreshes its figures in place
 
 
 @bp.route("/")
 def index():  # type: ignore[no-untyped-def]
     c = console()
     now = clock.now()
-    counts = c.storage.count_by_status()
-    names = sorted(set(counts) | {t.name for t in c.storage.topics()})
-    backlog = c.admin.backlog(names, now)
+    topics = {t.name for t in c.storage.topics()}
+    backlog = c.admin.backlog(sorted(topics | set(c.admin.topics_present())), now)
+    # NEW is the backlog query's due + scheduled: counted once, now.
+    counted = c.admin.topic_counts(known={name: {"NEW": b.due + b.scheduled} for name, b in backlog.items()})
+    counts = counted.counts
+    names = sorted(set(counts) | topics)
     since = hours_ago(now, CHART_HOURS - 1)
     stats = c.admin.topic_stats(since)
     hours = [hours_ago(now, CHART_HOURS - 1 - i) for i in range(CHART_HOURS)]
     labels = [h.strftime("%H:00") for h in hours]
     rows = []
     for name in names:
-        b = backlog[name]
+        b = backlog.get(name) or TopicBacklog()
         by_hour = {r["hour"]: r for r in stats.get(name, [])}
         charts = []
         if by_hour:
@@ -48,5 +52,6 @@ def index():  # type: ignore[no-untyped-def]
         rows.append({"name": name, "counts": counts.get(name, {}), "backlog": b, "oldest_age": oldest_age,
                      "charts": charts})
     totals = {s.value: sum(counts.get(n, {}).get(s.value, 0) for n in names) for s in STATUSES}
+    # A refresh asks for the page again (tidemq.js) and swaps in its #live part: same view, no reload.
     return render_template("dashboard.html", rows=rows, totals=totals, alarms=c.admin.open_alarms(),
-                           hours=CHART_HOURS, now=now)
+                           hours=CHART_HOURS, now=now, counted=counted, refresh_seconds=REFRESH_SECONDS)

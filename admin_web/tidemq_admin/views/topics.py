@@ -31,8 +31,8 @@ def _settings(name: str) -> TopicSettings:
 @bp.route("/topics")
 def index():  # type: ignore[no-untyped-def]
     c = console()
-    counts = c.storage.count_by_status()
-    return render_template("topics.html", topics=c.storage.topics(), counts=counts)
+    counted = c.admin.topic_counts()
+    return render_template("topics.html", topics=c.storage.topics(), counts=counted.counts, counted=counted)
 
 
 @bp.route("/topics/<name>/edit", methods=["GET", "POST"])

@@ -6,12 +6,13 @@ import json
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy import Connection, case, delete, func, insert, select, update
 
 from tidemq.lifecycle import MessageStatus
 
 from ..schema import message as m
 from ..schema import topic as t
+from ..schema import topic_count as tc
 from ..storage import Backlog, StoredMessage, TopicSettings
 from .database import SqlDatabase
 
@@ -112,6 +113,17 @@ class Reads:
             else:
                 entry.update(due=int(due_count or 0), scheduled=int(count) - int(due_count or 0), oldest_due=oldest)
         return [Backlog(topic, **values) for topic, values in sorted(found.items())]
+
+    def save_topic_counts(self, counts: dict[str, dict[str, int]], now: datetime) -> None:
+        rows = [{"topic": topic, "status": status, "messages": n, "counted_at": now}
+                for topic, by_status in counts.items() for status, n in by_status.items()]
+
+        def work(conn: Connection) -> None:
+            conn.execute(delete(tc))  # a small table: the whole count is replaced at once
+            if rows:
+                conn.execute(insert(tc), rows)
+
+        self._db.tx(work)
 
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         stmt = select(m.c.topic, m.c.status, func.count()).group_by(m.c.topic, m.c.status)

@@ -136,5 +136,8 @@ class SqlStorage(Storage):
     def backlog(self, now: datetime) -> list[Backlog]:
         return self._reads.backlog(now)
 
+    def save_topic_counts(self, counts: dict[str, dict[str, int]], now: datetime) -> None:
+        self._reads.save_topic_counts(counts, now)
+
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         return self._reads.count_by_status(topic)
