@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Callable, Optional
 
-from tests.servers import GaleraCluster, MariaDB, ZooKeeper, wait_until
+from tests.galera import GaleraCluster
+from tests.servers import MariaDB, ZooKeeper, wait_until
 
 __all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "tree_rss_mb", "machine", "run_threads", "stop_all", "wait_until"]
 

@@ -14,7 +14,8 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
-from tests.servers import GaleraCluster, MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble
+from tests.galera import GaleraCluster
+from tests.servers import MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble
 
 
 def truncate(db) -> None:

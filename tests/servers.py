@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Optional
 
-__all__ = ["free_port", "GaleraCluster", "MariaDB", "Prometheus", "ZooKeeper", "ZooKeeperEnsemble", "wait_until"]
+__all__ = ["free_port", "MariaDB", "Prometheus", "ZooKeeper", "ZooKeeperEnsemble", "wait_until"]
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 
@@ -140,129 +140,6 @@ class MariaDB:
 
     def cleanup(self) -> None:
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-GALERA_PROVIDER = "/usr/lib/galera/libgalera_smm.so"
-
-
-class GaleraNode(MariaDB):
-    """One member of a ``GaleraCluster``.
-
-    It runs as the ``mysql`` user: the rsync state transfer that brings a new or restarted node
-    up to date starts an rsync daemon, and a daemon started by root would write as ``nobody``.
-    """
-
-    user = "mysql"
-
-    def __init__(self, cluster: "GaleraCluster", index: int, install: bool) -> None:
-        directory = os.path.join(cluster.dir, f"node{index}")
-        os.makedirs(os.path.join(directory, "data"))
-        for path in (directory, os.path.join(directory, "data")):
-            shutil.chown(path, self.user, self.user)
-        super().__init__(install=install, directory=directory)
-        self.cluster = cluster
-        self.index = index
-        self.group_port = free_port()  # group communication
-        self.ist_port = free_port()  # incremental state transfer (writesets a rejoining node missed)
-        self.sst_port = free_port()  # full state transfer (rsync)
-        self.bootstrap = False
-
-    def arguments(self) -> list[str]:
-        # Failure detection is tightened for the tests: a killed node is evicted after about
-        # 2 s instead of 5-15 s, during which the other nodes hold their commits.
-        provider_options = ";".join([
-            f"base_port={self.group_port}", f"ist.recv_addr=127.0.0.1:{self.ist_port}", "gcache.size=256M",
-            "evs.keepalive_period=PT0.5S", "evs.suspect_timeout=PT2S", "evs.inactive_timeout=PT4S",
-            "evs.install_timeout=PT3S", "pc.wait_prim_timeout=PT30S"])
-        args = [arg for arg in super().arguments() if arg != "--innodb-buffer-pool-size=256M"]
-        args += [
-            "--innodb-buffer-pool-size=128M", "--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
-            "--wsrep-on=ON", f"--wsrep-provider={GALERA_PROVIDER}", "--wsrep-cluster-name=tidemq-test",
-            f"--wsrep-cluster-address=gcomm://{self.cluster.group_addresses}",
-            f"--wsrep-node-name=node{self.index}", f"--wsrep-node-address=127.0.0.1:{self.group_port}",
-            f"--wsrep-node-incoming-address=127.0.0.1:{self.port}",
-            f"--wsrep-sst-receive-address=127.0.0.1:{self.sst_port}", "--wsrep-sst-method=rsync",
-            f"--wsrep-provider-options={provider_options}", "--wsrep-slave-threads=2"]
-        if self.bootstrap:
-            args.append("--wsrep-new-cluster")
-        return args
-
-    def _serving(self, conn) -> bool:
-        with conn.cursor() as cur:
-            cur.execute("SHOW STATUS LIKE 'wsrep_local_state_comment'")
-            row = cur.fetchone()
-        return bool(row) and row[1] == "Synced"
-
-    def start(self, timeout: float = 180, wait: bool = True) -> "GaleraNode":
-        super().start(timeout, wait)
-        return self
-
-
-class GaleraCluster:
-    """A MariaDB Galera cluster (galera-4) of ``size`` nodes on 127.0.0.1.
-
-    The first node bootstraps the cluster; the others join it and receive its data by state
-    transfer. ``kill(i)`` is a crash (SIGKILL); ``start_node(i)`` brings the node back into the
-    running cluster, which sends it what it missed.
-    """
-
-    def __init__(self, size: int = 3) -> None:
-        self.dir = tempfile.mkdtemp(prefix="tidemq-galera-")
-        os.chmod(self.dir, 0o755)  # the nodes run as the mysql user
-        self.nodes: list[GaleraNode] = []
-        for index in range(size):
-            self.nodes.append(GaleraNode(self, index, install=index == 0))
-
-    @property
-    def group_addresses(self) -> str:
-        return ",".join(f"127.0.0.1:{node.group_port}" for node in self.nodes)
-
-    def start(self, timeout: float = 180) -> "GaleraCluster":
-        first = self.nodes[0]
-        first.bootstrap = True
-        first.start(timeout)
-        first.bootstrap = False  # restarted later, it joins the running cluster
-        for node in self.nodes[1:]:
-            node.start(timeout, wait=False)
-        for node in self.nodes[1:]:
-            node.wait_ready(timeout)
-        return self
-
-    def addresses(self, order: Optional[list[int]] = None) -> str:
-        """``host:port,host:port,...`` of the nodes, in ``order`` (default: all, in index order)."""
-        return ",".join(f"127.0.0.1:{self.nodes[i].port}" for i in (order or range(len(self.nodes))))
-
-    def url(self, database: str, order: Optional[list[int]] = None) -> str:
-        """A tidemq database URL naming several nodes: the broker uses the first that serves."""
-        return f"mysql+pymysql://root@{self.addresses(order)}/{database}"
-
-    def serving(self) -> list[GaleraNode]:
-        return [node for node in self.nodes if node.proc is not None and node.proc.poll() is None]
-
-    def execute(self, sql: str, database: Optional[str] = None) -> list[tuple]:
-        return self.serving()[0].execute(sql, database)
-
-    def create_database(self, name: str, order: Optional[list[int]] = None) -> str:
-        self.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        self.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-        return self.url(name, order)
-
-    def size(self) -> int:
-        """The cluster size as a serving node sees it."""
-        return int(self.execute("SHOW STATUS LIKE 'wsrep_cluster_size'")[0][1])
-
-    def kill(self, index: int) -> None:
-        """SIGKILL node ``index`` (a crash)."""
-        self.nodes[index].kill()
-
-    def start_node(self, index: int, timeout: float = 180) -> None:
-        """Start node ``index`` again and wait until it has caught up (Synced)."""
-        self.nodes[index].start(timeout)
-
-    def cleanup(self) -> None:
-        for node in self.nodes:
-            node.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

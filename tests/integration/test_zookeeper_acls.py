@@ -21,7 +21,8 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 from tests.servers import wait_until
 from tidemq import Message, MessageType, Settings, Worker
 from tidemq.consumer import ConsumerSpec
-from tidemq.coordinators.zookeeper import ZooKeeperCoordinator, node_acl
+from tidemq.coordinators.zk_acl import node_acl
+from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq.errors import CoordinationError
 
 AUTH = "tidemq-ops:s3cret:with-colon"

@@ -14,7 +14,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
-from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
 from ..coordinator import (
     ConnectionState,
@@ -24,6 +23,8 @@ from ..coordinator import (
     sort_by_sequence,
 )
 from ..errors import CoordinationError
+from .zk_acl import hint as _hint
+from .zk_acl import node_acl, secure_nodes
 
 __all__ = ["ZooKeeperCoordinator"]
 
@@ -36,22 +37,6 @@ _STATES = {
 
 
 _SUBPATHS = ("brokers", "consumers", "broadcast", "leader")
-
-
-def node_acl(auth: str) -> list[ACL]:
-    """The ACL of every node tidemq creates: with ``auth`` (``user:password``), all rights for
-    that digest identity and read for anyone; without, ZooKeeper's open ACL."""
-    if not auth:
-        return list(OPEN_ACL_UNSAFE)
-    user, _, password = auth.partition(":")
-    return [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
-
-
-def _hint(exc: Exception) -> str:
-    if isinstance(exc, NoAuthError):
-        return (" (ZooKeeper's ACL refuses this session: set TIDEMQ_ZK_AUTH to the credentials "
-                "tidemq's nodes were made with)")
-    return ""
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -106,32 +91,12 @@ class ZooKeeperCoordinator(Coordinator):
                 "other credentials. Set TIDEMQ_ZK_AUTH to the user:password that created them") from None
 
     def _secure_existing(self) -> None:
-        """Give nodes made before TIDEMQ_ZK_AUTH was set (an upgrade) the ACL they lack.
-
-        The root, its subpaths and their persistent children (per-topic parents, the election);
-        ephemeral nodes of old sessions go with them and old broadcasts are pruned in time.
-        """
+        """Give nodes made before TIDEMQ_ZK_AUTH was set (an upgrade) the ACL they lack: the root,
+        its subpaths and their persistent children (per-topic parents, the election)."""
         paths = [self.root] + [self._path(sub) for sub in _SUBPATHS]
         for sub in ("consumers", "broadcast", "leader"):
             paths += [self._path(sub, child) for child in self._zk.get_children(self._path(sub))]
-        changed = []
-        for path in paths:
-            try:
-                acl, _ = self._zk.get_acls(path)
-                if self._lacks_acl(acl):
-                    self._zk.set_acls(path, self._acl)
-                    changed.append(path)
-            except NoNodeError:
-                continue  # an ephemeral child went with its session
-        if changed:
-            log.warning("set tidemq's ACL (all for the TIDEMQ_ZK_AUTH user, read for anyone) on %d ZooKeeper "
-                        "nodes made without it: %s", len(changed), ", ".join(changed))
-
-    def _lacks_acl(self, acl: list[ACL]) -> bool:
-        # Entries an operator added beside ours (a superuser, a monitoring identity) are kept;
-        # a node that anyone may write, or that is not ours to administer, is not.
-        writable = any(a.id == ANYONE_ID_UNSAFE and a.perms & ~Permissions.READ for a in acl)
-        return writable or self._acl[0] not in acl
+        secure_nodes(self._zk, paths, self._acl)
 
     def stop(self) -> None:
         self._closed = True
