@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, render_template
 
 from tidemq import clock
-from tidemq.lifecycle import STATUSES
+from tidemq.lifecycle import STATUSES, MessageStatus
 from tidemq_broker.storages.admin_sql import TopicBacklog, hours_ago
 
 from ..charts import line_chart
@@ -25,7 +25,8 @@ def index():  # type: ignore[no-untyped-def]
     topics = {t.name for t in c.storage.topics()}
     backlog = c.admin.backlog(sorted(topics | set(c.admin.topics_present())), now)
     # NEW is the backlog query's due + scheduled: counted once, now.
-    counted = c.admin.topic_counts(known={name: {"NEW": b.due + b.scheduled} for name, b in backlog.items()})
+    new = MessageStatus.NEW.value
+    counted = c.admin.topic_counts(known={name: {new: b.due + b.scheduled} for name, b in backlog.items()})
     counts = counted.counts
     names = sorted(set(counts) | topics)
     since = hours_ago(now, CHART_HOURS - 1)
