@@ -7,10 +7,11 @@ import secrets
 import threading
 import time
 from typing import Optional
+from urllib.parse import urlparse
 
 from flask import Flask, abort, g, redirect, request, session, url_for
 
-__all__ = ["LoginThrottle", "install", "csrf_token", "login_user", "logout_user"]
+__all__ = ["LoginThrottle", "install", "csrf_token", "local_path", "login_user", "logout_user"]
 
 #: Endpoints reachable without a session.
 PUBLIC = {"auth.login", "static"}
@@ -51,6 +52,20 @@ class LoginThrottle:
         if failures < self.free:
             return 0.0
         return min(2.0 ** (failures - self.free), self.cap)
+
+
+def local_path(target: str, default: str) -> str:
+    r"""``target`` when it is a path on this site, else ``default``: never a redirect elsewhere.
+
+    Browsers drop tabs and newlines from a URL and read a backslash as a slash, so "/\t/evil"
+    and "/\\evil" would become "//evil", another site: any control character, whitespace or
+    backslash refuses the target."""
+    target = target or ""
+    if (not target.startswith("/") or target.startswith("//") or "\\" in target
+            or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in target)):
+        return default
+    parts = urlparse(target)
+    return default if parts.scheme or parts.netloc else target
 
 
 def csrf_token() -> str:

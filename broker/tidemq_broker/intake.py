@@ -58,9 +58,11 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
     if which == "delay_seconds":
         effect_time = clock.after(now, check_delay(msg.delay_seconds))
     elif which == "effect_time_ms":
-        effect_time = clock.from_epoch_ms(msg.effect_time_ms) if msg.effect_time_ms > 0 else now
-        if (effect_time - now).total_seconds() > MAX_DELAY_SECONDS:
+        # Compared in milliseconds first: a datetime cannot hold 2^62 ms, and the caller gets
+        # the limit named instead of an overflow.
+        if msg.effect_time_ms - clock.to_epoch_ms(now) > MAX_DELAY_SECONDS * 1000:
             raise InvalidDelayError(f"effect_time is more than {MAX_DELAY_SECONDS} s (10 years) ahead (the limit)")
+        effect_time = clock.from_epoch_ms(msg.effect_time_ms) if msg.effect_time_ms > 0 else now
         effect_time = max(effect_time, clock.from_epoch_ms(0))
     else:
         effect_time = now

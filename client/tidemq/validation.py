@@ -35,6 +35,9 @@ __all__ = [
     "parse_duration",
     "check_unique_key",
     "check_batch_size",
+    "check_data_text",
+    "check_depth",
+    "MAX_DATA_DEPTH",
 ]
 
 TOPIC_MAX_LENGTH = 255
@@ -63,23 +66,53 @@ def check_topic(topic: Any) -> str:
     return topic
 
 
+#: How deep message data may nest lists and objects: deeper data is refused where it enters, so no
+#: reader (the console's editor and pretty printer, a handler's json.loads) meets it.
+MAX_DATA_DEPTH = 64
+
+
 def encode_data(data: Any, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
     """Serialise ``data`` to compact JSON text, enforcing the size limit in UTF-8 bytes."""
     try:
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidDataError(f"data must be JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidDataError(f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)") from None
     check_data_size(text, max_bytes)
+    if text.count("[") + text.count("{") > MAX_DATA_DEPTH:
+        check_depth(data)
     return text
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def check_depth(value: Any) -> None:
+    """Raise InvalidDataError when ``value`` nests lists and objects deeper than MAX_DATA_DEPTH."""
+    containers = [value] if isinstance(value, (list, dict)) else []
+    for _ in range(MAX_DATA_DEPTH):  # one level of containers per turn, breadth first
+        containers = [child for item in containers for child in (item.values() if isinstance(item, dict) else item)
+                      if isinstance(child, (list, dict))]
+        if not containers:
+            return
+    raise InvalidDataError(f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)")
+
+
 def check_data_text(text: str, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
-    """Check JSON text received over the wire: size first (cheap), then that it parses."""
+    """Check JSON text received over the wire: size first (cheap), then that it parses as
+    strict JSON (no NaN or Infinity) nested at most MAX_DATA_DEPTH deep."""
     check_data_size(text, max_bytes)
     try:
-        json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
         raise InvalidDataError(f"data must be valid JSON text: {exc}") from None
+    except RecursionError:
+        raise InvalidDataError(f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)") from None
+    # Only text with that many brackets can be that deep: the walk is skipped for everything else.
+    if text.count("[") + text.count("{") > MAX_DATA_DEPTH:
+        check_depth(value)
     return text
 
 

@@ -149,3 +149,12 @@ def test_cli_user_add_rejects_short_password_naming_the_limit(settings, monkeypa
     code = main(["--db-url", settings.db_url, "admin", "user", "add", "dave", "--role", "admin", "--password-stdin"])
     assert code == 2
     assert "at least 8 characters" in capsys.readouterr().err
+
+
+def test_redirect_targets_stay_on_this_site():
+    from tidemq_admin.security import local_path
+
+    for bad in ("/\t/evil.example/", "/\n/evil.example", "//evil.example", "/\\evil.example", "\\\\evil.example",
+                "https://evil.example/", "evil.example", "/ /evil.example", ""):
+        assert local_path(bad, "/home") == "/home", repr(bad)
+    assert local_path("/messages?status=FAIL&topic=a.b", "/home") == "/messages?status=FAIL&topic=a.b"

@@ -149,3 +149,57 @@ def test_garbage_bytes_and_unknown_enum_values_do_not_hurt_the_broker(broker, st
     # broker must still answer sensibly.
     channel.close()
     assert stub.Produce(pb.ProduceRequest(messages=[pb.NewMessage(topic="t.after", data="{}")]), timeout=10).ids
+
+
+def _produce_raw(stub, **message):
+    return stub.Produce(pb.ProduceRequest(messages=[pb.NewMessage(topic="bad.raw", retry=-1, **message)]), timeout=10)
+
+
+@pytest.mark.parametrize("data, words", [
+    ("[NaN, Infinity]", "no NaN or Infinity"),
+    ('{"a": -Infinity}', "no NaN or Infinity"),
+    ("[" * 100_000 + "]" * 100_000, "deeper than 64 levels"),
+    ("[" * 65 + "]" * 65, "deeper than 64 levels"),
+])
+def test_data_that_is_not_strict_json_or_nests_too_deep_is_invalid_argument(stub, broker, data, words):
+    with pytest.raises(grpc.RpcError) as info:
+        _produce_raw(stub, data=data)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in info.value.details()
+    assert stored(broker) == 0
+    assert _produce_raw(stub, data="[" * 64 + "]" * 64).ids  # the limit itself is accepted
+
+
+def test_an_effect_time_beyond_any_date_is_invalid_argument(stub, broker):
+    for ms in (2 ** 62, 2 ** 63 - 1):
+        with pytest.raises(grpc.RpcError) as info:
+            _produce_raw(stub, data="1", effect_time_ms=ms)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "10 years" in info.value.details()
+    assert stored(broker) == 0
+
+
+def test_a_produce_without_a_deadline_is_answered_and_stored_once(broker):
+    channel = grpc.insecure_channel(broker.address)
+    try:
+        reply = pb_grpc.BrokerStub(channel).Produce(pb.ProduceRequest(
+            messages=[pb.NewMessage(topic="bad.nodeadline", data="1", retry=-1)], request_id="no-deadline-1"))
+        assert len(reply.ids) == 1
+        assert broker.storage.count_by_status("bad.nodeadline") == {"bad.nodeadline": {"NEW": 1}}
+    finally:
+        channel.close()
+
+
+@pytest.mark.parametrize("ttr", [float("nan"), float("inf"), -1.0, 1e300])
+def test_touch_with_a_ttr_that_is_not_a_sane_number_is_invalid_argument(stub, ttr):
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Touch(pb.TouchRequest(id=1, lease_token="0" * 32, ttr_seconds=ttr), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_client_refuses_nan_and_deep_data_before_sending(client):
+    with pytest.raises(InvalidDataError, match="JSON"):
+        client.produce("bad.client", [float("nan")])
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(InvalidDataError, match="deeper than 64 levels"):
+        client.produce("bad.client", deep)

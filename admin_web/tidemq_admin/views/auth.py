@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
 
 from flask import Blueprint, g, redirect, render_template, request, url_for
 
 from ..accounts import authenticate
-from ..security import login_user, logout_user
+from ..security import local_path, login_user, logout_user
 from . import console
 
 __all__ = ["bp"]
@@ -17,10 +16,7 @@ bp = Blueprint("auth", __name__)
 
 def _safe_next(target: str) -> str:
     """Only local paths: never send a user to another site after signing in."""
-    parts = urlparse(target or "")
-    if parts.scheme or parts.netloc or not (target or "").startswith("/") or target.startswith("//"):
-        return url_for("dashboard.index")
-    return target
+    return local_path(target, url_for("dashboard.index"))
 
 
 @bp.route("/login", methods=["GET", "POST"])

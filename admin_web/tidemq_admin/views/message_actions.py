@@ -18,6 +18,7 @@ from tidemq.validation import MAX_RETRIES
 from tidemq_broker.storage import MessageEdit, MessageFilter, NewRow, StoredMessage
 
 from ..forms import filter_args, parse_edit, parse_filter, parse_ids, parse_produce
+from ..security import local_path
 from . import console
 
 __all__ = ["bp"]
@@ -36,8 +37,7 @@ def _retries(form_value: str) -> int:
 
 
 def _back(default: str) -> str:
-    target = request.form.get("back", "")
-    return target if target.startswith("/") and not target.startswith("//") else default
+    return local_path(request.form.get("back", ""), default)
 
 
 def _only_changes(edit: MessageEdit, msg: StoredMessage) -> tuple[MessageEdit, list[str]]:
