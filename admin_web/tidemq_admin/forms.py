@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from tidemq.errors import ValidationError
 from tidemq.lifecycle import EDITABLE_STATUSES, STATUSES, MessageStatus
@@ -18,7 +18,7 @@ from tidemq.validation import (
 )
 from tidemq_broker.storage import MessageEdit, MessageFilter, TopicSettings
 
-__all__ = ["Parsed", "MAX_DELIVERIES", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_time",
+__all__ = ["Parsed", "MAX_DELIVERIES", "MAX_ID", "whole_number", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_time",
            "filter_args", "parse_ids"]
 
 #: The most deliveries a topic may allow before an expiring lease fails a message: beyond it a
@@ -89,7 +89,7 @@ def parse_filter(args: Mapping[str, str]) -> Parsed:
             elif name == "status":
                 flt.status = _status(raw, STATUSES).value
             elif name == "id":
-                flt.id = _int(raw, 1, 2**63 - 1, "id")
+                flt.id = _int(raw, 1, MAX_ID, "id")
             elif name == "unique_key":
                 if len(raw) > UNIQUE_KEY_MAX_LENGTH:
                     raise ValueError(f"unique key is at most {UNIQUE_KEY_MAX_LENGTH} characters")
@@ -218,9 +218,20 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
     return out
 
 
-_ID_RE = re.compile(r"^\d{1,19}$")
+MAX_ID = 2**63 - 1  # the id column is a signed 64-bit integer
+_ASCII_DIGITS = re.compile(r"[0-9]{1,20}")
+
+
+def whole_number(text: str, high: int, low: int = 0) -> Optional[int]:
+    """``text`` as an int in [low, high], or None: ASCII digits only (``str.isdigit`` also
+    accepts "²", which ``int`` refuses), so nothing out of range reaches a query."""
+    text = (text or "").strip()
+    if not _ASCII_DIGITS.fullmatch(text):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
 
 
 def parse_ids(values: list[str]) -> list[int]:
     """Selected message ids from checkboxes; anything that is not an id is ignored."""
-    return sorted({int(v) for v in values if _ID_RE.match(v or "")})
+    return sorted({n for n in (whole_number(v, MAX_ID, 1) for v in values) if n is not None})

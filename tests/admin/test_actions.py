@@ -203,3 +203,27 @@ def test_produce_rejects_bad_input_naming_the_rule(admin, storage):
     assert "characters outside [A-Za-z0-9._:-]" in html
     assert "valid JSON" in html and "delay (seconds) must be between 0" in html and "retries must be a whole number" in html
     assert list_messages(storage, MessageFilter(), 10) == []
+
+
+def test_numbers_outside_their_range_or_not_ascii_are_400_and_change_nothing(admin, viewer, storage):
+    [msg_id] = produce(storage, "orders", ['{"a": 1}'])
+    fail_all(storage, "orders")
+    before = storage.get_message(msg_id)
+    for retries in ("²", "٣", "1" * 20, "-1", "1e3"):
+        assert admin.post(f"/messages/{msg_id}/retry", {"retries": retries}).status_code == 400, retries
+        assert admin.post("/messages/bulk", {"ids": [str(msg_id)], "action": "requeue",
+                                             "retries": retries}).status_code == 400, retries
+    for version in ("²", "9" * 20):
+        resp = admin.post(f"/messages/{msg_id}/edit", {"version": version, "data": '{"a": 2}',
+                                                      "status": "FAIL", "retry_remaining": "0"})
+        assert resp.status_code == 400, version
+    assert storage.get_message(msg_id) == before
+    for who in (admin, viewer):  # viewers can page too
+        for before_id in ("²", "9" * 25, "-5"):
+            assert who.get(f"/messages?before={before_id}").status_code == 200
+    for huge in (2**63, 10**25):
+        assert admin.get(f"/messages/{huge}").status_code == 404
+        assert admin.post(f"/messages/{huge}/retry", {"retries": "1"}).status_code == 404
+    assert admin.post("/messages/bulk", {"ids": [str(2**63), str(msg_id)], "action": "requeue",
+                                         "retries": "1"}).status_code == 302
+    assert storage.get_message(msg_id).status == "NEW"  # the valid id was retried, the other ignored

@@ -17,7 +17,7 @@ from tidemq.lifecycle import Event, MessageStatus
 from tidemq.validation import MAX_RETRIES
 from tidemq_broker.storage import MessageEdit, MessageFilter, NewRow, StoredMessage
 
-from ..forms import filter_args, parse_edit, parse_filter, parse_ids, parse_produce
+from ..forms import MAX_ID, filter_args, parse_edit, parse_filter, parse_ids, parse_produce, whole_number
 from ..security import local_path
 from . import console
 
@@ -30,10 +30,10 @@ NEW, RUNNING, FAIL = MessageStatus.NEW.value, MessageStatus.RUNNING.value, Messa
 
 
 def _retries(form_value: str) -> int:
-    value = (form_value or "0").strip()
-    if not value.isdigit() or int(value) > MAX_RETRIES:
+    value = whole_number(form_value or "0", MAX_RETRIES)
+    if value is None:
         abort(400, description=f"retries must be a whole number between 0 and {MAX_RETRIES}")
-    return int(value)
+    return value
 
 
 def _back(default: str) -> str:
@@ -48,7 +48,7 @@ def _only_changes(edit: MessageEdit, msg: StoredMessage) -> tuple[MessageEdit, l
     return replace(edit, **{f.name: None for f in fields(edit) if f.name not in changed}), changed
 
 
-@bp.route("/messages/<int:id>/edit", methods=["GET", "POST"])
+@bp.route(f"/messages/<int(max={MAX_ID}):id>/edit", methods=["GET", "POST"])
 def edit(id: int):  # type: ignore[no-untyped-def]
     c = console()
     msg = c.storage.get_message(id)
@@ -57,14 +57,14 @@ def edit(id: int):  # type: ignore[no-untyped-def]
     if request.method == "GET":
         return render_template("message_edit.html", msg=msg, form=None, errors={})
     parsed = parse_edit(request.form, c.settings.max_data_bytes)
-    version = request.form.get("version", "")
-    if parsed.errors or not version.isdigit():
+    version = whole_number(request.form.get("version", ""), 2**31 - 1)  # the version column's range
+    if parsed.errors or version is None:
         return render_template("message_edit.html", msg=msg, form=request.form, errors=parsed.errors), 400
     edit, changed = _only_changes(parsed.value, msg)
     if not changed:
         flash("Nothing changed.", "info")
         return redirect(url_for("messages.detail", id=id))
-    updated = c.storage.edit_message(id, int(version), edit, clock.now(), g.user.name, changed)
+    updated = c.storage.edit_message(id, version, edit, clock.now(), g.user.name, changed)
     if updated is None:
         current = c.storage.get_message(id)
         if current is None:
@@ -77,7 +77,7 @@ def edit(id: int):  # type: ignore[no-untyped-def]
     return redirect(url_for("messages.detail", id=id))
 
 
-@bp.route("/messages/<int:id>/retry", methods=["POST"])
+@bp.route(f"/messages/<int(max={MAX_ID}):id>/retry", methods=["POST"])
 def retry(id: int):  # type: ignore[no-untyped-def]
     c = console()
     retries = _retries(request.form.get("retries", "0"))
@@ -89,7 +89,7 @@ def retry(id: int):  # type: ignore[no-untyped-def]
     return redirect(_back(url_for("messages.detail", id=id)))
 
 
-@bp.route("/messages/<int:id>/cancel", methods=["POST"])
+@bp.route(f"/messages/<int(max={MAX_ID}):id>/cancel", methods=["POST"])
 def cancel(id: int):  # type: ignore[no-untyped-def]
     if console().storage.cancel([id])[0]:
         log.info("admin %s cancelled message %s", g.user.name, id)
@@ -99,7 +99,7 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     return redirect(url_for("messages.detail", id=id))
 
 
-@bp.route("/messages/<int:id>/delete", methods=["POST"])
+@bp.route(f"/messages/<int(max={MAX_ID}):id>/delete", methods=["POST"])
 def delete(id: int):  # type: ignore[no-untyped-def]
     if console().storage.delete_messages([id]):
         log.info("admin %s deleted message %s", g.user.name, id)

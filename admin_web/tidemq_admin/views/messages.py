@@ -8,7 +8,7 @@ from flask import Blueprint, abort, render_template, request
 
 from tidemq import trace
 
-from ..forms import filter_args, parse_filter
+from ..forms import MAX_ID, filter_args, parse_filter, whole_number
 from . import console
 
 __all__ = ["bp", "PAGE_SIZE"]
@@ -22,7 +22,7 @@ def index():  # type: ignore[no-untyped-def]
     c = console()
     parsed = parse_filter(request.args)
     before = request.args.get("before", "")
-    before_id = int(before) if before.isdigit() and len(before) < 20 else None
+    before_id = whole_number(before, MAX_ID + 1, 1)  # a page ends below an id; anything else: the first page
     page = None
     elapsed_ms = None
     if not parsed.errors:
@@ -35,7 +35,7 @@ def index():  # type: ignore[no-untyped-def]
                            before_id=before_id, elapsed_ms=elapsed_ms, filtered=bool(args), flt=parsed.value)
 
 
-@bp.route("/messages/<int:id>")
+@bp.route(f"/messages/<int(max={MAX_ID}):id>")
 def detail(id: int):  # type: ignore[no-untyped-def]
     msg = console().storage.get_message(id)
     if msg is None:
