@@ -39,15 +39,20 @@ def mariadb():
     server.cleanup()
 
 
-@pytest.fixture(scope="session")
-def _mysql_store(mariadb):
+def _session_store(server):
+    """The test database on ``server`` (a MariaDB or a Galera cluster) with the schema: (url, storage)."""
     from tidemq_broker.storages import open_storage
 
-    url = mariadb.create_database("tidemq_test")
+    url = server.create_database("tidemq_test")
     storage = open_storage(url)
     storage.create_schema()
     yield url, storage
     storage.close()
+
+
+@pytest.fixture(scope="session")
+def _mysql_store(mariadb):
+    yield from _session_store(mariadb)
 
 
 @pytest.fixture
@@ -68,13 +73,7 @@ def galera():
 
 @pytest.fixture(scope="session")
 def _galera_store(galera):
-    from tidemq_broker.storages import open_storage
-
-    url = galera.create_database("tidemq_test")
-    storage = open_storage(url)
-    storage.create_schema()
-    yield url, storage
-    storage.close()
+    yield from _session_store(galera)
 
 
 @pytest.fixture

@@ -23,10 +23,12 @@ def index():  # type: ignore[no-untyped-def]
     c = console()
     now = clock.now()
     topics = {t.name for t in c.storage.topics()}
-    backlog = c.admin.backlog(sorted(topics | set(c.admin.topics_present())), now)
+    present = c.admin.topics_present()
+    backlog = c.admin.backlog(sorted(topics | set(present)), now)
     # NEW is the backlog query's due + scheduled: counted once, now.
     new = MessageStatus.NEW.value
-    counted = c.admin.topic_counts(known={name: {new: b.due + b.scheduled} for name, b in backlog.items()})
+    counted = c.admin.topic_counts(known={name: {new: b.due + b.scheduled} for name, b in backlog.items()},
+                                   topics=present)
     counts = counted.counts
     names = sorted(set(counts) | topics)
     since = hours_ago(now, CHART_HOURS - 1)

@@ -219,7 +219,8 @@ class AdminSqlStore:
         """Every topic that has messages (read along an index that starts with topic)."""
         return self._db.tx(topics_present)
 
-    def topic_counts(self, known: Optional[dict[str, dict[str, int]]] = None) -> "TopicCounts":
+    def topic_counts(self, known: Optional[dict[str, dict[str, int]]] = None,
+                     topics: Optional[Sequence[str]] = None) -> "TopicCounts":
         """Messages per topic and status for the dashboard and topics pages.
 
         A status the leader's stored count (``tidemq_topic_count``) puts at ``COUNTED_FROM`` or
@@ -227,12 +228,13 @@ class AdminSqlStore:
         was stored yet, are counted now in one grouped query along (topic, status, ...). On a
         large table that leaves out the bulk (finished messages) while the few in flight stay
         exact. ``known`` holds counts the caller made itself just now ({topic: {status: n}}, e.g.
-        NEW from the backlog query): those statuses are neither counted again nor stored ones."""
+        NEW from the backlog query): those statuses are neither counted again nor stored ones.
+        ``topics``: the topics that have messages, when the caller read them already."""
         known = known or {}
         known_statuses = {status for by_status in known.values() for status in by_status}
 
         def work(conn: Connection) -> "TopicCounts":
-            topics = topics_present(conn)
+            present = list(topics) if topics is not None else topics_present(conn)
             stored: dict[str, dict[str, int]] = {}
             counted_at: Optional[datetime] = None
             for row in conn.execute(select(tc)).all():
@@ -242,10 +244,10 @@ class AdminSqlStore:
                           if sum(by_topic.values()) >= COUNTED_FROM and status not in known_statuses}
             live = [s.value for s in STATUSES if s.value not in from_store and s.value not in known_statuses]
             counts: dict[str, dict[str, int]] = {}
-            if topics and live:
+            if present and live:
                 for topic, status, n in conn.execute(
                         select(m.c.topic, m.c.status, func.count())
-                        .where(m.c.topic.in_(topics), m.c.status.in_(live)).group_by(m.c.topic, m.c.status)):
+                        .where(m.c.topic.in_(present), m.c.status.in_(live)).group_by(m.c.topic, m.c.status)):
                     counts.setdefault(topic, {})[status] = int(n)
             for status in from_store:
                 for topic, n in stored[status].items():
