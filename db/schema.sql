@@ -1,4 +1,4 @@
--- tidemq schema (version 7) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 8) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -161,4 +161,23 @@ CREATE TABLE `tidemq_topic_count` (
   `messages` bigint(20) NOT NULL,
   `counted_at` datetime(3) NOT NULL,
   PRIMARY KEY (`topic`,`status`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- The console's signed-in sessions, keyed by the SHA-256 of the id the browser holds: signing
+-- out or changing a password deletes rows, and a deleted row's cookie no longer signs anyone in.
+CREATE TABLE `tidemq_admin_session` (
+  `id_hash` varchar(64) NOT NULL,
+  `user_name` varchar(64) NOT NULL,
+  `created` datetime(3) NOT NULL,
+  `last_seen` datetime(3) NOT NULL,
+  PRIMARY KEY (`id_hash`),
+  KEY `idx_admin_session_user` (`user_name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Failed console sign-ins per (user, address) and per address, shared by every console process.
+CREATE TABLE `tidemq_login_failure` (
+  `key_hash` varchar(64) NOT NULL,
+  `failures` int(11) NOT NULL,
+  `last_failure` datetime(3) NOT NULL,
+  PRIMARY KEY (`key_hash`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

@@ -19,26 +19,35 @@ from tidemq.lifecycle import EDITABLE_STATUSES, STATUSES, Event, MessageStatus
 from tidemq_broker.migrations import warn_if_behind
 from tidemq_broker.storages import open_database
 from tidemq_broker.storages.admin_sql import AdminSqlStore
+from tidemq_broker.storages.sessions import SessionStore
 from tidemq_broker.storages.sql import SqlStorage
 
 from . import metrics, security
 from .accounts import ensure_first_admin
 from .console import Console
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "SESSION_IDLE", "SESSION_LIFETIME"]
 
 log = logging.getLogger(__name__)
 
 
+#: How long a console session lasts without a request, and at most (seconds).
+SESSION_IDLE, SESSION_LIFETIME = 2 * 3600.0, 12 * 3600.0
+
+
 def create_app(settings: Optional[Settings] = None, storage: Optional[SqlStorage] = None,
-               coordinator: Optional[Coordinator] = None, secret_key: Optional[str] = None) -> Flask:
+               coordinator: Optional[Coordinator] = None, secret_key: Optional[str] = None, *,
+               secure_cookies: bool = False, session_idle: float = SESSION_IDLE,
+               session_lifetime: float = SESSION_LIFETIME) -> Flask:
     """Build the console for ``settings`` (default: from the environment).
 
     This is the console's composition root: it opens the database once and builds the message
     store and the console's own store over that one database object. ``storage`` and
     ``coordinator`` may be shared with an embedded broker (``tidemq dev``); the console's store
-    then works through the same database. Without ``secret_key`` sessions last until the
-    process restarts.
+    then works through the same database. Sessions are records in the database (signing out
+    or a password change ends them everywhere); ``secret_key`` signs the cookie that names one
+    (without it, cookies stop working when the process restarts). ``secure_cookies`` marks the
+    cookie HTTPS-only: set it whenever browsers reach the console over HTTPS.
     """
     settings = settings or Settings.from_env()
     if storage is None:
@@ -48,12 +57,10 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[SqlStorage
     app = Flask(__name__)
     app.config.update(
         SECRET_KEY=secret_key or secrets.token_hex(32),
-        SESSION_COOKIE_HTTPONLY=True,
-        SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_NAME="tidemq_session",
         MAX_CONTENT_LENGTH=settings.max_data_bytes * 6 + 65536,  # a form with escaped JSON data
     )
-    console = Console(settings, storage, AdminSqlStore(storage.db), coordinator)
+    app.config.update(security.cookie_settings(secure_cookies, session_idle, session_lifetime))
+    console = Console(settings, storage, AdminSqlStore(storage.db), SessionStore(storage.db), coordinator)
     app.extensions["tidemq"] = console
     ensure_first_admin(console.admin, settings)
     security.install(app)

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any, Optional
 from tidemq.config import Settings
 from tidemq.errors import ValidationError
 
+from .app import SESSION_IDLE, SESSION_LIFETIME
+
 if TYPE_CHECKING:  # the broker's modules load only when a sub-command runs
     from tidemq_broker.storages.admin_sql import AdminSqlStore
     from tidemq_broker.storages.database import SqlDatabase
 
-__all__ = ["register", "serve"]
+__all__ = ["register", "serve", "ConsoleServer"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,15 @@ def register(subparsers: Any) -> None:
                                              "share it between console processes behind one address")
     admin.add_argument("--metrics-port", type=int,
                        help="serve Prometheus metrics on this HTTP port (TIDEMQ_METRICS_PORT; 0: none)")
+    admin.add_argument("--proxy", action="store_true",
+                       help="behind a reverse proxy that terminates HTTPS: trust one proxy's X-Forwarded-For, "
+                            "-Proto, -Host and -Prefix headers, and mark the session cookie Secure")
+    admin.add_argument("--insecure", action="store_true",
+                       help="allow plain HTTP on a non-loopback address (passwords and sessions travel in clear)")
+    admin.add_argument("--session-idle", type=float, default=SESSION_IDLE,
+                       help=f"seconds a session lasts without a request (default {SESSION_IDLE:.0f})")
+    admin.add_argument("--session-lifetime", type=float, default=SESSION_LIFETIME,
+                       help=f"seconds a session lasts at most (default {SESSION_LIFETIME:.0f})")
     admin.set_defaults(func=_serve)
     sub = admin.add_subparsers(dest="admin_command")
     user = sub.add_parser("user", help="manage console users")
@@ -98,15 +109,64 @@ def _secret(path: Optional[str]) -> Optional[str]:
         return fh.read().strip()
 
 
-def serve(app: Any, host: str, port: int) -> Any:
-    """Start serving ``app`` in a background thread; return the server (``.port``, ``.shutdown()``)."""
-    import threading
+class ConsoleServer:
+    """The console on cheroot, a production WSGI server (a thread pool, HTTP/1.1 keep-alive,
+    TLS), serving in a background thread."""
 
-    from werkzeug.serving import make_server
+    def __init__(self, app: Any, host: str, port: int, tls: Optional[tuple[str, str]] = None,
+                 threads: int = 16) -> None:
+        import threading
 
-    server = make_server(host, port, app, threaded=True)
-    threading.Thread(target=server.serve_forever, name="tidemq-admin", daemon=True).start()
-    return server
+        from cheroot import wsgi
+
+        self._server = wsgi.Server((host, port), app, numthreads=threads, server_name="tidemq-admin")
+        if tls:
+            from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+            self._server.ssl_adapter = BuiltinSSLAdapter(*tls)
+        self._server.prepare()  # binds now: a taken port fails here, in the caller
+        self.port: int = self._server.bind_addr[1]
+        self.scheme = "https" if tls else "http"
+        self._thread = threading.Thread(target=self._server.serve, name="tidemq-admin", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop accepting, finish the requests in progress, and return."""
+        self._server.stop()
+        self._thread.join(10)
+
+
+def serve(app: Any, host: str, port: int, tls: Optional[tuple[str, str]] = None) -> ConsoleServer:
+    """Start serving ``app`` in a background thread; return the server (``.port``, ``.shutdown()``).
+
+    ``tls`` is (certificate file, key file) for HTTPS."""
+    return ConsoleServer(app, host, port, tls)
+
+
+def _tls_files(settings: Settings) -> Optional[tuple[str, str]]:
+    """The console's HTTPS certificate and key: this process's TIDEMQ_TLS_CERT / TIDEMQ_TLS_KEY
+    (``tidemq --tls-cert C --tls-key K admin``), checked now rather than at a browser's handshake."""
+    if not settings.tls_cert:
+        return None
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValidationError(f"TIDEMQ_TLS_CERT / TIDEMQ_TLS_KEY: cannot load the certificate and key: "
+                              f"{exc.__class__.__name__}: {getattr(exc, 'strerror', None) or exc}") from None
+    return settings.tls_cert, settings.tls_key
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -119,10 +179,29 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from .app import create_app
 
-    app = create_app(settings, secret_key=_secret(args.secret_file))
+    try:
+        tls = _tls_files(settings)
+        if not (tls or args.proxy or args.insecure or _loopback(args.host)):
+            raise ValidationError(
+                f"refusing to serve the console over plain HTTP on {args.host}: passwords and sessions would "
+                "travel in clear. Give `tidemq --tls-cert C --tls-key K admin` (or TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY), or --proxy behind a reverse proxy that "
+                "terminates HTTPS, or --insecure to serve it anyway")
+        if args.session_idle <= 0 or args.session_lifetime <= 0:
+            raise ValidationError("--session-idle and --session-lifetime must be positive numbers of seconds")
+    except ValidationError as exc:
+        print(f"tidemq: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings, secret_key=_secret(args.secret_file), secure_cookies=bool(tls or args.proxy),
+                     session_idle=args.session_idle, session_lifetime=args.session_lifetime)
+    if args.proxy:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+
+        # One proxy in front: its X-Forwarded-* headers name the client's address (the sign-in
+        # brake's key), scheme and host. Without --proxy these headers are ignored.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1, x_host=1, x_prefix=1)  # type: ignore[method-assign]
     serve_metrics(settings, "console")
-    server = serve(app, args.host, args.port)
-    print(f"tidemq admin console on http://{args.host}:{server.port}/", flush=True)
+    server = serve(app, args.host, args.port, tls)
+    print(f"tidemq admin console on {server.scheme}://{args.host}:{server.port}/", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -13,6 +13,7 @@ from tidemq.coordinators import open_coordinator
 from tidemq.errors import TidemqError
 from tidemq_broker.storage import Storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
+from tidemq_broker.storages.sessions import SessionStore
 
 from .security import LoginThrottle
 
@@ -91,13 +92,15 @@ class Console:
     """Everything a request needs, created once per app by the app factory.
 
     ``storage`` is the message store (the broker's operations); ``admin`` the console's own
-    store (users, pages, dashboard figures) over the same database object.
+    store (users, pages, dashboard figures) and ``sessions`` its sign-in state, both over the
+    same database object.
     """
 
-    def __init__(self, settings: Settings, storage: Storage, admin: AdminSqlStore,
+    def __init__(self, settings: Settings, storage: Storage, admin: AdminSqlStore, sessions: SessionStore,
                  coordinator: Optional[Coordinator] = None) -> None:
         self.settings = settings
         self.storage = storage
         self.admin = admin
+        self.sessions = sessions
         self.cluster = ClusterView(settings, coordinator)
-        self.throttle = LoginThrottle()
+        self.throttle = LoginThrottle(sessions)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hmac
 import secrets
-import threading
-import time
+from datetime import datetime, timedelta
 from typing import Optional
 from urllib.parse import urlparse
 
-from flask import Flask, abort, g, redirect, request, session, url_for
+from flask import Flask, abort, current_app, g, redirect, request, session, url_for
 
-__all__ = ["LoginThrottle", "install", "csrf_token", "local_path", "login_user", "logout_user"]
+from tidemq import clock
+from tidemq_broker.storages.sessions import SessionStore
+
+__all__ = ["LoginThrottle", "install", "csrf_token", "local_path", "login_user", "logout_user", "cookie_settings"]
 
 #: Endpoints reachable without a session.
 PUBLIC = {"auth.login", "static"}
@@ -20,38 +22,48 @@ VIEWER_POSTS = {"auth.login", "auth.logout"}
 
 
 class LoginThrottle:
-    """Slows down guessing: after ``free`` failures for a name or an address, each further
-    attempt must wait twice as long as the last (capped at ``cap`` seconds)."""
+    """Slows down guessing, in the database so every console process shares one count.
 
-    def __init__(self, free: int = 3, cap: float = 60.0) -> None:
+    Failures are counted per (user, address) and per address. After ``free`` failures of a
+    pair, each further attempt of that pair waits twice as long as the last (capped at ``cap``
+    seconds); an address gets ``free_per_address`` failures over all names first. A user name is
+    never a key on its own: failures from elsewhere never lock the real user out of its own
+    address. Behind a reverse proxy run with ``--proxy`` so the address is the client's.
+    """
+
+    def __init__(self, store: SessionStore, free: int = 3, free_per_address: int = 10, cap: float = 60.0) -> None:
+        self._store = store
         self.free = free
+        self.free_per_address = free_per_address
         self.cap = cap
-        self._lock = threading.Lock()
-        self._failures: dict[str, tuple[int, float]] = {}
 
-    def wait(self, *keys: str) -> float:
-        """Seconds to wait before the next attempt for any of ``keys`` (0: go ahead)."""
-        now = time.monotonic()
-        with self._lock:
-            waits = [self._delay(n) - (now - last) for n, last in (self._failures.get(k, (0, 0.0)) for k in keys)]
-        return max([0.0, *waits])
+    @staticmethod
+    def keys(name: str, address: str) -> tuple[str, str]:
+        """The pair key and the address key of one attempt."""
+        return f"pair:{name.strip().lower()}|{address}", f"addr:{address}"
 
-    def failed(self, *keys: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            for key in keys:
-                n, _ = self._failures.get(key, (0, 0.0))
-                self._failures[key] = (n + 1, now)
+    def wait(self, name: str, address: str, now: datetime) -> float:
+        """Seconds to wait before the next attempt of ``name`` from ``address`` (0: go ahead)."""
+        pair, addr = self.keys(name, address)
+        counts = self._store.failures([pair, addr])
+        waits = [0.0]
+        for key, free in ((pair, self.free), (addr, self.free_per_address)):
+            if key in counts:
+                failures, last = counts[key]
+                waits.append(self._delay(failures, free) - (now - last).total_seconds())
+        return max(waits)
 
-    def succeeded(self, *keys: str) -> None:
-        with self._lock:
-            for key in keys:
-                self._failures.pop(key, None)
+    def failed(self, name: str, address: str, now: datetime) -> None:
+        self._store.record_failure(self.keys(name, address), now)
 
-    def _delay(self, failures: int) -> float:
-        if failures < self.free:
+    def succeeded(self, name: str, address: str) -> None:
+        # The address's count stays: one right password must not wipe out a guesser's record.
+        self._store.clear_failures(self.keys(name, address)[:1])
+
+    def _delay(self, failures: int, free: int) -> float:
+        if failures < free:
             return 0.0
-        return min(2.0 ** (failures - self.free), self.cap)
+        return min(2.0 ** (failures - free), self.cap)
 
 
 def local_path(target: str, default: str) -> str:
@@ -77,14 +89,38 @@ def csrf_token() -> str:
 
 
 def login_user(name: str) -> None:
-    """Start a fresh session for ``name`` (a new session id and token: no fixation)."""
+    """Start a fresh session for ``name``: a new server-side record and CSRF token (no fixation).
+
+    The cookie carries only the record's random id; the record is what signs the browser in."""
     session.clear()
-    session["user"] = name
+    session["sid"] = current_app.extensions["tidemq"].sessions.create(name, clock.now())
     session["csrf"] = secrets.token_urlsafe(32)
 
 
 def logout_user() -> None:
+    """End this session's record, so a copy of the cookie signs nobody in afterwards."""
+    sid = session.get("sid")
+    if sid:
+        current_app.extensions["tidemq"].sessions.end(sid)
     session.clear()
+
+
+def cookie_settings(secure: bool, idle: float, lifetime: float) -> dict[str, object]:
+    """Flask settings for the session cookie.
+
+    A secure console (HTTPS, directly or behind a proxy) marks the cookie ``Secure`` and names
+    it with the ``__Host-`` prefix, which browsers only accept from HTTPS for this exact host and
+    path. The cookie is a browser-session cookie; the server-side record decides how long it
+    works (``idle`` and ``lifetime`` seconds)."""
+    return {
+        "SESSION_COOKIE_HTTPONLY": True,
+        "SESSION_COOKIE_SAMESITE": "Lax",
+        "SESSION_COOKIE_SECURE": secure,
+        "SESSION_COOKIE_NAME": "__Host-tidemq_session" if secure else "tidemq_session",
+        "SESSION_PERMANENT": False,
+        "TIDEMQ_SESSION_IDLE": timedelta(seconds=idle),
+        "TIDEMQ_SESSION_LIFETIME": timedelta(seconds=lifetime),
+    }
 
 
 def install(app: Flask) -> None:
@@ -94,10 +130,11 @@ def install(app: Flask) -> None:
     def _gate() -> Optional[object]:
         console = app.extensions["tidemq"]
         g.user = None
-        name = session.get("user")
-        if name:
-            g.user = console.admin.get_user(name)
-            if g.user is None:  # deleted meanwhile
+        sid = session.get("sid")
+        if sid:
+            g.user = console.sessions.resolve(sid, clock.now(), app.config["TIDEMQ_SESSION_IDLE"],
+                                              app.config["TIDEMQ_SESSION_LIFETIME"])
+            if g.user is None:  # signed out elsewhere, expired, password changed or user deleted
                 session.clear()
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             sent = request.form.get("csrf_token", "") or request.headers.get("X-CSRF-Token", "")

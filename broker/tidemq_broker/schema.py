@@ -30,9 +30,9 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "produce_request", "principal", "topic_count", "SCHEMA_VERSION"]
+           "produce_request", "principal", "topic_count", "admin_session", "login_failure", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -243,10 +243,36 @@ topic_count = Table(
     mysql_charset="utf8mb4",
 )
 
+# The console's sessions: a row per signed-in browser, so signing out (or a password change)
+# ends a session for good, whatever its cookie says.
+admin_session = Table(
+    tables.ADMIN_SESSION.name,
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("user_name", String(64), nullable=False),
+    Column("created", Time, nullable=False),
+    Column("last_seen", Time, nullable=False),
+    Index("idx_admin_session_user", "user_name"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+# Failed console sign-ins, shared by every console process on the database.
+login_failure = Table(
+    tables.LOGIN_FAILURE.name,
+    metadata,
+    Column("key_hash", String(64), primary_key=True),
+    Column("failures", Integer, nullable=False),
+    Column("last_failure", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
                        (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
-                       (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT)):
+                       (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT),
+                       (admin_session, tables.ADMIN_SESSION), (login_failure, tables.LOGIN_FAILURE)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

@@ -36,6 +36,19 @@ def embedded(db_path: str, port: int = 0, storage: Optional[SqlStorage] = None) 
     return broker, Client(settings, coordinator=coordinator)
 
 
+def _owner_only(db_path: str) -> None:
+    """The dev database holds the console's password hashes: an older file readable by others
+    is narrowed to its owner (0600), with the files SQLite keeps beside it."""
+    for path in (db_path, db_path + "-wal", db_path + "-shm"):
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            os.chmod(path, 0o600)
+            print(f"tidemq dev: {path} was readable by others (mode {mode:o}); now 0600")
+
+
 def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
     if demo:
         from .demo import run_demo
@@ -43,7 +56,8 @@ def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
         return run_demo(db_path)
     # One store for the broker and the console: the console's pages and the broker's writes go
     # through the same database object (SQLite takes one writer at a time).
-    storage = open_storage(_settings(db_path).db_url)
+    storage = open_storage(_settings(db_path).db_url)  # a new file is created 0600
+    _owner_only(db_path)
     broker, client = embedded(db_path, port, storage)
     from tidemq_examples import MODULES
 
@@ -85,7 +99,7 @@ def _start_console(broker: BrokerServer, storage: SqlStorage, port: int):  # typ
     app = create_app(broker.settings, storage=storage, coordinator=broker.coordinator)
     admin = app.extensions["tidemq"].admin
     if not broker.settings.admin_user and not admin.users():
-        password = secrets.token_urlsafe(9)
+        password = secrets.token_urlsafe(12)
         add_user(admin, "admin", password, "admin")
         print(f"tidemq dev: console user admin, password {password} (made once; "
               "`tidemq admin user add admin --role admin` resets it)")

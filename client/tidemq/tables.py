@@ -7,7 +7,8 @@ the pipeline's statements and Spark reads use them too, so a renamed column is r
 from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
-           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT"]
+           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT",
+           "ADMIN_SESSION", "LOGIN_FAILURE"]
 
 
 class Table:
@@ -174,6 +175,27 @@ class _TopicCount(Table):
     counted_at = "counted_at"
 
 
+class _AdminSession(Table):
+    """``tidemq_admin_session``: the console's signed-in sessions, one row each, keyed by the
+    SHA-256 of the random session id the browser holds: deleting a row signs that browser out."""
+
+    name = "tidemq_admin_session"
+    id_hash = "id_hash"
+    user_name = "user_name"
+    created = "created"
+    last_seen = "last_seen"
+
+
+class _LoginFailure(Table):
+    """``tidemq_login_failure``: failed console sign-ins per (user, address) and per address,
+    shared by every console process, keyed by the SHA-256 of the key."""
+
+    name = "tidemq_login_failure"
+    key_hash = "key_hash"
+    failures = "failures"
+    last_failure = "last_failure"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -184,3 +206,5 @@ ARCHIVE_BATCH = _ArchiveBatch()
 PRODUCE_REQUEST = _ProduceRequest()
 PRINCIPAL = _Principal()
 TOPIC_COUNT = _TopicCount()
+ADMIN_SESSION = _AdminSession()
+LOGIN_FAILURE = _LoginFailure()

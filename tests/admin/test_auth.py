@@ -148,7 +148,7 @@ def test_cli_user_add_rejects_short_password_naming_the_limit(settings, monkeypa
     monkeypatch.setattr(sys, "stdin", io.StringIO("short\n"))
     code = main(["--db-url", settings.db_url, "admin", "user", "add", "dave", "--role", "admin", "--password-stdin"])
     assert code == 2
-    assert "at least 8 characters" in capsys.readouterr().err
+    assert "at least 12 characters" in capsys.readouterr().err
 
 
 def test_redirect_targets_stay_on_this_site():

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 
-from flask import Blueprint, g, redirect, render_template, request, url_for
+from datetime import timedelta
+
+from flask import Blueprint, current_app, g, redirect, render_template, request, url_for
+
+from tidemq import clock
 
 from ..accounts import authenticate
 from ..security import local_path, login_user, logout_user
@@ -30,19 +34,21 @@ def login():  # type: ignore[no-untyped-def]
                                next=request.args.get("next", ""))
     name = (request.form.get("name") or "").strip()
     password = request.form.get("password") or ""
-    keys = (f"name:{name.lower()}", f"addr:{request.remote_addr}")
-    wait = c.throttle.wait(*keys)
+    address = request.remote_addr or "-"
+    wait = c.throttle.wait(name, address, clock.now())
     if wait > 0:
         error = f"Too many failed sign-ins. Try again in {wait:.0f} s."
         return render_template("login.html", error=error, name=name, no_users=no_users,
                                next=request.form.get("next", "")), 429
     user = authenticate(c.admin, name, password)
     if user is None:
-        c.throttle.failed(*keys)
+        c.throttle.failed(name, address, clock.now())
         return render_template("login.html", error="Wrong user name or password.", name=name,
                                no_users=no_users, next=request.form.get("next", "")), 401
-    c.throttle.succeeded(*keys)
+    c.throttle.succeeded(name, address)
     login_user(user.name)
+    c.sessions.sweep(clock.now(), current_app.config["TIDEMQ_SESSION_IDLE"],
+                     current_app.config["TIDEMQ_SESSION_LIFETIME"], failures_kept=timedelta(days=1))
     return redirect(_safe_next(request.form.get("next", "")))
 
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, case, func, insert, select, update
+from sqlalchemy import Connection, case, delete, func, insert, select, update
 
 from tidemq.lifecycle import STATUSES, MessageStatus
 
+from ..schema import admin_session
 from ..schema import admin_user as u
 from ..schema import alarm as a
 from ..schema import message as m
@@ -110,7 +111,8 @@ class AdminSqlStore:
         return [AdminUser(r.name, r.password_hash, r.role) for r in rows]
 
     def save_user(self, name: str, password_hash: str, role: str, now: datetime) -> bool:
-        """Create the user or replace its password and role; True when it was created."""
+        """Create the user or replace its password and role (ending its sessions); True when it
+        was created."""
         def work(conn: Connection) -> bool:
             if conn.execute(select(u.c.name).where(u.c.name == name).with_for_update()).first() is None:
                 conn.execute(insert(u).values(name=name, password_hash=password_hash, role=role,
@@ -118,6 +120,9 @@ class AdminSqlStore:
                 return True
             conn.execute(update(u).where(u.c.name == name).values(password_hash=password_hash, role=role,
                                                                    update_time=now))
+            # A new password ends every session signed in with the old one, in the same
+            # transaction: a stolen session must not outlive the reset meant to lock it out.
+            conn.execute(delete(admin_session).where(admin_session.c.user_name == name))
             return False
 
         return self._db.tx(work)

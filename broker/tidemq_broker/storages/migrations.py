@@ -20,7 +20,7 @@ from tidemq.tables import MESSAGE, TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
-from ..schema import principal, produce_request, topic_count
+from ..schema import admin_session, login_failure, principal, produce_request, topic_count
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -95,6 +95,11 @@ def _topic_counts(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[topic_count])
 
 
+def _console_sessions(db: SqlDatabase) -> None:
+    """Version 8: the console's server-side sessions and its shared count of failed sign-ins."""
+    metadata.create_all(db.engine, tables=[admin_session, login_failure])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -102,6 +107,8 @@ STEPS = (
     Step(5, "tidemq_principal: tokens, roles and topic patterns for authenticated brokers", _principals),
     Step(6, "tidemq_message.trace_context: the producer's OpenTelemetry trace context", _trace_context),
     Step(7, "tidemq_topic_count: the console reads counts of finished messages from the leader's count", _topic_counts),
+    Step(8, "tidemq_admin_session and tidemq_login_failure: revocable console sessions, shared sign-in brake",
+         _console_sessions),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

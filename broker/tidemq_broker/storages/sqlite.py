@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
-from typing import Any
+from typing import Any, Optional
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tidemq.lifecycle import Change, MessageStatus
@@ -27,6 +28,7 @@ class SqliteDialect(SqlDialect):
     single_writer = True
 
     def create_engine(self, url: str, **options: Any) -> Engine:
+        _create_private(make_url(url).database)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **options)
 
         @event.listens_for(engine, "connect")
@@ -65,3 +67,14 @@ class SqliteDialect(SqlDialect):
 
     def lock_topic_row(self, conn: Connection, topic: str) -> None:
         """Nothing to do: the database object's process lock already serialises every transaction."""
+
+
+def _create_private(path: Optional[str]) -> None:
+    """Create a new database file readable by its owner only (0600): it holds the console's
+    password hashes. SQLite gives its -wal and -shm files the database file's mode."""
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass

@@ -1,0 +1,122 @@
+"""The console's sign-in state: server-side sessions and the shared count of failed sign-ins.
+
+A browser holds a random session id; only its SHA-256 is stored, so a copy of the table signs
+nobody in. Every console process on the database sees the same rows: a session ended by one
+(sign-out, password change) is ended for all of them, and a guesser cannot spread attempts over
+several processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Optional, Sequence
+
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..schema import admin_session as s
+from ..schema import admin_user as u
+from ..schema import login_failure as f
+from .database import SqlDatabase
+
+__all__ = ["SessionStore", "SessionUser"]
+
+# A session's last_seen is written at most this often: a page view is a read, not a write.
+_TOUCH_EVERY = timedelta(seconds=60)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class SessionUser:
+    """The user a live session belongs to, as stored now (a changed role applies at once)."""
+
+    name: str
+    role: str
+
+
+class SessionStore:
+    """Sessions (create, resolve, end one, end all of a user) and failed sign-ins per key."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    # -- sessions ----------------------------------------------------------------------------
+    def create(self, user_name: str, now: datetime) -> str:
+        """Start a session for ``user_name``; returns the id to hand to the browser (shown once)."""
+        session_id = secrets.token_urlsafe(32)
+        self._db.tx(lambda c: c.execute(insert(s).values(id_hash=_digest(session_id), user_name=user_name,
+                                                         created=now, last_seen=now)))
+        return session_id
+
+    def resolve(self, session_id: str, now: datetime, idle: timedelta, lifetime: timedelta) -> Optional[SessionUser]:
+        """The user of a live session, or None when the id is unknown, ended, idle longer than
+        ``idle`` or older than ``lifetime`` (such a row is deleted)."""
+        key = _digest(session_id)
+
+        def work(conn: Connection) -> Optional[SessionUser]:
+            row = conn.execute(select(s.c.created, s.c.last_seen, u.c.name, u.c.role)
+                               .join(u, u.c.name == s.c.user_name).where(s.c.id_hash == key)).first()
+            if row is None:
+                return None
+            if row.last_seen < now - idle or row.created < now - lifetime:
+                conn.execute(delete(s).where(s.c.id_hash == key))
+                return None
+            if row.last_seen < now - _TOUCH_EVERY:
+                conn.execute(update(s).where(s.c.id_hash == key).values(last_seen=now))
+            return SessionUser(row.name, row.role)
+
+        return self._db.tx(work)
+
+    def end(self, session_id: str) -> None:
+        """End one session (sign-out)."""
+        self._db.tx(lambda c: c.execute(delete(s).where(s.c.id_hash == _digest(session_id))))
+
+    def end_all(self, user_name: str) -> int:
+        """End every session of ``user_name`` (its password changed); returns how many."""
+        return self._db.tx(lambda c: c.execute(delete(s).where(s.c.user_name == user_name)).rowcount)
+
+    def count(self, user_name: str) -> int:
+        """How many sessions ``user_name`` has (live or not yet swept)."""
+        return len(self._db.tx(lambda c: c.execute(select(s.c.id_hash).where(s.c.user_name == user_name)).all()))
+
+    def sweep(self, now: datetime, idle: timedelta, lifetime: timedelta, failures_kept: timedelta) -> None:
+        """Delete expired sessions and failure counts nobody has added to for ``failures_kept``."""
+        def work(conn: Connection) -> None:
+            conn.execute(delete(s).where((s.c.last_seen < now - idle) | (s.c.created < now - lifetime)))
+            conn.execute(delete(f).where(f.c.last_failure < now - failures_kept))
+
+        self._db.tx(work)
+
+    # -- failed sign-ins ---------------------------------------------------------------------
+    def failures(self, keys: Sequence[str]) -> dict[str, tuple[int, datetime]]:
+        """For each of ``keys`` with failures: (how many in a row, when the last was)."""
+        by_hash = {_digest(k): k for k in keys}
+        rows = self._db.tx(lambda c: c.execute(select(f.c.key_hash, f.c.failures, f.c.last_failure)
+                                               .where(f.c.key_hash.in_(list(by_hash)))).all())
+        return {by_hash[r.key_hash]: (r.failures, r.last_failure) for r in rows}
+
+    def record_failure(self, keys: Sequence[str], now: datetime) -> None:
+        """Count one more failure for each of ``keys``."""
+        def work(conn: Connection) -> None:
+            for key in sorted({_digest(k) for k in keys}):  # one order: no deadlock between processes
+                bumped = conn.execute(update(f).where(f.c.key_hash == key)
+                                      .values(failures=f.c.failures + 1, last_failure=now)).rowcount
+                if not bumped:
+                    conn.execute(insert(f).values(key_hash=key, failures=1, last_failure=now))
+
+        # Two processes inserting the same new key: the loser's retry finds the row and bumps it.
+        try:
+            self._db.tx(work)
+        except IntegrityError:
+            self._db.tx(work)
+
+    def clear_failures(self, keys: Sequence[str]) -> None:
+        """Forget the failures of ``keys`` (a successful sign-in)."""
+        hashes = [_digest(k) for k in keys]
+        self._db.tx(lambda c: c.execute(delete(f).where(f.c.key_hash.in_(hashes))))

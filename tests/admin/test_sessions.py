@@ -1,0 +1,185 @@
+"""Console sessions end for good (sign-out, password change, expiry), the sign-in brake is keyed
+by (user, address) and shared through the database, and passwords follow the policy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.admin.conftest import ADMIN, PASSWORD, VIEWER, Browser, csrf_of
+from tidemq import clock
+from tidemq.errors import ValidationError
+
+
+def _copy(app, browser):
+    """A second client holding a copy of ``browser``'s cookie, as a thief would."""
+    thief = app.test_client()
+    name = app.config["SESSION_COOKIE_NAME"]
+    thief.set_cookie(name, browser.client.get_cookie(name).value)
+    return thief
+
+
+def _paused(storage, topic):
+    return next(t.paused for t in storage.topics() if t.name == topic)
+
+
+def test_a_copied_cookie_stops_working_after_sign_out(app, storage):
+    from tests.admin.conftest import produce
+
+    produce(storage, "orders", ['{"a": 1}'])
+    admin = Browser(app, ADMIN)
+    thief = _copy(app, admin)
+    assert thief.get("/topics").status_code == 200  # the copy works while the session lives
+    assert admin.post("/logout").status_code == 302
+    assert thief.get("/topics").status_code == 302
+    # Nor can it change anything, even with the page's token in hand.
+    resp = thief.post("/topics/orders/pause", data={"csrf_token": admin.token})
+    assert resp.status_code in (302, 400)
+    assert not _paused(storage, "orders")
+    assert admin.get("/").status_code == 302
+
+
+def test_sign_out_in_one_console_process_ends_the_session_in_another(app, settings):
+    from tidemq_admin import create_app
+
+    other = create_app(settings, secret_key=app.config["SECRET_KEY"])
+    try:
+        admin = Browser(app, ADMIN)
+        copy = other.test_client()
+        name = app.config["SESSION_COOKIE_NAME"]
+        copy.set_cookie(name, admin.client.get_cookie(name).value)
+        assert copy.get("/").status_code == 200  # same key, same database: the session is shared
+        admin.post("/logout")
+        assert copy.get("/").status_code == 302
+    finally:
+        other.extensions["tidemq"].storage.close()
+
+
+def test_a_password_change_ends_every_session_of_that_user(app):
+    from tidemq_admin.accounts import add_user
+
+    first, second = Browser(app, VIEWER), Browser(app, VIEWER)
+    bystander = Browser(app, ADMIN)
+    add_user(app.extensions["tidemq"].admin, VIEWER, "a-new-long-passphrase", "viewer")
+    assert first.get("/").status_code == 302
+    assert second.get("/").status_code == 302
+    assert bystander.get("/").status_code == 200  # other users keep theirs
+    assert app.extensions["tidemq"].sessions.count(VIEWER) == 0
+
+
+def test_the_cookie_holds_a_random_id_only_its_hash_is_stored(app):
+    import hashlib
+
+    from flask.sessions import SecureCookieSessionInterface
+
+    admin = Browser(app, ADMIN)
+    raw = admin.client.get_cookie(app.config["SESSION_COOKIE_NAME"]).value
+    data = SecureCookieSessionInterface().get_signing_serializer(app).loads(raw)
+    assert set(data) == {"sid", "csrf"} and ADMIN not in raw
+    stored = app.extensions["tidemq"].sessions
+    assert stored.count(ADMIN) == 1
+    # The stored key is the SHA-256 of the id, never the id.
+    from sqlalchemy import select
+
+    from tidemq_broker.schema import admin_session
+
+    db = app.extensions["tidemq"].storage.db
+    keys = db.tx(lambda c: [r[0] for r in c.execute(select(admin_session.c.id_hash)).all()])
+    assert hashlib.sha256(data["sid"].encode()).hexdigest() in keys
+    assert data["sid"] not in keys
+
+
+def test_idle_and_old_sessions_end(app):
+    store = app.extensions["tidemq"].sessions
+    now = clock.now()
+    idle, lifetime = timedelta(hours=2), timedelta(hours=12)
+    sid = store.create(ADMIN, now)
+    assert store.resolve(sid, now + timedelta(hours=1), idle, lifetime).name == ADMIN
+    assert store.resolve(sid, now + timedelta(hours=2, minutes=59), idle, lifetime).name == ADMIN  # touched at 1 h
+    assert store.resolve(sid, now + timedelta(hours=5), idle, lifetime) is None  # idle 2 h since
+    assert store.resolve(sid, now + timedelta(hours=1), idle, lifetime) is None  # and the row is gone
+    busy = store.create(ADMIN, now)
+    for hours in range(1, 12):
+        assert store.resolve(busy, now + timedelta(hours=hours), idle, lifetime) is not None
+    assert store.resolve(busy, now + timedelta(hours=12, seconds=1), idle, lifetime) is None  # lifetime
+
+
+def test_a_secure_console_marks_its_cookie_secure_and_host_only(settings):
+    from tidemq_admin import create_app
+
+    app = create_app(settings, secure_cookies=True)
+    try:
+        client = app.test_client()
+        cookie = client.get("/login", base_url="https://localhost").headers["Set-Cookie"]
+        assert cookie.startswith("__Host-tidemq_session=")
+        assert "Secure" in cookie and "HttpOnly" in cookie and "Path=/" in cookie
+        assert "Expires" not in cookie  # a browser-session cookie: the server-side record sets the lifetime
+    finally:
+        app.extensions["tidemq"].storage.close()
+
+
+def test_failures_from_elsewhere_never_lock_the_user_out_of_its_own_address(app):
+    attacker, owner = app.test_client(), app.test_client()
+    token = csrf_of(attacker.get("/login").get_data(as_text=True))
+    far = {"REMOTE_ADDR": "203.0.113.9"}
+    codes = [attacker.post("/login", data={"csrf_token": token, "name": ADMIN, "password": f"guess-{i}"},
+                           environ_base=far).status_code for i in range(5)]
+    assert codes == [401, 401, 401, 429, 429]
+    token = csrf_of(owner.get("/login").get_data(as_text=True))
+    ok = owner.post("/login", data={"csrf_token": token, "name": ADMIN, "password": PASSWORD},
+                    environ_base={"REMOTE_ADDR": "198.51.100.7"})
+    assert ok.status_code == 302
+    # The attacker's address is still braked, even with the right password.
+    again = attacker.post("/login", data={"csrf_token": csrf_of(attacker.get("/login").get_data(as_text=True)),
+                                          "name": ADMIN, "password": PASSWORD}, environ_base=far)
+    assert again.status_code == 429
+
+
+def test_one_address_guessing_many_names_is_braked(app):
+    client = app.test_client()
+    token = csrf_of(client.get("/login").get_data(as_text=True))
+    here = {"REMOTE_ADDR": "203.0.113.50"}
+    codes = [client.post("/login", data={"csrf_token": token, "name": f"user{i}", "password": "x"},
+                         environ_base=here).status_code for i in range(11)]
+    assert codes[:10] == [401] * 10 and codes[10] == 429
+
+
+def test_the_brake_is_shared_by_every_console_process(app, settings):
+    from tidemq_admin import create_app
+
+    other = create_app(settings)
+    try:
+        first, second = app.test_client(), other.test_client()
+        here = {"REMOTE_ADDR": "192.0.2.77"}
+        token = csrf_of(first.get("/login").get_data(as_text=True))
+        for i in range(3):
+            assert first.post("/login", data={"csrf_token": token, "name": VIEWER, "password": f"g{i}"},
+                              environ_base=here).status_code == 401
+        token2 = csrf_of(second.get("/login").get_data(as_text=True))
+        resp = second.post("/login", data={"csrf_token": token2, "name": VIEWER, "password": PASSWORD},
+                           environ_base=here)
+        assert resp.status_code == 429
+    finally:
+        other.extensions["tidemq"].storage.close()
+
+
+@pytest.mark.parametrize("password", ["password", "password1234", "Password123!", "qwerty123456", "123456789012",
+                                      "aaaaaaaaaaaa", "abcabcabcabc", "monkeymonkey", "iloveyou2026!!",
+                                      "short-pass", f"{ADMIN}-console-2026"])
+def test_weak_passwords_are_refused_naming_the_rule(app, password):
+    from tidemq_admin.accounts import add_user
+
+    store = app.extensions["tidemq"].admin
+    before = store.get_user(ADMIN).password_hash
+    with pytest.raises(ValidationError) as exc:
+        add_user(store, ADMIN, password, "admin")
+    assert any(word in str(exc.value) for word in ("at least 12", "common password", "user name", "repeated"))
+    assert store.get_user(ADMIN).password_hash == before  # nothing changed
+
+
+def test_a_long_uncommon_password_is_accepted():
+    from tidemq_admin.accounts import check_password
+
+    check_password("correct-horse-9", "ops")
+    check_password("tide is high, and moving", "ops")
