@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from tidemq.config import masked_url
+
 from ..errors import ConfigurationError
 from .database import SqlDatabase
 from .dialect import SqlDialect
@@ -27,9 +31,18 @@ def _dialect_for(url: str) -> SqlDialect:
 
 
 def open_database(url: str, **options: Any) -> SqlDatabase:
-    """The engine and transaction object for SQLAlchemy ``url`` (MySQL/MariaDB or SQLite)."""
+    """The engine and transaction object for SQLAlchemy ``url`` (MySQL/MariaDB or SQLite).
+
+    A URL that cannot be used raises ConfigurationError naming the expected form; the password
+    is never part of the message."""
     dialect = _dialect_for(url)
-    return SqlDatabase(dialect.create_engine(url, **options), dialect, dialect.create_produce_engine(url))
+    try:
+        return SqlDatabase(dialect.create_engine(url, **options), dialect, dialect.create_produce_engine(url))
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise ConfigurationError(
+            f"TIDEMQ_DB_URL {masked_url(url)} cannot be used ({exc.__class__.__name__}: "
+            f"{masked_url(str(exc).splitlines()[0])}): use mysql+pymysql://user:pw@host:3306/db, with several "
+            "addresses as host1:3306,host2:3306, or sqlite:///relative/file, sqlite:////absolute/file") from None
 
 
 def open_storage(url: str, **options: Any) -> SqlStorage:

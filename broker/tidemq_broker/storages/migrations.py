@@ -120,6 +120,9 @@ class Migrations:
         self._db = db
 
     def create_schema(self) -> None:
+        # Reach the server through the transaction object first: an unreachable or refusing
+        # server is then a StorageUnavailableError with the reason, not a driver traceback.
+        self._db.tx(lambda conn: conn.execute(select(1)).scalar())
         try:
             metadata.create_all(self._db.engine)
         except DBAPIError:

@@ -13,6 +13,7 @@ from tidemq.lifecycle import Change, MessageStatus
 
 from ..schema import message as m
 from ..schema import topic as t
+from ..errors import ConfigurationError
 from .changes import values_of
 from .dialect import SqlDialect
 
@@ -78,3 +79,5 @@ def _create_private(path: Optional[str]) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
         pass
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create the SQLite database {path}: {exc.strerror}") from None
