@@ -1,6 +1,6 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, concurrency. With none named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow. With none named, all of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 """
@@ -16,7 +16,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "flow")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="required tidemq/raw group commit ratio at 64 threads")
     g.add_argument("--concurrency-low-target", type=float, default=1.5,
                    help="required tidemq/Celery ratio at 4 threads")
+    g = p.add_argument_group("flow (lock cost with flow limits and priorities)")
+    g.add_argument("--flow-messages", type=int, default=50_000, help="due messages of each of the three topics")
+    g.add_argument("--flow-batch", type=int, default=100, help="messages per lock")
+    g.add_argument("--flow-locks", type=int, default=200, help="locks of each topic, interleaved")
+    g.add_argument("--flow-target", type=float, default=1.2, help="required limited/plain lock cost ratio")
     return p
 
 

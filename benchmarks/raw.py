@@ -132,8 +132,9 @@ def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
                 cur.execute(
                     "UPDATE tidemq_message FORCE INDEX (idx_message_lock) SET status = 'RUNNING', lease_token = %s, lease_expire = %s, ttr = 60, "
                     "consumer = 'raw', start_time = %s, update_time = %s, attempt = attempt + 1, "
-                    "version = version + 1 WHERE topic = %s AND status = 'NEW' AND effect_time <= %s "
-                    "ORDER BY effect_time, id LIMIT %s",
+                    "version = version + 1 WHERE topic = %s AND status = 'NEW' "
+                    "AND priority IN (9, 8, 7, 6, 5, 4, 3, 2, 1, 0) AND effect_time <= %s "
+                    "ORDER BY priority DESC, effect_time, id LIMIT %s",
                     (token, expire, now, now, topic, now, lock))
                 # The schema has no index on lease_token (tidemq never reads by it); the lease's
                 # expiry time is one range of (topic, status, lease_expire).

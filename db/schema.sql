@@ -1,4 +1,4 @@
--- tidemq schema (version 8) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 9) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -9,7 +9,10 @@
 --   lease_token  set by the pull that leased the row; an ack must present it
 --   lease_expire set while RUNNING, NULL in every other status
 --   trace_context the producer's W3C traceparent (OpenTelemetry), NULL when it had none
--- idx_message_lock serves the pull lock: topic and status by equality, effect_time in order.
+--   priority     higher first among due messages (0 to 9)
+--   flow_key     the producer's key; a topic's max_running_per_key counts RUNNING messages by it
+-- idx_message_lock serves the pull lock: topic and status by equality, then one range of
+-- effect_time per priority (the lock names all ten), read in index order: no row is sorted.
 -- idx_message_topic_status_lease finds each topic's expired leases and, lease_expire being NULL
 -- outside RUNNING, walks one topic and status in id order for the console.
 CREATE TABLE `tidemq_message` (
@@ -34,13 +37,18 @@ CREATE TABLE `tidemq_message` (
   `start_time` datetime(3) DEFAULT NULL,
   `finish_time` datetime(3) DEFAULT NULL,
   `trace_context` varchar(255) DEFAULT NULL,
+  `priority` int(11) NOT NULL DEFAULT 0,
+  `flow_key` varchar(255) DEFAULT NULL,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
-  KEY `idx_message_lock` (`topic`,`status`,`effect_time`),
+  KEY `idx_message_lock` (`topic`,`status`,`priority` DESC,`effect_time`),
   KEY `idx_message_topic_status_lease` (`topic`,`status`,`lease_expire`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 
 -- Per-topic settings; a row with defaults is created when a topic is first produced to.
+-- max_running, rate_per_second, max_running_per_key: flow control (NULL: no limit), enforced by
+-- the pull lock, which locks this row for topics that have limits; rate_tokens at rate_at is the
+-- rate's token bucket.
 CREATE TABLE `tidemq_topic` (
   `name` varchar(255) NOT NULL,
   `retry_count` int(11) NOT NULL,
@@ -58,6 +66,11 @@ CREATE TABLE `tidemq_topic` (
   `add_time` datetime(3) NOT NULL,
   `update_time` datetime(3) NOT NULL,
   `max_deliveries` int(11) NOT NULL DEFAULT 10,
+  `max_running` int(11) DEFAULT NULL,
+  `rate_per_second` double DEFAULT NULL,
+  `max_running_per_key` int(11) DEFAULT NULL,
+  `rate_tokens` double DEFAULT NULL,
+  `rate_at` datetime(3) DEFAULT NULL,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 

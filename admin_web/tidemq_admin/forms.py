@@ -16,6 +16,7 @@ from tidemq.validation import (
     check_data_text,
     check_topic,
 )
+from tidemq_broker.flow import MAX_RATE, MAX_RUNNING_LIMIT
 from tidemq_broker.storage import MessageEdit, MessageFilter, TopicSettings
 
 __all__ = ["Parsed", "MAX_DELIVERIES", "MAX_ID", "whole_number", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_time",
@@ -205,6 +206,9 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
     fields["alarm_backlog"] = _optional(form, "alarm_backlog", lambda s: _int(s, 1, 2**31 - 1, "backlog threshold"), e)
     fields["alarm_failure_rate"] = _optional(form, "alarm_failure_rate", lambda s: _float(s, 0, 1, "failure rate threshold"), e)
     fields["alarm_due_age"] = _optional(form, "alarm_due_age", lambda s: _int(s, 1, 2**31 - 1, "due age threshold (seconds)"), e)
+    fields["max_running"] = _optional(form, "max_running", lambda s: _limit(s, "max running"), e)
+    fields["max_running_per_key"] = _optional(form, "max_running_per_key", lambda s: _limit(s, "max running per key"), e)
+    fields["rate_per_second"] = _optional(form, "rate_per_second", _rate, e)
     fields["paused"] = form.get("paused") == "on"
     fields["archive"] = form.get("archive") == "on"
     description = (form.get("description") or "").strip()
@@ -216,6 +220,20 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
     if not e:
         out.value = TopicSettings(**fields)
     return out
+
+
+def _limit(text: str, what: str) -> int:
+    value = whole_number(text, MAX_RUNNING_LIMIT, 1)
+    if value is None:
+        raise ValueError(f"{what} must be a whole number from 1 to {MAX_RUNNING_LIMIT:,}, or empty for no limit")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = _float(text, 0, MAX_RATE, "rate (messages per second)")
+    if value <= 0:
+        raise ValueError("rate (messages per second) must be above 0, or empty for no limit")
+    return value
 
 
 MAX_ID = 2**63 - 1  # the id column is a signed 64-bit integer

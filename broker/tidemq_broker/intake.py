@@ -15,6 +15,8 @@ from tidemq.validation import (
     check_data_text,
     check_delay,
     check_topic,
+    check_flow_key,
+    check_priority,
     check_unique_key,
     parse_duration,
 )
@@ -84,7 +86,8 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
         raise MalformedRequestError(str(exc)) from None
     return NewRow(topic=topic, data=msg.data, effect_time=effect_time, retry_remaining=retry,
                   retry_schedule=schedule, unique_key=check_unique_key(msg.unique_key) or None,
-                  trace_context=trace_context)
+                  trace_context=trace_context, priority=check_priority(msg.priority),
+                  flow_key=check_flow_key(msg.key) or None)
 
 
 def check_pull(request: pb.PullRequest) -> None:

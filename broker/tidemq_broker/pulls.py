@@ -160,13 +160,15 @@ class PullHub:
 
 
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],
-              next_due: Callable[[], Optional[datetime]], topic: str, ahead: float = 0.0) -> list[LeasedMessage]:
+              next_due: Callable[[], Optional[datetime]], topic: str, ahead: float = 0.0,
+              blocked: Optional[float] = None) -> list[LeasedMessage]:
     """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
     (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline.
 
     ``ahead``: ``attempt`` takes what is due within that many seconds. The pull then wakes
     ``ahead / 2`` before the next due time: each attempt gathers about half a window of
     messages, and each reaches its consumer at least half a window before it is due.
+    ``blocked``: the pause when messages were due yet none was taken (default: the hub's).
     """
     lead = ahead / 2
     while True:
@@ -185,7 +187,8 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
                 # came within reach between the attempt and this query).
                 pause = (due - clock.now()) / timedelta(seconds=1) - lead
             else:
-                pause = hub.blocked_recheck  # due before we tried, yet not ours: serial head busy, raced
+                # Due before we tried, yet not taken: serial head busy, a flow limit, raced.
+                pause = hub.blocked_recheck if blocked is None else blocked
             hub.sleep(waiter, min(pause, remaining, hub.recheck))
         finally:
             hub.unregister(waiter)

@@ -32,7 +32,7 @@ from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
            "produce_request", "principal", "topic_count", "admin_session", "login_failure", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -71,9 +71,16 @@ message = Table(
     Column("finish_time", Time, nullable=True),
     # The producer's W3C traceparent (OpenTelemetry), returned with every delivery; NULL: none.
     Column("trace_context", String(255), nullable=True),
+    # Higher first among due messages, PRIORITY_MIN to PRIORITY_MAX (tidemq.validation).
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    # The producer's key (produce(..., key=...)): a topic's max_running_per_key counts by it.
+    Column("flow_key", String(255), nullable=True),
     UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
-    # The pull lock: equality on topic and status, range on effect_time, in index order.
-    Index("idx_message_lock", "topic", "status", "effect_time"),
+    # The pull lock: equality on topic and status, then one range of effect_time per priority,
+    # read in index order (priority DESC, effect_time): the lock names every priority
+    # (``priority IN (9, ..., 0)``), so each range stops at the first message not yet due and no
+    # row is sorted. Probes that want the earliest effect_time take it per priority.
+    Index("idx_message_lock", "topic", "status", text("priority DESC"), "effect_time"),
     # Lease expiry finds RUNNING rows of each topic whose lease ran out, and a pull reads back
     # what it leased by its lease's expiry time. Since lease_expire is NULL outside RUNNING and
     # InnoDB ends every index with the primary key, (topic, status, NULL) is also the console's
@@ -109,6 +116,13 @@ topic = Table(
     Column("update_time", Time, nullable=False),
     # Deliveries (expired leases included) after which an expiring lease ends in FAIL.
     Column("max_deliveries", Integer, nullable=False, server_default=text(str(DEFAULT_MAX_DELIVERIES))),
+    # Flow control (version 9), NULL: no limit. A lock of a topic with a limit locks this row,
+    # so limits hold across brokers; the rate's token bucket (tokens at rate_at) lives here too.
+    Column("max_running", Integer, nullable=True),
+    Column("rate_per_second", Double, nullable=True),
+    Column("max_running_per_key", Integer, nullable=True),
+    Column("rate_tokens", Double, nullable=True),
+    Column("rate_at", Time, nullable=True),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )

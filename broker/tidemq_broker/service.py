@@ -33,7 +33,7 @@ from .intake import (
     rows_from_request,
 )
 from .pulls import PullHub, long_poll
-from .storage import AckItem, AckOutcome, LeasedMessage, Storage
+from .storage import AckItem, AckOutcome, LeasedMessage, Storage, TopicSettings
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -117,7 +117,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     found = self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
                 else:
                     found = self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now,
-                                                    token, self.name, ahead)
+                                                    token, self.name, ahead, self.topics.get(topic).limits)
             tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
             return found
 
@@ -126,7 +126,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 return self.storage.serial_head_due(topic)
             return self.storage.next_due(topic, rank, total)
 
-        found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead)
+        found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings))
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
@@ -136,6 +136,17 @@ class BrokerService(pb_grpc.BrokerServicer):
             return pb.PullReply()
         metrics.DELIVERED.labels(topic).inc(len(found))
         return pb.PullReply(messages=[_delivery(m) for m in found])
+
+    def _blocked_recheck(self, settings: TopicSettings) -> float:
+        """How long a pull waits before trying again when messages were due but the lock took none.
+
+        A rate-limited topic's bucket gains a token every 1/rate s and holds only a tenth of a
+        second's worth, so its pulls look again that often (at most 50 times a second) or the
+        topic would fall below its rate. Otherwise an ack on this broker wakes them sooner."""
+        rate = settings.rate_per_second
+        if rate:
+            return min(self.hub.blocked_recheck, max(0.02, 1.0 / rate))
+        return self.hub.blocked_recheck
 
     @_rpc
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:

@@ -24,6 +24,7 @@ __all__ = [
     "StoredMessage",
     "LeasedMessage",
     "TopicSettings",
+    "FlowLimits",
     "MessageFilter",
     "MessageEdit",
     "Backlog",
@@ -44,6 +45,8 @@ class NewRow:
     retry_schedule: Optional[list[float]] = None
     unique_key: Optional[str] = None
     trace_context: Optional[str] = None  # the producer's W3C traceparent (``tidemq.tracing``)
+    priority: int = 0  # higher first among due messages
+    flow_key: Optional[str] = None  # counted by the topic's max_running_per_key
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class StoredMessage:
     start_time: Optional[datetime]
     finish_time: Optional[datetime]
     trace_context: Optional[str] = None
+    priority: int = 0
+    flow_key: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,32 @@ class TopicSettings:
     alarm_due_age: Optional[int] = None
     description: str = ""
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    max_running: Optional[int] = None
+    rate_per_second: Optional[float] = None
+    max_running_per_key: Optional[int] = None
+
+    @property
+    def limits(self) -> Optional["FlowLimits"]:
+        """The topic's flow limits, or None when it has none (its lock then takes no topic lock)."""
+        limits = FlowLimits(self.max_running, self.rate_per_second, self.max_running_per_key)
+        return limits if limits.any else None
+
+
+@dataclass(frozen=True)
+class FlowLimits:
+    """A topic's flow control, enforced by the lock across every broker; None: no such limit.
+
+    ``max_running``: RUNNING messages of the topic at once; ``rate_per_second``: leases (starts)
+    per second; ``max_running_per_key``: RUNNING messages per producer key (``flow_key``)."""
+
+    max_running: Optional[int] = None
+    rate_per_second: Optional[float] = None
+    max_running_per_key: Optional[int] = None
+
+    @property
+    def any(self) -> bool:
+        return self.max_running is not None or self.rate_per_second is not None \
+            or self.max_running_per_key is not None
 
 
 @dataclass
@@ -200,12 +231,15 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
-                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
+                   limits: Optional[FlowLimits] = None) -> list[LeasedMessage]:
         """Lease up to ``limit`` NEW messages with ``MOD(id, total) = rank`` due by ``now + ahead``,
-        oldest due first.
+        higher priority first, then oldest due first.
 
         One conditional UPDATE applies the lifecycle's lease (token ``lease_token`` or a fresh
         one, ``lease_expire = now + ahead + ttr``); the leased rows are then read back by that lease.
+        ``limits`` (the topic's, as the caller last read them): the lock first locks the topic's
+        row and takes only what its stored limits allow, so they hold across brokers.
         """
 
     @abc.abstractmethod
@@ -296,6 +330,11 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def save_topic(self, settings: TopicSettings, now: datetime) -> None:
         """Insert or update one topic's settings."""
+
+    @abc.abstractmethod
+    def set_topic_limits(self, name: str, limits: FlowLimits, now: datetime) -> None:
+        """Set one topic's flow limits (None: no such limit), creating its row if needed; the
+        rate's token bucket starts full."""
 
     @abc.abstractmethod
     def get_message(self, id: int) -> Optional[StoredMessage]:

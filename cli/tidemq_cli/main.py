@@ -17,6 +17,7 @@ from tidemq.errors import ConfigurationError, TidemqError
 from tidemq.logs import configure_logging
 
 from .principals import register as register_auth
+from .topics import register as register_topic
 from .principals import run as run_auth
 
 __all__ = ["main"]
@@ -70,7 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--delay", type=float, help="seconds before it may run")
     produce.add_argument("--retry", type=int, help="retry count (default: the topic's)")
     produce.add_argument("--unique-key", help="deduplication key")
+    produce.add_argument("--key", help="flow key: the topic's per-key running limit counts by it")
+    produce.add_argument("--priority", type=int, default=0, help="0 to 9, higher first among due messages")
     register_auth(sub)
+    register_topic(sub)
     for plugin in _PLUGINS:
         module = _optional(plugin)
         if module is not None:
@@ -205,7 +209,8 @@ def _produce(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     client = Client(settings)
     try:
-        msg_id = client.produce(args.topic, data, delay=args.delay, retry=args.retry, unique_key=args.unique_key)
+        msg_id = client.produce(args.topic, data, delay=args.delay, retry=args.retry, unique_key=args.unique_key,
+                                key=args.key, priority=args.priority)
     finally:
         client.close()
     print(msg_id)

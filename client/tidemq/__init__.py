@@ -67,18 +67,20 @@ def _default() -> Client:
 
 
 def produce(topic: str, data: Any = None, *, delay: Optional[float] = None, effect_time: Optional[datetime] = None,
-            retry: Retry = None, unique_key: Optional[str] = None, timeout: Optional[float] = None) -> int:
+            retry: Retry = None, unique_key: Optional[str] = None, timeout: Optional[float] = None,
+            key: Optional[str] = None, priority: int = 0) -> int:
     """Store one message; returns its id after the commit. See :meth:`Client.produce`."""
     return _default().produce(topic, data, delay=delay, effect_time=effect_time, retry=retry,
-                              unique_key=unique_key, timeout=timeout)
+                              unique_key=unique_key, timeout=timeout, key=key, priority=priority)
 
 
 def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                  effect_time: Optional[datetime] = None, retry: Retry = None,
-                 unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None) -> list[int]:
+                 unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None,
+                 keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0) -> list[int]:
     """Store many messages in one transaction (all or none). See :meth:`Client.produce_many`."""
     return _default().produce_many(topic, datas, delay=delay, effect_time=effect_time, retry=retry,
-                                   unique_keys=unique_keys, timeout=timeout)
+                                   unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority)
 
 
 def broadcast(topic: str, data: Any = None) -> int:

@@ -35,6 +35,8 @@ from .validation import (
     check_delay,
     check_effect_time,
     check_topic,
+    check_flow_key,
+    check_priority,
     check_unique_key,
     encode_data,
     parse_retry,
@@ -90,39 +92,47 @@ class Client:
     # -- producing ---------------------------------------------------------------------------
     def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                 effect_time: Optional[datetime] = None, retry: Retry = None,
-                unique_key: Optional[str] = None, timeout: Optional[float] = None) -> int:
+                unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
+                priority: int = 0) -> int:
         """Store one message and return its id once it is committed.
 
         ``delay`` (seconds) or ``effect_time`` (a datetime) sets when it may run; ``retry`` is a
         count or a schedule like ``[0, "2m", "1h"]``; ``unique_key`` makes a repeated produce of
         the same (topic, key) return the first message's id instead of storing another.
+        ``key`` names what the topic's per-key running limit counts by (e.g. a customer);
+        ``priority`` (0 to 9) runs it before due messages of lower priority.
         """
         return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
-                                 unique_keys=[unique_key] if unique_key else None, timeout=timeout)[0]
+                                 unique_keys=[unique_key] if unique_key else None, timeout=timeout,
+                                 keys=[key] if key else None, priority=priority)[0]
 
     def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                      effect_time: Optional[datetime] = None, retry: Retry = None,
                      unique_keys: Optional[Sequence[Optional[str]]] = None,
-                     timeout: Optional[float] = None) -> list[int]:
+                     timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
+                     priority: int = 0) -> list[int]:
         """Store many messages of one topic in one transaction (all or none); return their ids.
 
         Calls made at the same time from other threads may share the RPC and the transaction
-        (``tidemq.coalesce``); each call still stores all of its messages or none.
+        (``tidemq.coalesce``); each call still stores all of its messages or none. ``keys``: one
+        flow key (or None) per message; ``priority`` applies to every message of the call.
         """
         datas = list(datas)
         check_batch_size(datas)
-        if unique_keys is not None and len(unique_keys) != len(datas):
-            raise ConfigurationError(f"unique_keys has {len(unique_keys)} entries for {len(datas)} messages")
+        for name, per_message in (("unique_keys", unique_keys), ("keys", keys)):
+            if per_message is not None and len(per_message) != len(datas):
+                raise ConfigurationError(f"{name} has {len(per_message)} entries for {len(datas)} messages")
         template = self._template(topic, delay, effect_time, retry)
+        template.priority = check_priority(priority)
         with tracing.produce_span(template.topic, len(datas)) as span:
             # The messages carry this span's context: their handlers' spans become its children.
             template.trace_context = tracing.current_traceparent()
-            ids = self._produce(template, datas, unique_keys, timeout)
+            ids = self._produce(template, datas, unique_keys, timeout, keys)
             tracing.set_message_ids(span, ids)
             return ids
 
     def _produce(self, template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
-                 timeout: Optional[float]) -> list[int]:
+                 timeout: Optional[float], keys: Optional[Sequence[Optional[str]]] = None) -> list[int]:
         messages = []
         for index, data in enumerate(datas):
             msg = pb.NewMessage()
@@ -133,6 +143,8 @@ class Client:
                 raise type(exc)(f"message #{index}: {exc}" if len(datas) > 1 else str(exc)) from None
             if unique_keys is not None:
                 msg.unique_key = check_unique_key(unique_keys[index])
+            if keys is not None:
+                msg.key = check_flow_key(keys[index])
             messages.append(msg)
         return self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
                                     timeout if timeout is not None else self.settings.rpc_timeout)

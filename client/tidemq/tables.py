@@ -50,6 +50,8 @@ class _Message(Table):
     # The W3C traceparent of the producer's OpenTelemetry span (NULL: none); not ``trace``,
     # which is tidemq's own history of the message.
     trace_context = "trace_context"
+    priority = "priority"  # higher first among due messages (0 to 9; flow control, version 9)
+    flow_key = "flow_key"  # produce(..., key=...): the topic's per-key running limit counts by it
 
 
 class _Topic(Table):
@@ -72,6 +74,12 @@ class _Topic(Table):
     add_time = "add_time"
     update_time = "update_time"
     max_deliveries = "max_deliveries"  # deliveries (expired leases included) before FAIL
+    # Flow control (version 9), enforced by the broker's lock; NULL: no limit.
+    max_running = "max_running"  # RUNNING messages of the topic, cluster-wide
+    rate_per_second = "rate_per_second"  # leases (starts) per second
+    max_running_per_key = "max_running_per_key"  # RUNNING messages per flow_key
+    rate_tokens = "rate_tokens"  # the rate's token bucket: tokens left at rate_at
+    rate_at = "rate_at"
 
 
 class _SchemaVersion(Table):

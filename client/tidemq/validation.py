@@ -38,10 +38,21 @@ __all__ = [
     "check_data_text",
     "check_depth",
     "MAX_DATA_DEPTH",
+    "FLOW_KEY_MAX_LENGTH",
+    "PRIORITY_MIN",
+    "PRIORITY_MAX",
+    "PRIORITIES_DESC",
+    "check_flow_key",
+    "check_priority",
 ]
 
 TOPIC_MAX_LENGTH = 255
 UNIQUE_KEY_MAX_LENGTH = 255
+FLOW_KEY_MAX_LENGTH = 255
+# A small fixed range: the broker's lock names every priority, which keeps each one a range of
+# its index that stops at the first message not yet due (tidemq_broker.schema).
+PRIORITY_MIN, PRIORITY_MAX = 0, 9
+PRIORITIES_DESC = tuple(range(PRIORITY_MAX, PRIORITY_MIN - 1, -1))
 DEFAULT_MAX_DATA_BYTES = 1024 * 1024
 MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600  # ten years, leap days included
 MAX_RETRIES = 1000
@@ -216,3 +227,23 @@ def check_batch_size(items: Iterable[Any] | Sequence[Any], what: str = "messages
         raise MalformedRequestError(f"a batch needs at least one of its {what}")
     if n > MAX_BATCH:
         raise MalformedRequestError(f"a batch has {n} {what}; the limit is {MAX_BATCH} per call")
+
+
+def check_flow_key(key: Any) -> str:
+    """A producer's key for per-key flow limits (``produce(..., key=...)``); "" means none."""
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise MalformedRequestError(f"key must be a string, got {type(key).__name__}")
+    if len(key) > FLOW_KEY_MAX_LENGTH:
+        raise MalformedRequestError(f"key is {len(key)} characters long; the limit is {FLOW_KEY_MAX_LENGTH}")
+    return key
+
+
+def check_priority(priority: Any) -> int:
+    """A message's priority: a whole number from PRIORITY_MIN to PRIORITY_MAX, higher first."""
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise MalformedRequestError(
+            f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (higher first), got {priority!r}")
+    return priority

@@ -59,10 +59,10 @@ class SqlDialect(abc.ABC):
 
     @abc.abstractmethod
     def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
-                    due_by: datetime) -> None:
+                    due_by: datetime) -> int:
         """The one conditional UPDATE of a batch lease: up to ``limit`` NEW rows of the shard due
-        by ``due_by`` (now, or a little later when leasing ahead), oldest due first, get
-        ``change`` (a lifecycle lease)."""
+        by ``due_by`` (now, or a little later when leasing ahead), higher priority first, then
+        oldest due first, get ``change`` (a lifecycle lease). Returns how many rows it leased."""
 
     def shard_clause(self, id_column: Any, total: int, rank: int) -> Any:
         """The condition ``id_column`` is in QUEUE shard ``rank`` of ``total``: ``MOD(id, total) = rank``

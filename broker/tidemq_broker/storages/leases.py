@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, func, select, union_all
 
 from tidemq import clock, lifecycle
 from tidemq.lifecycle import Change, Event, MessageStatus
+from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
-from ..storage import LeasedMessage
+from ..storage import FlowLimits, LeasedMessage
 from .changes import apply
 from .database import SqlDatabase
+from .flow import lock_limited
 from .ids import ids_in
 from .reads import topics_present
 
@@ -27,7 +29,8 @@ __all__ = ["Leases", "new_lease_token"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
 # What a pull reads back of each leased row: the rest of a delivery is what the lease set.
-_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt, m.c.trace_context]
+_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt, m.c.trace_context,
+                   m.c.priority]
 
 
 def new_lease_token() -> str:
@@ -42,13 +45,19 @@ class Leases:
         self._db = db
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
-                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
+                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
+                   limits: Optional[FlowLimits] = None) -> list[LeasedMessage]:
         change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), ahead, rank=f"{rank}/{total}",
                                  broker=broker or None)
         due_by = clock.after(now, ahead)
 
         def work(conn: Connection) -> list[LeasedMessage]:
-            self._db.dialect.lock_update(conn, topic, rank, total, limit, change, due_by)
+            if limits is not None and limits.any:
+                # The stored limits decide (the caller's may be seconds old); see storages/flow.py.
+                if not lock_limited(conn, self._db.dialect, topic, rank, total, limit, change, due_by, now):
+                    return []
+            elif not self._db.dialect.lock_update(conn, topic, rank, total, limit, change, due_by):
+                return []
             return _leased(conn, topic, change)
 
         return self._db.tx(work)
@@ -141,19 +150,14 @@ class Leases:
 
     # -- probes ------------------------------------------------------------------------------
     def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
-        def work(conn: Connection) -> Optional[datetime]:
-            stmt = select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
-            if total > 1:
-                stmt = stmt.where(self._db.dialect.shard_clause(m.c.id, total, rank))
-            return conn.execute(stmt.order_by(m.c.effect_time).limit(1)).scalar()
-
-        return self._db.tx(work)
+        shard = [self._db.dialect.shard_clause(m.c.id, total, rank)] if total > 1 else []
+        earliest = _earliest_new([topic], *shard)
+        return self._db.tx(lambda conn: conn.execute(earliest).scalar())
 
     def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
         if not topics:
             return {}
-        stmt = (select(m.c.topic, func.min(m.c.effect_time))
-                .where(m.c.topic.in_(list(topics)), m.c.status == _NEW).group_by(m.c.topic))
+        stmt = _earliest_new(list(topics))
         return {name: when for name, when in self._db.tx(lambda conn: conn.execute(stmt).all())}
 
     def serial_head_due(self, topic: str) -> Optional[datetime]:
@@ -169,6 +173,24 @@ class Leases:
         return self._db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
 
 
+def _earliest_new(topics: Sequence[str], *where: Any) -> Select[Any]:
+    """{topic: earliest effect_time of its NEW messages matching ``where``} as one statement.
+
+    The lock index orders each (topic, NEW) range by priority first, so the earliest effect_time
+    is the least of one index dive per priority: a union of ``ORDER BY effect_time LIMIT 1``
+    per topic and priority (a MIN over the whole range would read every NEW row of the topic).
+    With one topic it selects that topic's earliest time alone.
+    """
+    firsts = [select(m.c.topic.label("topic"), m.c.effect_time.label("due"))
+              .where(m.c.topic == name, m.c.status == _NEW, m.c.priority == priority, *where)
+              .order_by(m.c.effect_time).limit(1).subquery()
+              for name in topics for priority in PRIORITIES_DESC]
+    each = union_all(*[select(first.c.topic, first.c.due) for first in firsts]).subquery()
+    if len(topics) == 1:
+        return select(func.min(each.c.due))
+    return select(each.c.topic, func.min(each.c.due)).group_by(each.c.topic)
+
+
 def _tally(counts: dict[str, int], topic: str, n: int) -> None:
     if n:
         counts[topic] = counts.get(topic, 0) + n
@@ -179,7 +201,8 @@ def _any_running(conn: Connection, topic: str) -> bool:
 
 
 def _leased(conn: Connection, topic: str, change: Change) -> list[LeasedMessage]:
-    """The rows of ``topic`` this transaction just leased with ``change``, oldest due first.
+    """The rows of ``topic`` this transaction just leased with ``change``, in the lock's order
+    (higher priority first, then oldest due).
 
     They are one range of (topic, status, lease_expire): RUNNING with this lease's own expiry
     time, and the token picks ours among any other lease of the same millisecond. No index on
@@ -192,7 +215,7 @@ def _leased(conn: Connection, topic: str, change: Change) -> list[LeasedMessage]
                m.c.lease_token == sets["lease_token"])).all()
     # Sorted here, not by the database: the range comes in id order, and a filesort of the rows
     # with their data cost MariaDB more than this costs Python.
-    rows.sort(key=lambda row: (row.effect_time, row.id))
+    rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
     return [LeasedMessage(row.id, topic, row.data, _RUNNING, row.effect_time, row.retry_remaining, row.attempt,
                           sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context) for row in rows]
 

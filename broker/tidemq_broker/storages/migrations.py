@@ -100,6 +100,43 @@ def _console_sessions(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[admin_session, login_failure])
 
 
+def _flow_control(db: SqlDatabase) -> None:
+    """Version 9: flow control. Messages get a ``priority`` and a ``flow_key``; topics get their
+    limits and the rate's token bucket; the lock index puts priority (descending) before
+    effect_time. MySQL does it in one ALTER TABLE per table (one rebuild of the message table)."""
+    inspector = inspect(db.engine)
+    columns = {column["name"] for column in inspector.get_columns(MESSAGE.name)}
+    topic_columns = {column["name"] for column in inspector.get_columns(TOPIC.name)}
+    index = next((ix for ix in inspector.get_indexes(MESSAGE.name) if ix["name"] == "idx_message_lock"), None)
+    message_changes = []
+    if MESSAGE.priority not in columns:
+        message_changes.append(f"ADD COLUMN {MESSAGE.priority} INTEGER NOT NULL DEFAULT 0")
+    if MESSAGE.flow_key not in columns:
+        message_changes.append(f"ADD COLUMN {MESSAGE.flow_key} VARCHAR(255) NULL")
+    new_index = index is None or MESSAGE.priority not in index["column_names"]
+    topic_changes = [f"ADD COLUMN {name} {kind} NULL" for name, kind in (
+        (TOPIC.max_running, "INTEGER"), (TOPIC.rate_per_second, "DOUBLE"), (TOPIC.max_running_per_key, "INTEGER"),
+        (TOPIC.rate_tokens, "DOUBLE"), (TOPIC.rate_at, "DATETIME(3)")) if name not in topic_columns]
+    lock_index = f"idx_message_lock ({MESSAGE.topic}, {MESSAGE.status}, {MESSAGE.priority} DESC, {MESSAGE.effect_time})"
+    with db.engine.begin() as conn:
+        if conn.dialect.name in ("mysql", "mariadb"):
+            if new_index:
+                message_changes += (["DROP INDEX idx_message_lock"] if index else []) + [f"ADD INDEX {lock_index}"]
+            if message_changes:
+                conn.exec_driver_sql(f"ALTER TABLE {MESSAGE.name} " + ", ".join(message_changes))
+            if topic_changes:
+                conn.exec_driver_sql(f"ALTER TABLE {TOPIC.name} " + ", ".join(topic_changes))
+            return
+        for change in message_changes:
+            conn.exec_driver_sql(f"ALTER TABLE {MESSAGE.name} {change}")
+        for change in topic_changes:
+            conn.exec_driver_sql(f"ALTER TABLE {TOPIC.name} {change.replace('DATETIME(3)', 'DATETIME')}")
+        if new_index:
+            if index:
+                conn.exec_driver_sql("DROP INDEX idx_message_lock")
+            conn.exec_driver_sql(f"CREATE INDEX {lock_index.replace(' (', f' ON {MESSAGE.name} (', 1)}")
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -109,6 +146,7 @@ STEPS = (
     Step(7, "tidemq_topic_count: the console reads counts of finished messages from the leader's count", _topic_counts),
     Step(8, "tidemq_admin_session and tidemq_login_failure: revocable console sessions, shared sign-in brake",
          _console_sessions),
+    Step(9, "flow control: message priority and key, topic limits, priority in the lock index", _flow_control),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

@@ -13,7 +13,7 @@ from tidemq.lifecycle import MessageStatus
 from ..schema import message as m
 from ..schema import topic as t
 from ..schema import topic_count as tc
-from ..storage import Backlog, StoredMessage, TopicSettings
+from ..storage import Backlog, FlowLimits, StoredMessage, TopicSettings
 from .database import SqlDatabase
 
 __all__ = ["Reads", "to_message", "topics_present"]
@@ -51,7 +51,8 @@ class Reads:
         self._db.tx(work)
 
     def topics(self) -> list[TopicSettings]:
-        cols = [c for c in t.c if c.name not in ("add_time", "update_time")]
+        # The rate's token bucket is the lock's state, not a setting.
+        cols = [c for c in t.c if c.name not in ("add_time", "update_time", "rate_tokens", "rate_at")]
         rows = self._db.tx(lambda conn: conn.execute(select(*cols).order_by(t.c.name)).all())
         return [TopicSettings(**dict(r._mapping)) for r in rows]
 
@@ -65,6 +66,13 @@ class Reads:
                 conn.execute(update(t).where(t.c.name == settings.name).values(values))
 
         self._db.tx(work)
+
+    def set_topic_limits(self, name: str, limits: FlowLimits, now: datetime) -> None:
+        self.ensure_topics([name], now)
+        # A new rate starts with a full bucket (NULL tokens) rather than the old rate's leftovers.
+        self._db.tx(lambda conn: conn.execute(update(t).where(t.c.name == name).values(
+            max_running=limits.max_running, rate_per_second=limits.rate_per_second,
+            max_running_per_key=limits.max_running_per_key, rate_tokens=None, rate_at=None, update_time=now)))
 
     def get_message(self, id: int) -> Optional[StoredMessage]:
         row = self._db.tx(lambda conn: conn.execute(select(m).where(m.c.id == id)).first())

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import Backlog, LeasedMessage, MessageEdit, NewRow, RequestRef, Storage, StoredMessage, TopicSettings
+from ..storage import Backlog, FlowLimits, LeasedMessage, MessageEdit, NewRow, RequestRef, Storage, StoredMessage, TopicSettings
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
@@ -63,8 +63,10 @@ class SqlStorage(Storage):
         return self._writes.delete_produce_requests(before, limit)
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
-                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
-        return self._leases.lock_batch(topic, rank, total, limit, ttr, consumer, now, lease_token, broker, ahead)
+                   lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
+                   limits: Optional[FlowLimits] = None) -> list[LeasedMessage]:
+        return self._leases.lock_batch(topic, rank, total, limit, ttr, consumer, now, lease_token, broker, ahead,
+                                       limits)
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
                     broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
@@ -123,6 +125,9 @@ class SqlStorage(Storage):
 
     def save_topic(self, settings: TopicSettings, now: datetime) -> None:
         self._reads.save_topic(settings, now)
+
+    def set_topic_limits(self, name: str, limits: FlowLimits, now: datetime) -> None:
+        self._reads.set_topic_limits(name, limits, now)
 
     def get_message(self, id: int) -> Optional[StoredMessage]:
         return self._reads.get_message(id)

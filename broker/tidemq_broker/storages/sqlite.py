@@ -58,13 +58,13 @@ class SqliteDialect(SqlDialect):
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
 
     def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
-                    due_by: datetime) -> None:
+                    due_by: datetime) -> int:
         new = MessageStatus.NEW.value
         due = select(m.c.id).where(m.c.topic == topic, m.c.status == new, m.c.effect_time <= due_by)
         if total > 1:
             due = due.where(self.shard_clause(m.c.id, total, rank))
-        due = due.order_by(m.c.effect_time, m.c.id).limit(limit)
-        conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == new).values(values_of(change)))
+        due = due.order_by(m.c.priority.desc(), m.c.effect_time, m.c.id).limit(limit)
+        return conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == new).values(values_of(change))).rowcount
 
     def lock_topic_row(self, conn: Connection, topic: str) -> None:
         """Nothing to do: the database object's process lock already serialises every transaction."""

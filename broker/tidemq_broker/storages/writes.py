@@ -43,6 +43,8 @@ def row_values(row: NewRow, change: Change) -> dict[str, Any]:
         M.unique_key: row.unique_key or None,
         M.trace: change.trace,
         M.trace_context: row.trace_context or None,
+        M.priority: row.priority,
+        M.flow_key: row.flow_key or None,
         **change.values,
     }
     return {name: values[name] for name in INSERT_COLUMNS}
