@@ -16,7 +16,7 @@ from ..schema import topic_count as tc
 from ..storage import Backlog, StoredMessage, TopicSettings
 from .database import SqlDatabase
 
-__all__ = ["Reads", "to_message", "topics_present"]
+__all__ = ["Reads", "to_message", "topics_present", "topic_values"]
 
 
 def to_message(row: Any) -> StoredMessage:
@@ -46,7 +46,7 @@ class Reads:
             missing = sorted(set(names) - known)
             if missing:
                 self._db.dialect.insert_topics_ignoring_duplicates(
-                    conn, [_topic_values(TopicSettings(n), now) for n in missing])
+                    conn, [topic_values(TopicSettings(n), now) for n in missing])
 
         self._db.tx(work)
 
@@ -57,7 +57,7 @@ class Reads:
 
     def save_topic(self, settings: TopicSettings, now: datetime) -> None:
         def work(conn: Connection) -> None:
-            values = _topic_values(settings, now)
+            values = topic_values(settings, now)
             if conn.execute(select(t.c.name).where(t.c.name == settings.name)).first() is None:
                 conn.execute(insert(t).values(values))
             else:
@@ -135,7 +135,8 @@ class Reads:
         return counts
 
 
-def _topic_values(s: TopicSettings, now: datetime) -> dict[str, Any]:
+def topic_values(s: TopicSettings, now: datetime) -> dict[str, Any]:
+    """The topic row of ``s``, created ``now``."""
     values = dict(vars(s))
     values.update(add_time=now, update_time=now)
     return values
