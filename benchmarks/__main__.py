@@ -1,6 +1,6 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, concurrency. With none named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, concurrency, security, enqueue. With none named, all of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 """
@@ -16,7 +16,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "enqueue")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="required tidemq/raw group commit ratio at 64 threads")
     g.add_argument("--concurrency-low-target", type=float, default=1.5,
                    help="required tidemq/Celery ratio at 4 threads")
+    g = p.add_argument_group("enqueue (delivery after an application's COMMIT, beside produce)")
+    g.add_argument("--enqueue-samples", type=int, default=300, help="messages enqueued, and as many produced")
+    g.add_argument("--enqueue-idle-seconds", type=float, default=5.0,
+                   help="seconds the broker's CPU is measured with a pull waiting and nothing produced")
     return p
 
 
