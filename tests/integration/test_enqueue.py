@@ -170,6 +170,15 @@ def test_a_unique_key_returns_the_stored_id_within_and_across_transactions(app_e
     with app_engine.begin() as conn:
         assert tidemq.enqueue(conn, "enq.key", {"n": 3}, unique_key="order-1") == first
     assert broker.storage.get_message(first).data == '{"n":1}'
+    # A REPEATABLE READ snapshot taken before another transaction stored the key: the insert
+    # still meets the committed row (inserts check keys against the latest version).
+    with app_engine.execution_options(isolation_level="REPEATABLE READ").connect() as old:
+        assert old.execute(text("SELECT COUNT(*) FROM app_order")).scalar() == 0  # the snapshot
+        with app_engine.begin() as conn:
+            second = tidemq.enqueue(conn, "enq.key", {"n": 4}, unique_key="order-2")
+        assert tidemq.enqueue(old, "enq.key", {"n": 5}, unique_key="order-2") == second
+        old.commit()
+    assert broker.storage.get_message(second).data == '{"n":4}'
 
 
 @pytest.mark.parametrize("first_commits", [True, False])
