@@ -170,12 +170,13 @@ class Leases:
 
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
         # One walk of the primary key from ``after`` plus a lookup by key of each missing id: an
-        # idle probe reads nothing, whatever the size of the table.
+        # idle probe reads nothing, whatever the size of the table. It runs every 20 ms while
+        # pulls wait, so it skips the transaction around it (``autocommit_read``).
         where = m.c.id > after
         if missing:
             where = or_(where, m.c.id.in_(list(missing)))
         stmt = select(m.c.id, m.c.topic, m.c.effect_time).where(where).order_by(m.c.id).limit(limit)
-        return [(row.id, row.topic, row.effect_time) for row in self._db.tx(lambda conn: conn.execute(stmt).all())]
+        return [(row.id, row.topic, row.effect_time) for row in self._db.autocommit_read(stmt)]
 
 
 def _tally(counts: dict[str, int], topic: str, n: int) -> None:
