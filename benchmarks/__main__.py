@@ -1,6 +1,7 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow. With none named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow, enqueue. With none named, all
+of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 """
@@ -16,7 +17,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "flow")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "flow", "enqueue")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--flow-batch", type=int, default=100, help="messages per lock")
     g.add_argument("--flow-locks", type=int, default=200, help="locks of each topic, interleaved")
     g.add_argument("--flow-target", type=float, default=1.2, help="required limited/plain lock cost ratio")
+    g = p.add_argument_group("enqueue (delivery after an application's COMMIT, beside produce)")
+    g.add_argument("--enqueue-samples", type=int, default=300, help="messages enqueued, and as many produced")
+    g.add_argument("--enqueue-idle-seconds", type=float, default=5.0,
+                   help="seconds the broker's CPU is measured with a pull waiting and nothing produced")
     return p
 
 

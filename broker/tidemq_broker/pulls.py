@@ -2,9 +2,12 @@
 
 A waiting pull sleeps until the earliest of: its deadline, the next due time in its shard, a
 commit by this broker's writer (or an ack) that makes something of its topic due sooner, a
-change seen by the broker's shared probes, or a slow re-check (10 s). An idle broker with many
-waiting consumers therefore issues a handful of queries per second in all, and a due message
-reaches a waiting consumer within milliseconds of its commit or its effect_time.
+change seen by the broker's shared probes, or a slow re-check (10 s). The probes run only while
+pulls wait, and their cost does not grow with the number of waiting pulls: a look at recent
+inserts every 20 ms (one primary-key dive when nothing is new, ``inserts.InsertWatch``) and the
+earliest due time of each waited-on topic once a second. A due message reaches a waiting consumer
+within milliseconds of its commit through this broker, or within about one probe interval of a
+commit elsewhere (another broker, a ``tidemq.enqueue`` transaction).
 
 A pull that may lease ahead (``ahead`` seconds, see ``long_poll``) takes what is due within that
 window and wakes half a window before the next due time, so its consumer always holds a message
@@ -17,9 +20,10 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from tidemq import clock
+from .inserts import InsertWatch
 from .storage import LeasedMessage, Storage
 
 __all__ = ["PullHub", "Waiter"]
@@ -47,16 +51,15 @@ class Waiter:
 class PullHub:
     """Where waiting pulls sleep and commits wake them."""
 
-    def __init__(self, storage: Storage, probe_interval: float = 0.25, recheck: float = 10.0,
-                 blocked_recheck: float = 0.5, earliest_every: int = 4) -> None:
+    def __init__(self, storage: Storage, probe_interval: float = 0.02, recheck: float = 10.0,
+                 blocked_recheck: float = 0.5, earliest_every: int = 50) -> None:
         self._storage = storage
         self._probe_interval = probe_interval
         self.recheck = recheck
         self.blocked_recheck = blocked_recheck
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = {}
-        self._own_max_id = 0
-        self._seen_max_id = 0
+        self._inserts = InsertWatch(storage)
         self._earliest: dict[str, datetime] = {}
         self._earliest_every = earliest_every
         self._stopped = threading.Event()
@@ -101,10 +104,9 @@ class PullHub:
             if earliest <= waiter.wake_at:
                 waiter.event.set()
 
-    def notify_commit(self, earliest: dict[str, datetime], max_id: int) -> None:
-        """Called by the writer after each commit."""
-        with self._lock:
-            self._own_max_id = max(self._own_max_id, max_id)
+    def notify_commit(self, earliest: dict[str, datetime], ids: Sequence[int]) -> None:
+        """Called by the writer after each commit of ``ids``."""
+        self._inserts.committed_here(ids)
         for topic, when in earliest.items():
             self.notify(topic, when)
 
@@ -124,11 +126,12 @@ class PullHub:
                 waiter.event.set()
 
     def _probe_forever(self) -> None:
-        # Changes that do not pass through this broker (inserts, retries, lease expiry and
-        # requeues by other brokers or the console) are found by two shared probes, whatever
-        # the number of waiters: MAX(id) every tick, and the earliest NEW effect_time of each
-        # waited-on topic every few ticks. A waiter is woken only when its topic got something
-        # due sooner than before.
+        # Changes that do not pass through this broker (inserts by other brokers and enqueue
+        # transactions; retries, lease expiry and requeues by other brokers or the console) are
+        # found by two shared probes, whatever the number of waiters: the inserts committed
+        # since the last tick, every tick, and the earliest NEW effect_time of each waited-on
+        # topic every few ticks. A waiter is woken only when its topic got something due sooner
+        # than before.
         tick = 0
         while not self._stopped.wait(self._probe_interval):
             with self._lock:
@@ -137,19 +140,16 @@ class PullHub:
                 continue
             tick += 1
             try:
-                if self._foreign_insert():
+                inserted = self._inserts.look()
+                if inserted is None:
                     self._wake(lambda w: True)
-                elif tick % self._earliest_every == 0:
+                else:
+                    for topic, when in inserted.items():
+                        self.notify(topic, when)
+                if tick % self._earliest_every == 0:
                     self._wake_sooner(self._storage.earliest_new(topics))
             except Exception:
                 log.debug("pull probe failed", exc_info=True)
-
-    def _foreign_insert(self) -> bool:
-        newest = self._storage.max_id()
-        with self._lock:
-            foreign = newest > self._own_max_id and newest > self._seen_max_id
-            self._seen_max_id = max(self._seen_max_id, newest)
-        return foreign
 
     def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
         with self._lock:

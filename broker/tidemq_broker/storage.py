@@ -318,6 +318,12 @@ class Storage(abc.ABC):
     def max_id(self) -> int:
         """The highest message id (0 for an empty table): a cheap 'anything new?' probe."""
 
+    @abc.abstractmethod
+    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
+        """``(id, topic, effect_time)`` of the stored messages whose id is above ``after`` or in
+        ``missing``, in id order, at most ``limit``: the pull hub's probe of messages committed
+        elsewhere (``tidemq_broker.inserts``)."""
+
     # -- topics and reads --------------------------------------------------------------------
     @abc.abstractmethod
     def ensure_topics(self, names: Sequence[str], now: datetime) -> None:

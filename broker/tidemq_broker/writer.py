@@ -32,7 +32,7 @@ class GroupCommitWriter:
     """Batches concurrent produce requests into shared transactions (``slots`` at a time)."""
 
     def __init__(self, storage: Storage, topics: TopicCache, broker: str,
-                 on_commit: Callable[[dict[str, datetime], int], None], max_rows: int = 5000,
+                 on_commit: Callable[[dict[str, datetime], list[int]], None], max_rows: int = 5000,
                  slots: int = 2) -> None:
         self._storage = storage
         self._topics = topics
@@ -95,7 +95,7 @@ class GroupCommitWriter:
             if row.topic not in earliest or row.effect_time < earliest[row.topic]:
                 earliest[row.topic] = row.effect_time
         try:
-            self._on_commit(earliest, max(ids))
+            self._on_commit(earliest, ids)
         except Exception:  # committed and answered: a failed wake-up must not undo that
             log.exception("commit notification failed")
 

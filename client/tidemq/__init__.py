@@ -15,6 +15,7 @@ from .batch import AckResult, BatchConsumer
 from .client import Client, Retry
 from .config import Settings
 from .consumer import mq_consumer
+from .transactional import enqueue
 from .errors import *  # noqa: F401,F403  (the exception tree is part of the public surface)
 from .errors import __all__ as _error_names
 from .message import Message, MessageStatus, MessageType
@@ -24,6 +25,7 @@ __all__ = [
     "configure",
     "produce",
     "produce_many",
+    "enqueue",
     "broadcast",
     "cancel",
     "requeue",

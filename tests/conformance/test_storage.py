@@ -378,6 +378,15 @@ def test_next_due_and_max_id(storage):
     assert storage.next_due("t.none", 0, 1) is None
 
 
+def test_recent_inserts_reads_above_the_mark_and_the_missing_ids(storage):
+    ids = insert(storage, "t.recent", 5, delay=7)
+    assert storage.recent_inserts(max(ids), [], 10) == []
+    got = storage.recent_inserts(ids[1], [ids[0], 10**12], 10)
+    assert [row[0] for row in got] == [ids[0]] + ids[2:]
+    assert {row[1] for row in got} == {"t.recent"} and all(row[2] > clock.now() for row in got)
+    assert [row[0] for row in storage.recent_inserts(0, [], 2)] == ids[:2]
+
+
 def test_retention_deletes_old_successes_only(storage):
     ids = insert(storage, "t.ret", 3, retry=0)
     got = lock(storage, "t.ret", limit=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,3 +37,27 @@ def test_no_package_imports_against_the_direction():
                 violations.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
     assert checked > 20
     assert not violations, "\n".join(violations)
+
+
+
+def _module_names(path: Path, packages: set[str]) -> set[str]:
+    """String constants in ``path`` that are a module path of one of ``packages`` (what
+    importlib.import_module would be given), docstrings and prose aside."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", node.value) and node.value.split(".")[0] in packages:
+            names.add(node.value)
+    return names
+
+
+def test_the_client_names_the_broker_package_only_to_forward_enqueue():
+    """tidemq.enqueue writes to the database, which is the broker package's job: the client
+    forwards it by module name (``tidemq.transactional``), the one exception to the direction."""
+    from tidemq import transactional
+
+    forbidden = FORBIDDEN["client/tidemq"]
+    named = {path.relative_to(ROOT).as_posix(): found for path in (ROOT / "client/tidemq").rglob("*.py")
+             if (found := _module_names(path, forbidden))}
+    assert named == {"client/tidemq/transactional.py": {"tidemq_broker.enqueue"}}
+    assert transactional._implementation().__module__ == "tidemq_broker.enqueue"

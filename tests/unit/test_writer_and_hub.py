@@ -51,6 +51,9 @@ class MemoryStore:
     def max_id(self):
         return self.next_id - 1
 
+    def recent_inserts(self, after, missing, limit):
+        return []
+
     def earliest_new(self, topics):
         return {}
 
@@ -65,7 +68,7 @@ def store():
 
 
 def _writer(store, commits, slots=1):
-    return GroupCommitWriter(store, TopicCache(store), "b:1", lambda earliest, max_id: commits.append(max_id),
+    return GroupCommitWriter(store, TopicCache(store), "b:1", lambda earliest, ids: commits.append(max(ids)),
                              slots=slots)
 
 

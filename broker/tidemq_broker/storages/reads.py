@@ -16,7 +16,13 @@ from ..schema import topic_count as tc
 from ..storage import Backlog, FlowLimits, StoredMessage, TopicSettings
 from .database import SqlDatabase
 
-__all__ = ["Reads", "to_message", "topics_present"]
+__all__ = ["Reads", "to_message", "topics_present", "topic_values", "setting_columns"]
+
+
+def setting_columns() -> list[Any]:
+    """The topic row's columns that are settings (TopicSettings' fields): not its times, nor the
+    rate's token bucket, which is the lock's state."""
+    return [c for c in t.c if c.name not in ("add_time", "update_time", "rate_tokens", "rate_at")]
 
 
 def to_message(row: Any) -> StoredMessage:
@@ -46,19 +52,18 @@ class Reads:
             missing = sorted(set(names) - known)
             if missing:
                 self._db.dialect.insert_topics_ignoring_duplicates(
-                    conn, [_topic_values(TopicSettings(n), now) for n in missing])
+                    conn, [topic_values(TopicSettings(n), now) for n in missing])
 
         self._db.tx(work)
 
     def topics(self) -> list[TopicSettings]:
-        # The rate's token bucket is the lock's state, not a setting.
-        cols = [c for c in t.c if c.name not in ("add_time", "update_time", "rate_tokens", "rate_at")]
+        cols = setting_columns()
         rows = self._db.tx(lambda conn: conn.execute(select(*cols).order_by(t.c.name)).all())
         return [TopicSettings(**dict(r._mapping)) for r in rows]
 
     def save_topic(self, settings: TopicSettings, now: datetime) -> None:
         def work(conn: Connection) -> None:
-            values = _topic_values(settings, now)
+            values = topic_values(settings, now)
             if conn.execute(select(t.c.name).where(t.c.name == settings.name)).first() is None:
                 conn.execute(insert(t).values(values))
             else:
@@ -143,7 +148,8 @@ class Reads:
         return counts
 
 
-def _topic_values(s: TopicSettings, now: datetime) -> dict[str, Any]:
+def topic_values(s: TopicSettings, now: datetime) -> dict[str, Any]:
+    """The topic row of ``s``, created ``now``."""
     values = dict(vars(s))
     values.update(add_time=now, update_time=now)
     return values

@@ -116,6 +116,9 @@ class SqlStorage(Storage):
     def max_id(self) -> int:
         return self._leases.max_id()
 
+    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
+        return self._leases.recent_inserts(after, missing, limit)
+
     # -- topics and reads --------------------------------------------------------------------
     def ensure_topics(self, names: Sequence[str], now: datetime) -> None:
         self._reads.ensure_topics(names, now)

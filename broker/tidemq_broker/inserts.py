@@ -1,0 +1,107 @@
+"""Which messages were committed since the last look, by anyone but this broker.
+
+A broker hears of its own commits from its writer. Messages stored elsewhere (through another
+broker, or by ``tidemq.enqueue`` in an application's transaction) it learns of by looking: the
+pull hub calls ``InsertWatch.look`` every probe interval while pulls wait.
+
+Ids are handed out when a row is inserted, not when it commits, so they do not become visible
+in order: an application transaction that enqueued id 100 may commit after a broker committed
+id 101. A high-water mark alone (``MAX(id)``) would never see id 100. The watch therefore reads
+the rows above its mark and remembers the ids it skipped over (the gaps) for a while; each look
+reads those ids again, and a gap that fills is a late commit. The query walks the primary key
+from the mark and picks the gap ids by key, so an idle look costs one index dive.
+
+A gap is forgotten after ``gap_ttl`` seconds (rolled-back transactions, duplicate unique keys
+and deleted messages leave gaps that never fill) and the oldest go first beyond ``max_gaps``.
+A transaction that commits later than that is found by the hub's slower earliest-due probe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+from typing import Optional, Sequence
+
+from .storage import Storage
+
+__all__ = ["InsertWatch"]
+
+_MAX_OWN = 100_000  # own ids remembered at most; forgetting them costs only a needless wake-up
+
+
+class InsertWatch:
+    """Reads the messages committed since the last look and the ids that were missing then."""
+
+    def __init__(self, storage: Storage, limit: int = 500, gap_ttl: float = 30.0, max_gaps: int = 512) -> None:
+        self._storage = storage
+        self._limit = limit
+        self._gap_ttl = gap_ttl
+        self._max_gaps = max_gaps
+        self._mark: Optional[int] = None  # the highest id seen; None before the first look
+        self._gaps: dict[int, float] = {}  # id not seen below the mark -> when it was first missed
+        self._own: set[int] = set()
+        self._lock = threading.Lock()
+
+    def committed_here(self, ids: Sequence[int]) -> None:
+        """This broker's writer committed ``ids``: its waiters were told already."""
+        with self._lock:
+            if len(self._own) + len(ids) > _MAX_OWN:
+                self._own.clear()
+            self._own.update(ids)
+
+    @property
+    def gaps(self) -> int:
+        """How many ids the watch is waiting to see committed."""
+        return len(self._gaps)
+
+    def look(self) -> Optional[dict[str, datetime]]:
+        """{topic: earliest effect_time} of the messages committed elsewhere since the last look.
+
+        None means "assume anything": the first look, or more rows arrived than one look reads
+        (the watch then skips to the newest id). The caller wakes every waiting pull then.
+        """
+        if self._mark is None:
+            self._mark = self._storage.max_id()
+            return None
+        rows = self._storage.recent_inserts(self._mark, sorted(self._gaps), self._limit)
+        now = time.monotonic()
+        earliest: dict[str, datetime] = {}
+        fresh: list[int] = []
+        with self._lock:
+            for id, topic, when in rows:
+                self._gaps.pop(id, None)
+                if id > self._mark:
+                    fresh.append(id)
+                if id in self._own:
+                    self._own.discard(id)
+                elif topic not in earliest or when < earliest[topic]:
+                    earliest[topic] = when
+        if len(rows) >= self._limit:
+            # Rows arrive faster than one look reads: wake everyone and move on to the newest.
+            self._mark = max([self._mark, self._storage.max_id(), *fresh])
+            self._forget(now)
+            return None
+        previous = self._mark
+        for id in fresh:  # in id order: each id skipped since the previous one is a gap
+            self._miss(range(max(previous + 1, id - self._max_gaps), id), now)
+            previous = id
+        self._mark = previous
+        self._forget(now)
+        return earliest
+
+    def _miss(self, ids: range, now: float) -> None:
+        for id in ids:
+            self._gaps.setdefault(id, now)
+
+    def _forget(self, now: float) -> None:
+        """Drop gaps older than the ttl, the oldest beyond the cap, and own ids seen already."""
+        old = [id for id, since in self._gaps.items() if now - since > self._gap_ttl]
+        for id in old:
+            del self._gaps[id]
+        if len(self._gaps) > self._max_gaps:
+            for id in sorted(self._gaps)[: len(self._gaps) - self._max_gaps]:
+                del self._gaps[id]
+        mark = self._mark or 0
+        with self._lock:
+            self._own = {id for id in self._own if id > mark or id in self._gaps}

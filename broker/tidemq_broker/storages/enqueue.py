@@ -1,0 +1,134 @@
+"""Transactional enqueue: one message inserted inside the caller's own open transaction.
+
+The application hands over its connection (a SQLAlchemy ``Connection``, or a DB-API connection
+such as PyMySQL's) with a transaction open; every statement here runs in that transaction and
+nothing here commits or rolls back, so the message exists exactly when the caller commits.
+
+The statements are the produce path's, one row at a time: the row comes from ``row_values``
+with the lifecycle's ``produce`` change, and a unique key dedupes as in ``Writes.insert_messages``.
+On MySQL a keyed row is inserted with ``ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)``: a
+repeat answers the existing id in the same round trip, and InnoDB takes an exclusive lock on the
+key, so a second transaction enqueuing the same key waits until the first one ends (then gets
+its id, or inserts if it rolled back) instead of storing a duplicate.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional, Protocol
+
+from sqlalchemy import Connection, func, insert, select
+from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.expression import Executable
+
+from tidemq import lifecycle
+from tidemq.errors import ConfigurationError
+
+from ..schema import message as m
+from ..schema import topic as t
+from ..storage import NewRow, TopicSettings
+from .reads import setting_columns, topic_values
+from .writes import row_values
+
+__all__ = ["CallerTransaction", "SqlAlchemyTransaction", "DbApiTransaction", "topic_settings", "insert_message"]
+
+
+class CallerTransaction(Protocol):
+    """The caller's open transaction, as this module needs it: run one statement."""
+
+    #: "mysql" or "sqlite": which statements to write.
+    dialect: str
+
+    def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
+        """Run ``stmt``; return the connection's last insert id and the rows it read."""
+
+
+class SqlAlchemyTransaction:
+    """A SQLAlchemy ``Connection`` (a Session's included): statements run through it, so a
+    connection that has not begun yet begins here, as any statement of the application would."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.dialect = conn.dialect.name
+        if self.dialect not in ("mysql", "sqlite"):
+            raise ConfigurationError(f"enqueue needs MySQL/MariaDB (or SQLite for development), not {self.dialect}")
+
+    def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
+        result = self._conn.execute(stmt)
+        rows = [tuple(row) for row in result] if result.returns_rows else []
+        return result.lastrowid if not result.returns_rows else None, rows
+
+
+class DbApiTransaction:
+    """A plain DB-API connection to MySQL/MariaDB (PyMySQL's ``format`` paramstyle): statements
+    are compiled for MySQL and run on a cursor of it."""
+
+    dialect = "mysql"
+    _compiler = mysql.dialect(paramstyle="pyformat")
+
+    def __init__(self, dbapi_connection: Any) -> None:
+        self._conn = dbapi_connection
+
+    def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
+        compiled = stmt.compile(dialect=self._compiler)
+        cursor = self._conn.cursor()
+        try:
+            cursor.execute(str(compiled), compiled.params)
+            rows = [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+            return cursor.lastrowid, rows
+        finally:
+            cursor.close()
+
+
+def topic_settings(tx: CallerTransaction, topic: str) -> Optional[TopicSettings]:
+    """The settings row of ``topic``, or None when it has none yet.
+
+    A plain (non-locking) read: an enqueue takes no lock on the topic row, which serial leases of
+    the topic lock, so a long application transaction never holds them up.
+    """
+    cols = setting_columns()
+    _, rows = tx.execute(select(*cols).where(t.c.name == topic))
+    return TopicSettings(**dict(zip((c.name for c in cols), rows[0]))) if rows else None
+
+
+def _create_topic(tx: CallerTransaction, topic: str, now: datetime) -> None:
+    """The default settings row of a topic's very first message (one inserted meanwhile wins)."""
+    values = topic_values(TopicSettings(topic), now)
+    if tx.dialect == "mysql":
+        stmt = mysql_insert(t).values(values)
+        tx.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
+    else:
+        tx.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
+
+
+def insert_message(tx: CallerTransaction, row: NewRow, now: datetime, new_topic: bool = False,
+                   **who: object) -> int:
+    """Insert ``row`` as a NEW message in the caller's transaction; return its id.
+
+    ``new_topic``: ``topic_settings`` found no row for the topic; its default row goes first.
+
+    With a unique key already stored for the topic (or stored by a transaction that commits while
+    this one waits on the key), nothing is inserted and the existing message's id is returned.
+    """
+    if new_topic:
+        _create_topic(tx, row.topic, now)
+    values = row_values(row, lifecycle.produce(now, **who))
+    if not row.unique_key:
+        new_id, _ = tx.execute(insert(m).values(values))
+        return _id(new_id)
+    if tx.dialect == "mysql":
+        stmt = mysql_insert(m).values(values)
+        # LAST_INSERT_ID(id) makes a duplicate report the stored row's id as the insert id.
+        new_id, _ = tx.execute(stmt.on_duplicate_key_update(id=func.last_insert_id(m.c.id)))
+        return _id(new_id)
+    tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing(index_elements=["topic", "unique_key"]))
+    _, rows = tx.execute(select(m.c.id).where(m.c.topic == row.topic, m.c.unique_key == row.unique_key))
+    return _id(rows[0][0] if rows else None)
+
+
+def _id(value: Optional[int]) -> int:
+    if not value:
+        raise AssertionError("the database reported no id for the inserted message")
+    return int(value)

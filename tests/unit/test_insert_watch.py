@@ -1,0 +1,78 @@
+"""The pull hub's watch of messages committed elsewhere, against an in-memory table whose rows
+become visible out of id order, as concurrent transactions commit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tidemq import clock
+from tidemq_broker.inserts import InsertWatch
+
+
+class Table:
+    """Committed rows by id; ``recent_inserts`` and ``max_id`` as the storage answers them."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, tuple[str, datetime]] = {}
+        self.reads: list[tuple[int, list[int]]] = []
+
+    def commit(self, id: int, topic: str = "t", when: datetime | None = None) -> None:
+        self.rows[id] = (topic, when or clock.now())
+
+    def max_id(self) -> int:
+        return max(self.rows, default=0)
+
+    def recent_inserts(self, after, missing, limit):
+        self.reads.append((after, list(missing)))
+        found = sorted(id for id in self.rows if id > after or id in missing)[:limit]
+        return [(id, *self.rows[id]) for id in found]
+
+
+def test_the_first_look_wakes_everyone_then_only_new_commits_count():
+    table = Table()
+    table.commit(1)
+    watch = InsertWatch(table)
+    assert watch.look() is None
+    assert watch.look() == {}
+    when = clock.now()
+    table.commit(2, "t.a", when)
+    assert watch.look() == {"t.a": when}
+    assert watch.look() == {}
+
+
+def test_an_id_committed_after_a_higher_one_is_still_seen():
+    table = Table()
+    table.commit(1)
+    watch = InsertWatch(table)
+    watch.look()
+    table.commit(3, "t.late")  # id 2 is held by a transaction that has not committed yet
+    assert set(watch.look()) == {"t.late"}
+    assert watch.gaps == 1
+    assert watch.look() == {}
+    table.commit(2, "t.enqueued")
+    assert set(watch.look()) == {"t.enqueued"}
+    assert watch.gaps == 0 and watch.look() == {}
+
+
+def test_own_commits_wake_nobody_and_old_gaps_are_forgotten():
+    table = Table()
+    watch = InsertWatch(table, gap_ttl=0.0)
+    watch.look()
+    table.commit(1, "t.own")
+    watch.committed_here([1])
+    table.commit(5, "t.other")
+    assert set(watch.look()) == {"t.other"}  # 1 was this broker's own: its waiters were told
+    assert watch.look() == {} and watch.gaps == 0  # 2..4 never committed: forgotten at once here
+    table.commit(3)
+    assert watch.look() == {}  # too late for the watch; the hub's earliest-due probe covers it
+
+
+def test_a_burst_larger_than_one_look_wakes_everyone_and_skips_to_the_newest():
+    table = Table()
+    watch = InsertWatch(table, limit=10)
+    watch.look()
+    for id in range(1, 26):
+        table.commit(id)
+    assert watch.look() is None
+    assert watch.look() == {}
+    assert table.reads[-1] == (25, [])
