@@ -26,6 +26,8 @@ from tidemq.validation import (
     check_data_size,
     check_delay,
     check_effect_time,
+    check_flow_key,
+    check_priority,
     check_topic,
     check_unique_key,
     encode_data,
@@ -43,13 +45,15 @@ _MAX_COLUMN_BYTES = 16 * 1024 * 1024 - 1
 
 
 def enqueue(connection: Any, topic: str, data: Any = None, *, delay: Optional[float] = None,
-            effect_time: Optional[datetime] = None, retry: Retry = None, unique_key: Optional[str] = None) -> int:
+            effect_time: Optional[datetime] = None, retry: Retry = None, unique_key: Optional[str] = None,
+            key: Optional[str] = None, priority: int = 0) -> int:
     """Store one message in the caller's open transaction and return its id.
 
     ``connection`` is a SQLAlchemy ``Connection`` or ``Session``, or a PyMySQL connection, to the
     database that holds tidemq's tables. Nothing is committed here: the message exists once the
     caller commits, and a rollback leaves nothing. ``delay``, ``effect_time``, ``retry`` and
-    ``unique_key`` mean what they mean for ``produce``; a unique key stored before (or by a
+    ``unique_key``, ``key`` (the per-key running limit's key) and ``priority`` mean what they
+    mean for ``produce``; a unique key stored before (or by a
     transaction that commits while this one waits on the key) returns that message's id.
     """
     topic = check_topic(topic)
@@ -58,7 +62,9 @@ def enqueue(connection: Any, topic: str, data: Any = None, *, delay: Optional[fl
     delay = check_delay(delay) if delay is not None else None
     when = check_effect_time(effect_time) if effect_time is not None else None
     count, schedule = parse_retry(retry)
-    key = check_unique_key(unique_key) or None
+    unique = check_unique_key(unique_key) or None
+    flow_key = check_flow_key(key) or None
+    priority = check_priority(priority)
     text = encode_data(data, _MAX_COLUMN_BYTES)
     tx = _transaction(connection)
     settings = topic_settings(tx, topic)
@@ -68,7 +74,8 @@ def enqueue(connection: Any, topic: str, data: Any = None, *, delay: Optional[fl
         row = NewRow(topic=topic, data=text, effect_time=_effect_time(now, delay, when),
                      retry_remaining=count if count >= 0 else (settings.retry_count if settings else
                                                                _default_retry_count(topic)),
-                     retry_schedule=schedule, unique_key=key, trace_context=tracing.current_traceparent() or None)
+                     retry_schedule=schedule, unique_key=unique, priority=priority, flow_key=flow_key,
+                     trace_context=tracing.current_traceparent() or None)
         message_id = insert_message(tx, row, now, new_topic=settings is None, via="enqueue")
         tracing.set_message_ids(span, [message_id])
     return message_id

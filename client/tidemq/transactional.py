@@ -25,16 +25,17 @@ _impl: Optional[Callable[..., int]] = None
 
 
 def enqueue(connection: Any, topic: str, data: Any = None, *, delay: Optional[float] = None,
-            effect_time: Optional[datetime] = None, retry: Any = None, unique_key: Optional[str] = None) -> int:
+            effect_time: Optional[datetime] = None, retry: Any = None, unique_key: Optional[str] = None,
+            key: Optional[str] = None, priority: int = 0) -> int:
     """Store one message in the caller's open transaction; return its id.
 
     ``connection``: a SQLAlchemy ``Connection`` or ``Session``, or a PyMySQL connection, on the
     database that holds tidemq's tables, with the application's transaction open. The message
-    exists if and only if that transaction commits. ``delay``, ``effect_time``, ``retry`` and
-    ``unique_key`` are checked and applied as by :func:`tidemq.produce`.
+    exists if and only if that transaction commits. ``delay``, ``effect_time``, ``retry``,
+    ``unique_key``, ``key`` and ``priority`` are checked and applied as by :func:`tidemq.produce`.
     """
     return _implementation()(connection, topic, data, delay=delay, effect_time=effect_time, retry=retry,
-                             unique_key=unique_key)
+                             unique_key=unique_key, key=key, priority=priority)
 
 
 def _implementation() -> Callable[..., int]:

@@ -141,6 +141,17 @@ def test_the_topic_defaults_and_limits_apply_as_for_produce(app_engine, broker):
     assert broker.storage.get_message(msg_id).retry_remaining == 7
 
 
+def test_key_and_priority_are_stored_as_produce_stores_them(app_engine, broker):
+    with app_engine.begin() as conn:
+        urgent = tidemq.enqueue(conn, "enq.flow", {"n": 1}, key="customer-42", priority=9)
+        plain = tidemq.enqueue(conn, "enq.flow", {"n": 2})
+        with pytest.raises(tidemq.ValidationError, match="from 0 to 9"):
+            tidemq.enqueue(conn, "enq.flow", {}, priority=10)
+    stored = {m.id: m for m in (broker.storage.get_message(urgent), broker.storage.get_message(plain))}
+    assert (stored[urgent].priority, stored[urgent].flow_key) == (9, "customer-42")
+    assert (stored[plain].priority, stored[plain].flow_key) == (0, None)
+
+
 def test_refused_input_leaves_the_transaction_usable_and_stores_nothing(app_engine, broker):
     with app_engine.begin() as conn:
         conn.execute(text("INSERT INTO app_order (item) VALUES ('a')"))
