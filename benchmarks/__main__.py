@@ -1,6 +1,6 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, concurrency. With none named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, concurrency, security, aio. With none named, all of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 """
@@ -16,7 +16,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "aio")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="required tidemq/raw group commit ratio at 64 threads")
     g.add_argument("--concurrency-low-target", type=float, default=1.5,
                    help="required tidemq/Celery ratio at 4 threads")
+    g = p.add_argument_group("aio (one message per call: sync client threads vs tidemq.aio coroutines)")
+    g.add_argument("--aio-callers", type=int, nargs="+", default=[1, 16, 64],
+                   help="threads of the sync client, and coroutines of the async one")
+    g.add_argument("--aio-seconds", type=float, default=6.0, help="timed seconds per client and caller count")
+    g.add_argument("--aio-warmup", type=float, default=0.5, help="untimed seconds before each timed slice")
     return p
 
 
