@@ -267,6 +267,7 @@ class QueueRunner:
                     self.spec.handler(self._message(delivery))
             except Exception as exc:  # the handler's failure is the message's outcome, not ours
                 error = exc
+                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
         self._finish(delivery, started, error)
 
     async def _handle_async(self, delivery: Delivery) -> None:
@@ -282,6 +283,7 @@ class QueueRunner:
                     await self.spec.handler(self._message(delivery))  # type: ignore[misc]
             except Exception as exc:  # the handler's failure is the message's outcome, not ours
                 error = exc
+                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
         self._finish(delivery, started, error)
 
     def _lost_before_start(self, delivery: Delivery) -> bool:
@@ -305,8 +307,6 @@ class QueueRunner:
         """Queue the outcome for the ack thread and free the handler's slot."""
         item = AckItem(delivery.id, delivery.lease_token, True)
         if error is not None:
-            log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, error,
-                        extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
             item = AckItem(delivery.id, delivery.lease_token, False, f"{type(error).__name__}: {error}")
         metrics.handler_finished(self.spec.topic, started, item.success, delivery.retry_remaining)
         self._acks.put(item)

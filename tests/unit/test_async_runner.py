@@ -252,3 +252,37 @@ def test_mq_consumer_takes_concurrency_for_async_handlers_and_threads_for_def_ha
             Worker([], link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=0)
     finally:
         clear_registry()
+
+
+def test_each_async_handler_s_log_lines_name_its_own_message_while_others_interleave(stub, workers):
+    import logging
+
+    from tidemq.logs import JsonFormatter
+
+    topic = "t.async.logs"
+    lines: list[dict] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:  # formatted in the task that logged
+            lines.append(json.loads(JsonFormatter().format(record)))
+
+    logger = logging.getLogger("tests.async.logs")
+    collect = Collect()
+    logger.addHandler(collect)
+    logger.setLevel(logging.INFO)
+
+    async def handler(message) -> None:
+        logger.info("before %d", message.id)
+        await asyncio.sleep(0.02)  # the other handlers log meanwhile
+        logger.info("after %d", message.id)
+
+    try:
+        ids = [stub.produce(topic, n) for n in range(10)]
+        workers([ConsumerSpec(topic, MessageType.QUEUE, handler, ttr=30, batch=10, concurrency=10)])
+        wait_until(lambda: len(stub.ids(topic, SUCCESS)) == 10, 10, what="every message")
+    finally:
+        logger.removeHandler(collect)
+    assert len(lines) == 20
+    assert all(line["message_id"] == int(line["message"].split()[1]) and line["topic"] == topic for line in lines)
+    assert [line["message"].split()[0] for line in lines[:10]] == ["before"] * 10  # they did interleave
+    assert sorted({line["message_id"] for line in lines}) == ids
