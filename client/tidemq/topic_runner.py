@@ -111,10 +111,10 @@ class BroadcastRunner:
                           trace_context=context)
         with message_context(seq, self.spec.topic, context):
             try:
-                with tracing.handler_span(self.spec.topic, seq, 1, context):
-                    if self._loop is not None:
-                        self._loop.submit(self._call_async(message, context)).result()
-                    else:
+                if self._loop is not None:
+                    self._loop.submit(self._call_async(message, context)).result()
+                else:
+                    with tracing.handler_span(self.spec.topic, seq, 1, context):
                         self.spec.handler(message)
                 self.succeeded += 1
             except Exception:  # broadcasts are not retried: log and go on to the next
@@ -122,6 +122,8 @@ class BroadcastRunner:
                 log.exception("handler of broadcast %d of %s failed", seq, self.spec.topic)
 
     async def _call_async(self, message: Message, context: str) -> None:
-        # The loop's task does not inherit this thread's context: set the log context there too.
+        # A task does not inherit the submitting thread's context variables: the log context
+        # and the handler's span are set up in the task, where the handler's own code sees them.
         with message_context(message.id, self.spec.topic, context):
-            await self.spec.handler(message)  # type: ignore[misc]
+            with tracing.handler_span(self.spec.topic, message.id, 1, context):
+                await self.spec.handler(message)  # type: ignore[misc]
