@@ -201,3 +201,37 @@ async def test_module_functions_use_one_client_per_event_loop(settings, broker):
         assert await tidemq.aio.requeue(topic="t.aio.module") == 0
     finally:
         await tidemq.aio.close()
+
+
+async def test_tls_and_tokens_work_and_fail_as_with_the_synchronous_client(settings, tmp_path):
+    from dataclasses import replace
+
+    from tests.pki import Authority
+    from tidemq import clock
+    from tidemq.errors import AuthenticationError, PermissionDeniedError
+    from tidemq_broker.auth import new_token, token_hash
+    from tidemq_broker.storages.principals import PrincipalStore
+
+    ca = Authority(tmp_path / "pki")
+    server = ca.server()
+    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key, auth="token")).start()
+    token = new_token()
+    PrincipalStore(broker.storage.db).add("aio", "producer", ("orders.*",), token_hash(token), clock.now())
+
+    def over_tls(**fields) -> AsyncClient:
+        return AsyncClient(Settings.from_env({}, brokers=broker.address, rpc_timeout=2, tls_ca=ca.ca, **fields))
+
+    try:
+        async with over_tls(token=token) as client:
+            assert await client.produce("orders.aio", {"n": 1}) > 0
+            with pytest.raises(PermissionDeniedError):
+                await client.produce("billing.aio", {"n": 2})  # a topic this principal may not use
+        async with over_tls(token=new_token()) as client:  # well formed, but nobody's
+            with pytest.raises(AuthenticationError):
+                await client.produce("orders.aio", {"n": 3})
+        async with AsyncClient(Settings.from_env({}, brokers=broker.address, rpc_timeout=1, token=token)) as plain:
+            with pytest.raises(BrokerUnavailableError, match="TIDEMQ_TLS_CA"):
+                await plain.produce("orders.aio", {"n": 4})
+        assert count(broker.storage, "orders.aio", NEW) == 1 and count(broker.storage, "billing.aio", NEW) == 0
+    finally:
+        broker.stop(grace=1)

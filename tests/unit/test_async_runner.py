@@ -113,17 +113,22 @@ def test_a_failing_async_handler_is_retried_then_recorded_as_fail_with_its_error
     assert stub.message(dead).error == "ValueError: attempt 3 failed"
 
 
-def test_heartbeats_keep_a_long_async_handler_s_lease(stub, workers):
+def test_heartbeats_keep_a_long_async_handler_s_lease_and_atouch_lengthens_it(stub, workers):
     topic = "t.async.beat"
     gate = Gate()
+    touched = []
 
     async def handler(message) -> None:
+        touched.append(await message.atouch(120))  # off the loop, on an executor thread
         await gate.wait()
 
     msg_id = stub.produce(topic, 1)
     workers([ConsumerSpec(topic, MessageType.QUEUE, handler, ttr=0.6, batch=1, concurrency=1)])
     wait_until(lambda: stub.message(msg_id).extended >= 4, 10, what="four heartbeats")
     assert stub.expire_leases() == []  # four beats of 0.2 s: past its 0.6 s ttr, still held
+    assert touched == [True]
+    # Later beats keep the 120 s the handler asked for instead of shortening it back to 0.6 s.
+    assert stub.message(msg_id).lease_expire - stub.clock() > 100
     gate.open()
     wait_until(lambda: stub.status(msg_id) == SUCCESS, 10, what="the message to succeed")
     assert stub.message(msg_id).attempt == 1
@@ -286,3 +291,21 @@ def test_each_async_handler_s_log_lines_name_its_own_message_while_others_interl
     assert all(line["message_id"] == int(line["message"].split()[1]) and line["topic"] == topic for line in lines)
     assert [line["message"].split()[0] for line in lines[:10]] == ["before"] * 10  # they did interleave
     assert sorted({line["message_id"] for line in lines}) == ids
+
+
+def test_one_worker_runs_threaded_and_async_consumers_side_by_side(stub, workers):
+    ran: dict[str, list[int]] = {"def": [], "async": []}
+
+    def threaded(message) -> None:
+        ran["def"].append(message.id)
+
+    async def coroutine(message) -> None:
+        await asyncio.sleep(0)
+        ran["async"].append(message.id)
+
+    plain = [stub.produce("t.mixed.def", n) for n in range(10)]
+    awaited = [stub.produce("t.mixed.async", n) for n in range(10)]
+    workers([ConsumerSpec("t.mixed.def", MessageType.QUEUE, threaded, threads=2, ttr=30, batch=4),
+             ConsumerSpec("t.mixed.async", MessageType.QUEUE, coroutine, ttr=30, batch=4, concurrency=4)])
+    wait_until(lambda: len(stub.ids(status=SUCCESS)) == 20, 10, what="both consumers' messages")
+    assert sorted(ran["def"]) == plain and sorted(ran["async"]) == awaited
