@@ -15,12 +15,13 @@ from .coalesce import Coalescer, Request
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
-from .errors import BrokerUnavailableError, DataTooLargeError, PermissionDeniedError, TidemqError, ValidationError
+from .errors import DataTooLargeError, PermissionDeniedError, TidemqError, ValidationError
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
 from . import tracing
 from .rpc_build import (
+    RPC_DATA_BYTES,
     Retry,
     ack_outcomes,
     ack_request,
@@ -28,6 +29,7 @@ from .rpc_build import (
     check_produce_batch,
     delivery,
     extend_request,
+    not_sent,
     produce_messages,
     produce_template,
     pull_request,
@@ -43,15 +45,6 @@ log = logging.getLogger(__name__)
 
 #: ZooKeeper refuses nodes over about 1 MiB (jute.maxbuffer); leave room for the envelope.
 BROADCAST_MAX_BYTES = 1_000_000
-#: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
-_RPC_DATA_BYTES = 8 * 1024 * 1024
-
-
-def _not_sent(timeout: float) -> BrokerUnavailableError:
-    return BrokerUnavailableError(
-        f"Produce was not sent within {timeout:.1f} s: this client's produce calls stayed busy")
-
-
 class Client:
     """A connection to a tidemq cluster. Thread-safe; share one per process.
 
@@ -69,7 +62,7 @@ class Client:
                                self.settings.token)
         # Concurrent produce() calls share Produce RPCs (see tidemq.coalesce).
         self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
-            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, _RPC_DATA_BYTES, _not_sent)
+            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
 
     @property
     def coordinator(self) -> Coordinator:

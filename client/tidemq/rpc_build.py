@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence, Union
 
-from .errors import ConfigurationError, InvalidDelayError, TidemqError
+from .errors import BrokerUnavailableError, ConfigurationError, InvalidDelayError, TidemqError
 from .link import AckItem, AckOutcome, Delivery, LeaseRef
 from .rpc import tidemq_pb2 as pb
 from .validation import (
@@ -23,10 +23,18 @@ from .validation import (
     parse_retry,
 )
 
-__all__ = ["Retry", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
+__all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
            "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids"]
 
 Retry = Union[None, int, Sequence[Union[int, float, str]]]
+#: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
+RPC_DATA_BYTES = 8 * 1024 * 1024
+
+
+def not_sent(timeout: float) -> BrokerUnavailableError:
+    """The error of a produce still queued behind busy Produce RPCs at its deadline."""
+    return BrokerUnavailableError(
+        f"Produce was not sent within {timeout:.1f} s: this client's produce calls stayed busy")
 
 
 def check_produce_batch(datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]]) -> None:

@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import Any, Iterable, Optional, Sequence
 
 from .. import tracing
-from ..client import _RPC_DATA_BYTES, _not_sent
 from ..coalesce import Request
 from ..config import Settings
 from ..coordinator import Coordinator
@@ -19,6 +18,7 @@ from ..errors import PermissionDeniedError, TidemqError, ValidationError
 from ..link import AckItem, AckOutcome, Delivery, LeaseRef
 from ..rpc import tidemq_pb2 as pb
 from ..rpc_build import (
+    RPC_DATA_BYTES,
     Retry,
     ack_outcomes,
     ack_request,
@@ -26,6 +26,7 @@ from ..rpc_build import (
     check_produce_batch,
     delivery,
     extend_request,
+    not_sent,
     produce_messages,
     produce_template,
     pull_request,
@@ -62,7 +63,7 @@ class AsyncClient:
         self.pool = AsyncBrokerPool(static, None if static else coordinator, channel_credentials(self.settings),
                                     self.settings.token)
         self.producer: AsyncCoalescer[Sequence[pb.NewMessage], list[int]] = AsyncCoalescer(
-            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, _RPC_DATA_BYTES, _not_sent)
+            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
         self._closed = threading.Event()
 
     # -- producing ---------------------------------------------------------------------------
