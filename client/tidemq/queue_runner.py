@@ -292,9 +292,9 @@ class QueueRunner:
         with self._leases_lock:
             lost = lease in self._lost
             self._lost.discard(lease)
-        if lost:  # it waited for a thread and a heartbeat found it gone: someone else may run it
+        if lost:  # it waited for a slot and a heartbeat found it gone: someone else may run it
             self.stale += 1
-            log.warning("message %d lost its lease while it waited for a thread; not running it", delivery.id,
+            log.warning("message %d lost its lease while it waited for a handler slot; not running it", delivery.id,
                         extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
             self._release(1)
         return lost

@@ -48,6 +48,8 @@ class Worker:
                  instance: Optional[str] = None, drain_timeout: float = 30.0, *,
                  link: Optional[BrokerLink] = None, coordinator: Optional[Coordinator] = None,
                  concurrency: Optional[int] = None) -> None:
+        if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:  # before a Client is made
+            raise ConfigurationError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
         if client is None and link is None:
             from .client import Client  # only here: a Worker given its link needs no gRPC
 
@@ -60,8 +62,6 @@ class Worker:
         self.client = client
         self.link: BrokerLink = link if link is not None else client  # type: ignore[assignment]
         self._coordinator = coordinator
-        if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:
-            raise ConfigurationError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
         self.specs = [dataclasses.replace(s, concurrency=concurrency)
                       if concurrency is not None and s.is_async and s.concurrency is None else s
                       for s in (specs if specs is not None else registered_consumers())]
