@@ -1,7 +1,7 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow, enqueue. With none named, all
-of them run.
+Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow, enqueue, aio. With none
+named, all of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 """
@@ -17,7 +17,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "flow", "enqueue")
+SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "flow", "enqueue", "aio")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--enqueue-samples", type=int, default=300, help="messages enqueued, and as many produced")
     g.add_argument("--enqueue-idle-seconds", type=float, default=5.0,
                    help="seconds the broker's CPU is measured with a pull waiting and nothing produced")
+    g = p.add_argument_group("aio (one message per call: sync client threads vs tidemq.aio coroutines)")
+    g.add_argument("--aio-callers", type=int, nargs="+", default=[1, 16, 64],
+                   help="threads of the sync client, and coroutines of the async one")
+    g.add_argument("--aio-seconds", type=float, default=6.0, help="timed seconds per client and caller count")
+    g.add_argument("--aio-warmup", type=float, default=0.5, help="untimed seconds before each timed slice")
     return p
 
 

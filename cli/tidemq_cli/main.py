@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run the consumers declared in modules")
     worker.add_argument("modules", nargs="+", help="modules to import, e.g. myapp.consumers")
     worker.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to let handlers finish on SIGTERM")
+    worker.add_argument("--concurrency", type=int,
+                        help="async def handlers running at once per consumer that sets none (default 16)")
     add_metrics_port(worker)
 
     db = sub.add_parser("db", help="schema management")
@@ -178,7 +180,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     sys.path.insert(0, ".")
     for module in args.modules:
         importlib.import_module(module)
-    Worker(client=Client(settings), drain_timeout=args.drain_timeout).run()
+    Worker(client=Client(settings), drain_timeout=args.drain_timeout, concurrency=args.concurrency).run()
     return 0
 
 

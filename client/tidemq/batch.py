@@ -6,13 +6,13 @@ import threading
 from typing import Mapping, Optional, Sequence, Union
 
 from .errors import MalformedRequestError
-from .link import AckItem, AckOutcome, BrokerLink
+from .link import AckItem, AckOutcome, BrokerLink, Delivery
 from .message import Message
 from .queue_runner import delivery_to_message
 from .validation import check_topic
 from .worker import default_instance
 
-__all__ = ["BatchConsumer", "AckResult"]
+__all__ = ["BatchConsumer", "AckResult", "PulledLeases"]
 
 
 class AckResult:
@@ -42,26 +42,51 @@ class BatchConsumer:
         self.ttr = ttr
         self.client = client or _default_client()
         self.name = name or f"batch-{default_instance()}"
-        self._tokens: dict[int, str] = {}
-        self._lock = threading.Lock()
+        self._leases = PulledLeases()
 
     def pull(self, max_messages: int = 100, wait: float = 5.0) -> list[Message]:
         """Lease up to ``max_messages`` due messages, waiting up to ``wait`` seconds for the first."""
         deliveries = self.client.pull(self.topic, self.name, max_messages=max_messages, wait=wait, ttr=self.ttr)
-        with self._lock:
-            self._tokens.update((d.id, d.lease_token) for d in deliveries)
+        self._leases.remember(deliveries)
         return [delivery_to_message(d, self.client) for d in deliveries]
 
     def ack(self, succeeded: Sequence[int] = (), failed: Union[Sequence[int], Mapping[int, str]] = ()) -> AckResult:
         """Record successes and failures (optionally {id: error text}) in one transaction."""
+        items = self._leases.items(succeeded, failed)
+        return self._leases.result(items, self.client.ack(self.topic, self.name, items))
+
+
+class PulledLeases:
+    """The lease tokens of the messages a batch consumer pulled and has not acknowledged yet
+    (shared by :class:`BatchConsumer` and :class:`tidemq.aio.BatchConsumer`)."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, deliveries: Sequence[Delivery]) -> None:
+        with self._lock:
+            self._tokens.update((d.id, d.lease_token) for d in deliveries)
+
+    def token(self, msg_id: int) -> str:
+        """The lease token of a pulled message; MalformedRequestError when it was not pulled here."""
+        with self._lock:
+            if msg_id not in self._tokens:
+                raise MalformedRequestError(f"message {msg_id} was not pulled by this consumer")
+            return self._tokens[msg_id]
+
+    def items(self, succeeded: Sequence[int], failed: Union[Sequence[int], Mapping[int, str]]) -> list[AckItem]:
+        """The AckItems for these outcomes (failed may map ids to error texts)."""
         errors = dict(failed) if isinstance(failed, Mapping) else {i: "failed" for i in failed}
         with self._lock:
             unknown = [i for i in list(succeeded) + list(errors) if i not in self._tokens]
             if unknown:
                 raise MalformedRequestError(f"message {unknown[0]} was not pulled by this consumer")
             items = [AckItem(i, self._tokens[i], True) for i in succeeded]
-            items += [AckItem(i, self._tokens[i], False, e) for i, e in errors.items()]
-        outcomes = self.client.ack(self.topic, self.name, items)
+            return items + [AckItem(i, self._tokens[i], False, e) for i, e in errors.items()]
+
+    def result(self, items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> AckResult:
+        """Forget the acknowledged leases; say which outcomes were applied and which were stale."""
         with self._lock:
             for item in items:
                 self._tokens.pop(item.id, None)

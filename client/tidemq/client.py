@@ -8,39 +8,36 @@ import logging
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Iterable, Optional, Sequence, Union
+from datetime import datetime
+from typing import Any, Iterable, Optional, Sequence
 
 from .coalesce import Coalescer, Request
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
-from .errors import (
-    BrokerUnavailableError,
-    ConfigurationError,
-    DataTooLargeError,
-    InvalidDelayError,
-    PermissionDeniedError,
-    TidemqError,
-    ValidationError,
-)
+from .errors import DataTooLargeError, PermissionDeniedError, TidemqError, ValidationError
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
 from . import tracing
-from .tls import channel_credentials
-from .validation import (
-    MAX_BATCH,
-    check_batch_size,
-    check_delay,
-    check_effect_time,
-    check_topic,
-    check_flow_key,
-    check_priority,
-    check_unique_key,
-    encode_data,
-    parse_retry,
+from .rpc_build import (
+    RPC_DATA_BYTES,
+    Retry,
+    ack_outcomes,
+    ack_request,
+    cancel_request,
+    check_produce_batch,
+    delivery,
+    extend_request,
+    not_sent,
+    produce_messages,
+    produce_template,
+    pull_request,
+    requeue_request,
+    spread_ids,
 )
+from .tls import channel_credentials
+from .validation import MAX_BATCH, check_topic, encode_data
 
 __all__ = ["Client", "BROADCAST_MAX_BYTES", "Retry"]
 
@@ -48,16 +45,6 @@ log = logging.getLogger(__name__)
 
 #: ZooKeeper refuses nodes over about 1 MiB (jute.maxbuffer); leave room for the envelope.
 BROADCAST_MAX_BYTES = 1_000_000
-Retry = Union[None, int, Sequence[Union[int, float, str]]]
-#: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
-_RPC_DATA_BYTES = 8 * 1024 * 1024
-
-
-def _not_sent(timeout: float) -> BrokerUnavailableError:
-    return BrokerUnavailableError(
-        f"Produce was not sent within {timeout:.1f} s: this client's produce calls stayed busy")
-
-
 class Client:
     """A connection to a tidemq cluster. Thread-safe; share one per process.
 
@@ -75,7 +62,7 @@ class Client:
                                self.settings.token)
         # Concurrent produce() calls share Produce RPCs (see tidemq.coalesce).
         self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
-            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, _RPC_DATA_BYTES, _not_sent)
+            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -118,12 +105,8 @@ class Client:
         flow key (or None) per message; ``priority`` applies to every message of the call.
         """
         datas = list(datas)
-        check_batch_size(datas)
-        for name, per_message in (("unique_keys", unique_keys), ("keys", keys)):
-            if per_message is not None and len(per_message) != len(datas):
-                raise ConfigurationError(f"{name} has {len(per_message)} entries for {len(datas)} messages")
-        template = self._template(topic, delay, effect_time, retry)
-        template.priority = check_priority(priority)
+        check_produce_batch(datas, unique_keys, keys)
+        template = produce_template(topic, delay, effect_time, retry, priority)
         with tracing.produce_span(template.topic, len(datas)) as span:
             # The messages carry this span's context: their handlers' spans become its children.
             template.trace_context = tracing.current_traceparent()
@@ -133,19 +116,7 @@ class Client:
 
     def _produce(self, template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
                  timeout: Optional[float], keys: Optional[Sequence[Optional[str]]] = None) -> list[int]:
-        messages = []
-        for index, data in enumerate(datas):
-            msg = pb.NewMessage()
-            msg.CopyFrom(template)
-            try:
-                msg.data = encode_data(data, self.settings.max_data_bytes)
-            except ValueError as exc:
-                raise type(exc)(f"message #{index}: {exc}" if len(datas) > 1 else str(exc)) from None
-            if unique_keys is not None:
-                msg.unique_key = check_unique_key(unique_keys[index])
-            if keys is not None:
-                msg.key = check_flow_key(keys[index])
-            messages.append(msg)
+        messages = produce_messages(template, datas, unique_keys, self.settings.max_data_bytes, keys)
         return self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
                                     timeout if timeout is not None else self.settings.rpc_timeout)
 
@@ -164,9 +135,7 @@ class Client:
             # One request id per call, kept by the pool's retries on other brokers: a retry of a
             # call that was committed before its answer was lost stores nothing twice.
             request = pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex)
-            ids = list(self.pool.call("Produce", request, timeout).ids)
-            if len(ids) != len(messages):
-                raise TidemqError(f"the broker answered {len(ids)} ids for {len(messages)} messages")
+            shares = spread_ids(self.pool.call("Produce", request, timeout).ids, [r.items for r in batch])
         except (ValidationError, PermissionDeniedError) as exc:
             if len(batch) == 1:
                 batch[0].error = exc
@@ -178,24 +147,8 @@ class Client:
             for request in batch:  # each caller raises its own copy: tracebacks are per raise
                 request.error = copy.copy(exc) if len(batch) > 1 else exc
             return
-        start = 0
-        for request in batch:
-            request.result = ids[start : start + request.items]
-            start += request.items
-
-    def _template(self, topic: str, delay: Optional[float], effect_time: Optional[datetime], retry: Retry) -> pb.NewMessage:
-        msg = pb.NewMessage(topic=check_topic(topic))
-        if delay is not None and effect_time is not None:
-            raise InvalidDelayError("give delay or effect_time, not both")
-        if delay is not None:
-            msg.delay_seconds = check_delay(delay)
-        elif effect_time is not None:
-            msg.effect_time_ms = int(check_effect_time(effect_time).timestamp() * 1000)
-        count, schedule = parse_retry(retry)
-        msg.retry = count
-        if schedule is not None:
-            msg.retry_schedule.extend(schedule)
-        return msg
+        for request, share in zip(batch, shares):
+            request.result = share
 
     def broadcast(self, topic: str, data: Any = None) -> int:
         """Send ``data`` to every TOPIC consumer of ``topic`` online now; return its sequence."""
@@ -218,14 +171,12 @@ class Client:
 
     def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
-        check_batch_size(ids, "ids")
-        return list(self._call("Cancel", pb.CancelRequest(ids=list(ids)), timeout).cancelled)
+        return list(self._call("Cancel", cancel_request(ids), timeout).cancelled)
 
     def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
                 timeout: Optional[float] = None) -> int:
         """Put dead letters (FAIL) back to NEW, by id or every one of ``topic``; return how many."""
-        request = pb.RequeueRequest(ids=list(ids or ()), topic=topic or "", retry=retry)
-        return int(self._call("Requeue", request, timeout).requeued)
+        return int(self._call("Requeue", requeue_request(ids, topic, retry), timeout).requeued)
 
     # -- consuming: the BrokerLink calls (tidemq types in and out; protobuf stays here) -------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
@@ -238,11 +189,10 @@ class Client:
         another thread cancel the long-poll (then PullCancelledError is raised). ``ahead``: see
         :meth:`tidemq.link.BrokerLink.pull`.
         """
-        request = pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
-                                 max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr, lease_token=lease_token,
-                                 ahead_seconds=ahead)
+        request = pull_request(topic, consumer, rank=rank, total=total, serial=serial, max_messages=max_messages,
+                               wait=wait, ttr=ttr, lease_token=lease_token, ahead=ahead)
         reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track)
-        return [_delivery(d) for d in reply.messages]
+        return [delivery(d) for d in reply.messages]
 
     def pull_request(self, request: pb.PullRequest, timeout: float,
                      track: Optional[PullHandle] = None) -> pb.PullReply:
@@ -273,21 +223,12 @@ class Client:
 
     def ack(self, topic: str, consumer: str, items: Sequence[AckItem], timeout: Optional[float] = None) -> list[AckOutcome]:
         """Report outcomes in one call and one transaction; returns the AckOutcome per item."""
-        if len(items) > MAX_BATCH:
-            raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
-        request = pb.AckRequest(consumer=consumer, topic=topic, items=[
-            pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error) for i in items])
-        reply = self._call("Ack", request, timeout)
-        return [AckOutcome.APPLIED if o == pb.APPLIED else AckOutcome.STALE for o in reply.outcomes]
+        return ack_outcomes(self._call("Ack", ack_request(topic, consumer, items), timeout))
 
     def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
                timeout: Optional[float] = None) -> list[bool]:
         """Heartbeat: make each lease end ``ttr`` seconds from now, in one call; False where lost."""
-        if len(leases) > MAX_BATCH:
-            raise ConfigurationError(f"at most {MAX_BATCH} leases per extend call")
-        request = pb.ExtendRequest(leases=[pb.LeaseRef(id=l.id, lease_token=l.lease_token) for l in leases],
-                                   ttr_seconds=ttr, consumer=consumer)
-        return list(self._call("Extend", request, timeout).extended)
+        return list(self._call("Extend", extend_request(leases, ttr, consumer), timeout).extended)
 
     def touch(self, msg_id: int, lease_token: str, ttr: float, timeout: Optional[float] = None) -> bool:
         """Extend a lease; False when it was already lost."""
@@ -303,9 +244,3 @@ class Client:
         if self._own_coordinator and self._coordinator is not None and self._coordinator_started:
             self._coordinator.stop()
 
-
-def _delivery(d: pb.Delivery) -> Delivery:
-    return Delivery(id=d.id, topic=d.topic, data=d.data,
-                    effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
-                    retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
-                    ttr=d.ttr_seconds, trace_context=d.trace_context)

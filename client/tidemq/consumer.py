@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, Union
 
 from .errors import ConfigurationError
 from .message import Message, MessageType
 from .validation import check_topic
 
-__all__ = ["ConsumerSpec", "mq_consumer", "registered_consumers", "clear_registry", "DEFAULT_AHEAD", "MAX_AHEAD"]
+__all__ = ["ConsumerSpec", "mq_consumer", "registered_consumers", "clear_registry", "DEFAULT_AHEAD", "MAX_AHEAD",
+           "DEFAULT_CONCURRENCY", "MAX_CONCURRENCY"]
 
-Handler = Callable[[Message], None]
+Handler = Callable[[Message], Union[None, Awaitable[None]]]
+#: Async handlers running at once per consumer when neither the decorator nor ``tidemq worker
+#: --concurrency`` says: tasks are cheap, but each holds a leased message.
+DEFAULT_CONCURRENCY = 16
+MAX_CONCURRENCY = 10_000
 #: Seconds before due that a delayed message is leased to a waiting worker by default: enough for
 #: a lock and a round trip, small beside any ttr, so a worker that dies holding some loses little.
 DEFAULT_AHEAD = 1.0
@@ -28,7 +34,9 @@ class ConsumerSpec:
     dies, its messages are delivered again about ttr seconds later. batch: messages pulled per
     call; at most ``threads + batch`` are leased and not yet acknowledged at any time. ahead: how
     many seconds before its effect_time a delayed message may be leased to this worker, which
-    then starts it on time by its own clock (0: lease only what is due).
+    then starts it on time by its own clock (0: lease only what is due). concurrency: for an
+    ``async def`` handler, the handlers running at once on the worker's event loop (None: the
+    worker's ``--concurrency``, else DEFAULT_CONCURRENCY); async handlers use it instead of threads.
     """
 
     topic: str
@@ -38,6 +46,19 @@ class ConsumerSpec:
     ttr: float = 60.0
     batch: int = 16
     ahead: float = DEFAULT_AHEAD
+    concurrency: Optional[int] = None
+
+    @property
+    def is_async(self) -> bool:
+        """True for an ``async def`` handler, which runs on the worker's event loop."""
+        return _is_async(self.handler)
+
+    @property
+    def slots(self) -> int:
+        """Handlers of this consumer that may run at once (threads, or tasks for async handlers)."""
+        if self.is_async:
+            return self.concurrency or DEFAULT_CONCURRENCY
+        return self.threads
 
     @property
     def name(self) -> str:
@@ -45,11 +66,14 @@ class ConsumerSpec:
 
 
 def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, threads: int = 1,
-                ttr: float = 60.0, batch: Optional[int] = None, ahead: float = DEFAULT_AHEAD) -> Callable[[Handler], Handler]:
+                ttr: float = 60.0, batch: Optional[int] = None, ahead: float = DEFAULT_AHEAD,
+                concurrency: Optional[int] = None) -> Callable[[Handler], Handler]:
     """Declare ``handler`` as the consumer of ``topic``.
 
     Returning from the handler records SUCCESS; raising records a failure, retried while the
     message has retries left, else FAIL. SERIAL_QUEUE consumers always run one at a time.
+    The handler may be ``async def``: it then runs on the worker's event loop, ``concurrency``
+    at once (not ``threads``), with the same leases, heartbeats, retries and drain.
     ``ahead``: see :class:`ConsumerSpec`.
     """
     check_topic(topic)
@@ -62,15 +86,33 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
         raise ConfigurationError(f"batch must be between 1 and 1000, got {batch}")
     if not 0 <= ahead <= MAX_AHEAD:  # the lease covers ahead + ttr, so any ttr goes with it
         raise ConfigurationError(f"ahead must be between 0 and {MAX_AHEAD} s, got {ahead}")
+    if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ConfigurationError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
     if kind is MessageType.SERIAL_QUEUE:
         threads, batch = 1, 1
 
     def register(handler: Handler) -> Handler:
-        _REGISTRY.append(ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads),
-                                      float(ahead)))
+        if _is_async(handler):
+            if threads != 1:
+                raise ConfigurationError(f"{topic}: an async def handler runs on the worker's event loop: "
+                                         f"give concurrency={threads}, not threads")
+            once = 1 if kind is MessageType.SERIAL_QUEUE else concurrency
+            spec = ConsumerSpec(topic, kind, handler, 1, float(ttr),
+                                batch or max(16, concurrency or DEFAULT_CONCURRENCY), float(ahead), once)
+        else:
+            if concurrency is not None:
+                raise ConfigurationError(f"{topic}: concurrency is for async def handlers; "
+                                         f"a def handler runs on threads (threads={concurrency})")
+            spec = ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads), float(ahead))
+        _REGISTRY.append(spec)
         return handler
 
     return register
+
+
+def _is_async(handler: Any) -> bool:
+    # Also an object whose __call__ is a coroutine function, the way a class-based handler is written.
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
 
 
 def registered_consumers() -> list[ConsumerSpec]:

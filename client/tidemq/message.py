@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ class Message:
         if self._touch is None:
             return True
         return self._touch(ttr if ttr is not None else self.ttr)
+
+    async def atouch(self, ttr: Optional[float] = None) -> bool:
+        """:meth:`touch` for ``async def`` handlers: the call runs on a thread of the event
+        loop's default executor, so other handlers go on meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.touch, ttr)
 
     @classmethod
     def from_json(cls, id: int, topic: str, text: str, **kwargs: Any) -> "Message":

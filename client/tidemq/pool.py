@@ -15,12 +15,22 @@ from .errors import BrokerUnavailableError, PullCancelledError, TidemqError, err
 from .link import PullHandle
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
-__all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES"]
+__all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES", "CHANNEL_OPTIONS", "rpc_failure"]
 
 log = logging.getLogger(__name__)
 ERROR_KEY = "tidemq-error"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _QUARANTINE = 2.0  # seconds a broker that failed a call is passed over
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Reconnect quickly to a broker that comes back on the same address.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+#: Codes that mean the broker (not the request) failed: the call moves to another broker.
+_FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                   grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 class BrokerPool:
@@ -49,8 +59,11 @@ class BrokerPool:
             self._addresses = list(addresses)
             for gone in set(self._stubs) - set(addresses):
                 channel, _ = self._stubs.pop(gone)
-                channel.close()
+                self._close_channel(channel)
             self._lock.notify_all()
+
+    def _close_channel(self, channel: Any) -> None:
+        channel.close()
 
     def addresses(self) -> list[str]:
         with self._lock:
@@ -59,30 +72,28 @@ class BrokerPool:
     def _stub(self, address: str) -> pb_grpc.BrokerStub:
         with self._lock:
             if address not in self._stubs:
-                options = [
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    # Reconnect quickly to a broker that comes back on the same address.
-                    ("grpc.initial_reconnect_backoff_ms", 100),
-                    ("grpc.max_reconnect_backoff_ms", 1000),
-                ]
                 if self._credentials is None:
-                    channel = grpc.insecure_channel(address, options=options)
+                    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
                 else:
-                    channel = grpc.secure_channel(address, self._credentials, options=options)
+                    channel = grpc.secure_channel(address, self._credentials, options=CHANNEL_OPTIONS)
                 self._stubs[address] = (channel, pb_grpc.BrokerStub(channel))
             return self._stubs[address][1]
+
+    def _pick_now(self, avoid: set[str]) -> Optional[str]:
+        """The next live broker not in ``avoid``, round robin; None when there is none (lock held)."""
+        now = time.monotonic()
+        live = [a for a in self._addresses if a not in avoid and now - self._failed_at.get(a, -1e9) > _QUARANTINE]
+        if not live:  # everything failed recently: try the quarantined ones again
+            live = [a for a in self._addresses if a not in avoid]
+        return live[next(self._turn) % len(live)] if live else None
 
     def _pick(self, deadline: float, avoid: set[str]) -> Optional[str]:
         with self._lock:
             while not self._closed:
-                now = time.monotonic()
-                live = [a for a in self._addresses if a not in avoid and now - self._failed_at.get(a, -1e9) > _QUARANTINE]
-                if not live:  # everything failed recently: try the quarantined ones again
-                    live = [a for a in self._addresses if a not in avoid]
-                if live:
-                    return live[next(self._turn) % len(live)]
-                remaining = deadline - now
+                address = self._pick_now(avoid)
+                if address is not None:
+                    return address
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self._lock.wait(min(remaining, 0.1))
@@ -123,22 +134,22 @@ class BrokerPool:
                 finally:
                     track.bind(None)
             except grpc.RpcError as exc:
-                error = _tidemq_error(exc)
+                if (exc.code() == grpc.StatusCode.CANCELLED and _tidemq_error(exc) is None
+                        and track is not None and track.cancelled):
+                    raise PullCancelledError(f"{method} on {address} was cancelled") from None
+                error = rpc_failure(exc, method, address, timeout)
                 if error is not None:
                     raise error from None
-                code = exc.code()
-                if code == grpc.StatusCode.CANCELLED and track is not None and track.cancelled:
-                    raise PullCancelledError(f"{method} on {address} was cancelled") from None
-                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise BrokerUnavailableError(f"{method} on {address} did not finish within {timeout:.1f} s") from None
-                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
-                                grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED):
-                    raise TidemqError(f"{method} on {address} failed: {code.name}: {exc.details()}") from None
-                last_error = f"{address}: {code.name} {exc.details()}{self._hint(exc.details() or '')}"
-                log.info("broker %s failed %s (%s); trying another", address, method, code.name)
-                with self._lock:
-                    self._failed_at[address] = time.monotonic()
+                last_error = self._failed(exc, method, address)
                 tried.add(address)
+
+    def _failed(self, exc: grpc.RpcError, method: str, address: str) -> str:
+        """Quarantine ``address`` after a transport failure; returns what to report if every broker fails."""
+        code = exc.code()
+        log.info("broker %s failed %s (%s); trying another", address, method, code.name)
+        with self._lock:
+            self._failed_at[address] = time.monotonic()
+        return f"{address}: {code.name} {exc.details()}{self._hint(exc.details() or '')}"
 
     def _hint(self, details: str) -> str:
         """What to check when a connection fails the way a TLS mismatch makes it fail."""
@@ -158,6 +169,20 @@ class BrokerPool:
                 channel.close()
             self._stubs.clear()
             self._lock.notify_all()
+
+
+def rpc_failure(exc: grpc.RpcError, method: str, address: str, timeout: float) -> Optional[TidemqError]:
+    """The tidemq exception to raise for a failed call; None when the broker, not the request,
+    failed and the call should move to another broker (synchronous and grpc.aio calls alike)."""
+    error = _tidemq_error(exc)
+    if error is not None:
+        return error
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return BrokerUnavailableError(f"{method} on {address} did not finish within {timeout:.1f} s")
+    if code not in _FAILOVER_CODES:
+        return TidemqError(f"{method} on {address} failed: {code.name}: {exc.details()}")
+    return None
 
 
 def _tidemq_error(exc: grpc.RpcError) -> Optional[TidemqError]:

@@ -16,6 +16,7 @@ from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .link import AckItem, AckOutcome, BrokerLink, Delivery, LeaseRef, PullHandle
 from .logs import message_context
+from .loop import AsyncHandlers, EventLoopThread
 from .message import Message, MessageType
 
 __all__ = ["QueueRunner", "delivery_to_message"]
@@ -49,17 +50,22 @@ class QueueRunner:
     thread hands each to the handlers at its effect_time, never before, so how late a delayed
     message runs depends on this process's timer, not on a lock transaction after it is due.
     Such a message counts against the prefetch bound and is heartbeaten like any other.
+
+    An ``async def`` handler runs as tasks on ``loop`` (the worker's event loop; the runner
+    makes its own when none is given), ``spec.concurrency`` at once, instead of on handler
+    threads; everything else above is the same. A drain that runs out of time cancels the tasks
+    still running and releases their leases, so their messages run again at once elsewhere.
     """
 
     def __init__(self, link: BrokerLink, coordinator: Coordinator, spec: ConsumerSpec, instance: str,
-                 long_poll: float = 10.0) -> None:
+                 long_poll: float = 10.0, loop: Optional[EventLoopThread] = None) -> None:
         self.link = link
         self.coordinator = coordinator
         self.spec = spec
         self.instance = instance
         self.serial = spec.type is MessageType.SERIAL_QUEUE
         self._long_poll = long_poll
-        self._capacity = 1 if self.serial else spec.threads + spec.batch
+        self._capacity = 1 if self.serial else spec.slots + spec.batch
         # Pull only when there is room for a worthwhile batch: topping up the last few free
         # slots after every large pull meant a lock transaction per handful of messages.
         self._min_pull = 1 if self.serial else max(1, spec.batch // 2)
@@ -79,8 +85,15 @@ class QueueRunner:
         # Handler threads take deliveries from one queue: an executor's Future and Condition per
         # message were a third of a worker's CPU at thousands of messages a second.
         self._work: "queue.SimpleQueue[Optional[Delivery]]" = queue.SimpleQueue()
+        self._own_loop: Optional[EventLoopThread] = None
+        self._tasks: Optional[AsyncHandlers] = None  # async handlers: tasks instead of handler threads
+        if spec.is_async:
+            if loop is None:
+                loop = self._own_loop = EventLoopThread(f"tidemq-loop-{spec.topic}")
+            self._tasks = AsyncHandlers(loop, self._handle_async, 1 if self.serial else spec.slots)
         # Deliveries leased ahead of their effect_time wait here for it.
-        self._due = DueTimer(self._work.put, name=f"tidemq-timer-{spec.topic}")
+        self._due = DueTimer(self._work.put if self._tasks is None else self._tasks.put,
+                             name=f"tidemq-timer-{spec.topic}")
         self._threads: list[threading.Thread] = []
         self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
@@ -95,7 +108,10 @@ class QueueRunner:
         self._threads = [self._spawn(self._fetch_loop, "fetch"), self._spawn(self._ack_loop, "ack"),
                          self._spawn(self._heartbeat_loop, "heartbeat")]
         self._due.start()
-        self._handlers = [self._spawn(self._handler_loop, f"handler-{i}") for i in range(self.spec.threads)]
+        if self._own_loop is not None:
+            self._own_loop.start()
+        if self._tasks is None:
+            self._handlers = [self._spawn(self._handler_loop, f"handler-{i}") for i in range(self.spec.threads)]
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"tidemq-{name}-{self.spec.topic}", daemon=True)
@@ -114,12 +130,18 @@ class QueueRunner:
             # Messages leased ahead run at their time (at most spec.ahead from now) and count here.
             self._cond.wait_for(lambda: self._inflight == 0, drain_timeout)
         self._due.stop(drain_timeout)
+        # Out of time: async handlers still running are cancelled (a thread cannot be).
+        unfinished = self._tasks.cancel(drain_timeout) if self._tasks is not None else []
         self._acks.put(None)
         ack.join(drain_timeout)
         self._beat_stop.set()
         heartbeat.join(drain_timeout)
         for _ in self._handlers:
             self._work.put(None)
+        for token in sorted({d.lease_token for d in unfinished}):
+            self._give_back(token)  # after the acks: a token's finished messages are recorded first
+        if self._own_loop is not None:
+            self._own_loop.stop(drain_timeout)
         self._unwatch()
         if self.registration is not None:
             self.coordinator.unregister_consumer(self.registration)
@@ -234,26 +256,58 @@ class QueueRunner:
                 log.exception("handling message %d of %s failed", delivery.id, self.spec.topic)
 
     def _handle(self, delivery: Delivery) -> None:
-        lease = LeaseRef(delivery.id, delivery.lease_token)
-        with self._leases_lock:
-            lost = lease in self._lost
-            self._lost.discard(lease)
-        if lost:  # it waited for a thread and a heartbeat found it gone: someone else may run it
-            self.stale += 1
-            log.warning("message %d lost its lease while it waited for a thread; not running it", delivery.id,
-                        extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
-            self._release(1)
+        if self._lost_before_start(delivery):
             return
-        item = AckItem(delivery.id, delivery.lease_token, True)
+        error: Optional[Exception] = None
         started = metrics.handler_started(self.spec.topic, delivery.effect_time)
         # Log lines made while it runs name the message; its span joins the producer's trace.
         with message_context(delivery.id, delivery.topic, delivery.trace_context):
             try:
                 with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
-                    self.spec.handler(delivery_to_message(delivery, touch=lambda ttr: self._touch(lease, ttr)))
+                    self.spec.handler(self._message(delivery))
             except Exception as exc:  # the handler's failure is the message's outcome, not ours
+                error = exc
                 log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-                item = AckItem(delivery.id, delivery.lease_token, False, f"{type(exc).__name__}: {exc}")
+        self._finish(delivery, started, error)
+
+    async def _handle_async(self, delivery: Delivery) -> None:
+        """:meth:`_handle` for an ``async def`` handler, as a task on the event loop."""
+        if self._lost_before_start(delivery):
+            return
+        error: Optional[Exception] = None
+        started = metrics.handler_started(self.spec.topic, delivery.effect_time)
+        # The context variables these set are the task's own: concurrent handlers do not mix.
+        with message_context(delivery.id, delivery.topic, delivery.trace_context):
+            try:
+                with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
+                    await self.spec.handler(self._message(delivery))  # type: ignore[misc]
+            except Exception as exc:  # the handler's failure is the message's outcome, not ours
+                error = exc
+                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
+        self._finish(delivery, started, error)
+
+    def _lost_before_start(self, delivery: Delivery) -> bool:
+        """True (and the slot freed) when a heartbeat found the lease gone while it waited."""
+        lease = LeaseRef(delivery.id, delivery.lease_token)
+        with self._leases_lock:
+            lost = lease in self._lost
+            self._lost.discard(lease)
+        if lost:  # it waited for a slot and a heartbeat found it gone: someone else may run it
+            self.stale += 1
+            log.warning("message %d lost its lease while it waited for a handler slot; not running it", delivery.id,
+                        extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
+            self._release(1)
+        return lost
+
+    def _message(self, delivery: Delivery) -> Message:
+        lease = LeaseRef(delivery.id, delivery.lease_token)
+        return delivery_to_message(delivery, touch=lambda ttr: self._touch(lease, ttr))
+
+    def _finish(self, delivery: Delivery, started: float, error: Optional[Exception]) -> None:
+        """Queue the outcome for the ack thread and free the handler's slot."""
+        item = AckItem(delivery.id, delivery.lease_token, True)
+        if error is not None:
+            item = AckItem(delivery.id, delivery.lease_token, False, f"{type(error).__name__}: {error}")
         metrics.handler_finished(self.spec.topic, started, item.success, delivery.retry_remaining)
         self._acks.put(item)
         if not self.serial:

@@ -13,6 +13,7 @@ from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration
 from .errors import TidemqError
 from .logs import message_context
+from .loop import EventLoopThread
 from .message import Message
 
 __all__ = ["BroadcastRunner"]
@@ -25,9 +26,12 @@ class BroadcastRunner:
 
     The children watch always delivers the full list of sequence numbers, so a burst whose
     events coalesce loses nothing: the runner works through every number above its cursor.
+    An ``async def`` handler runs on ``loop`` (the worker's; its own when none is given), one
+    broadcast at a time like a threaded one, so the order holds.
     """
 
-    def __init__(self, coordinator: Coordinator, spec: ConsumerSpec, instance: str) -> None:
+    def __init__(self, coordinator: Coordinator, spec: ConsumerSpec, instance: str,
+                 loop: Optional[EventLoopThread] = None) -> None:
         self.coordinator = coordinator
         self.spec = spec
         self.instance = instance
@@ -39,6 +43,8 @@ class BroadcastRunner:
         self.registration: Optional[Registration] = None
         self._unwatch = lambda: None
         self.succeeded = self.failed = 0
+        self._own_loop = EventLoopThread(f"tidemq-loop-{spec.topic}") if spec.is_async and loop is None else None
+        self._loop = loop or self._own_loop
 
     def start(self) -> None:
         coordinator = self.coordinator
@@ -48,6 +54,8 @@ class BroadcastRunner:
         self._cursor = existing[-1] if existing else -1
         self.registration = coordinator.register_consumer(self.spec.topic, self.instance)
         self._unwatch = coordinator.watch_broadcasts(self.spec.topic, self._on_sequences)
+        if self._own_loop is not None:
+            self._own_loop.start()
         self._thread.start()
 
     def stop(self, drain_timeout: float = 30.0) -> None:
@@ -55,6 +63,8 @@ class BroadcastRunner:
         with self._cond:
             self._cond.notify_all()
         self._thread.join(drain_timeout)
+        if self._own_loop is not None:
+            self._own_loop.stop(drain_timeout)
         self._unwatch()
         if self.registration is not None:
             self.coordinator.unregister_consumer(self.registration)
@@ -101,9 +111,19 @@ class BroadcastRunner:
                           trace_context=context)
         with message_context(seq, self.spec.topic, context):
             try:
-                with tracing.handler_span(self.spec.topic, seq, 1, context):
-                    self.spec.handler(message)
+                if self._loop is not None:
+                    self._loop.submit(self._call_async(message, context)).result()
+                else:
+                    with tracing.handler_span(self.spec.topic, seq, 1, context):
+                        self.spec.handler(message)
                 self.succeeded += 1
             except Exception:  # broadcasts are not retried: log and go on to the next
                 self.failed += 1
                 log.exception("handler of broadcast %d of %s failed", seq, self.spec.topic)
+
+    async def _call_async(self, message: Message, context: str) -> None:
+        # A task does not inherit the submitting thread's context variables: the log context
+        # and the handler's span are set up in the task, where the handler's own code sees them.
+        with message_context(message.id, self.spec.topic, context):
+            with tracing.handler_span(self.spec.topic, message.id, 1, context):
+                await self.spec.handler(message)  # type: ignore[misc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -9,10 +10,11 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from .consumer import ConsumerSpec, registered_consumers
+from .consumer import MAX_CONCURRENCY, ConsumerSpec, registered_consumers
 from .coordinator import Coordinator
 from .errors import ConfigurationError
 from .link import BrokerLink
+from .loop import EventLoopThread
 from .message import MessageType
 from .queue_runner import QueueRunner
 from .topic_runner import BroadcastRunner
@@ -37,11 +39,17 @@ class Worker:
     Consumers talk to brokers through ``link`` and register through ``coordinator``; both default
     to ``client``'s (a Client made from the environment when none is given). Tests pass a
     :class:`tidemq.stub.StubBroker` as ``link`` and an in-process coordinator.
+
+    ``async def`` handlers of every consumer run on one event loop thread of this worker;
+    ``concurrency`` is how many run at once per consumer that does not set its own.
     """
 
     def __init__(self, specs: Optional[Sequence[ConsumerSpec]] = None, client: Optional["Client"] = None,
                  instance: Optional[str] = None, drain_timeout: float = 30.0, *,
-                 link: Optional[BrokerLink] = None, coordinator: Optional[Coordinator] = None) -> None:
+                 link: Optional[BrokerLink] = None, coordinator: Optional[Coordinator] = None,
+                 concurrency: Optional[int] = None) -> None:
+        if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:  # before a Client is made
+            raise ConfigurationError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
         if client is None and link is None:
             from .client import Client  # only here: a Worker given its link needs no gRPC
 
@@ -54,7 +62,10 @@ class Worker:
         self.client = client
         self.link: BrokerLink = link if link is not None else client  # type: ignore[assignment]
         self._coordinator = coordinator
-        self.specs = list(specs if specs is not None else registered_consumers())
+        self.specs = [dataclasses.replace(s, concurrency=concurrency)
+                      if concurrency is not None and s.is_async and s.concurrency is None else s
+                      for s in (specs if specs is not None else registered_consumers())]
+        self._loop = EventLoopThread("tidemq-loop") if any(s.is_async for s in self.specs) else None
         self.instance = instance or default_instance()
         self.drain_timeout = drain_timeout
         self.runners: list[Runner] = []
@@ -67,12 +78,14 @@ class Worker:
 
     def start(self) -> "Worker":
         coordinator = self.coordinator
+        if self._loop is not None:
+            self._loop.start()
         for spec in self.specs:
             runner: Runner
             if spec.type is MessageType.TOPIC:
-                runner = BroadcastRunner(coordinator, spec, self.instance)
+                runner = BroadcastRunner(coordinator, spec, self.instance, loop=self._loop)
             else:
-                runner = QueueRunner(self.link, coordinator, spec, self.instance)
+                runner = QueueRunner(self.link, coordinator, spec, self.instance, loop=self._loop)
             runner.start()
             self.runners.append(runner)
             log.info("consuming %s (%s) with %s", spec.topic, spec.type.value, spec.name)
@@ -84,6 +97,8 @@ class Worker:
         runners, self.runners = self.runners, []
         for runner in runners:
             runner.stop(self.drain_timeout)
+        if self._loop is not None:
+            self._loop.stop(self.drain_timeout)
         if self._own_client and self.client is not None:
             self.client.close()
 

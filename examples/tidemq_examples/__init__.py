@@ -5,4 +5,4 @@ Run one against a cluster with ``tidemq worker tidemq_examples.orders`` and prod
 """
 
 #: Every example module, for ``tidemq dev`` and ``tidemq worker``.
-MODULES = ["tidemq_examples.orders", "tidemq_examples.ledger", "tidemq_examples.cache"]
+MODULES = ["tidemq_examples.orders", "tidemq_examples.ledger", "tidemq_examples.cache", "tidemq_examples.webhooks"]

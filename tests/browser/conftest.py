@@ -20,7 +20,9 @@ ADMIN, VIEWER, PASSWORD = "ops", "watcher", "correct-horse-9"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: playwright's sync API keeps its event loop running in the main
+# thread until it exits, and asyncio tests (pytest-asyncio) after it could then start none.
+@pytest.fixture(scope="package")
 def chromium():
     from playwright.sync_api import sync_playwright
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 from datetime import timezone
 
+import pytest
+
 from tests.observe import all_messages, handler_runs, success_records
 from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
@@ -16,11 +18,13 @@ from tidemq_broker.storages import open_storage
 TOPIC = "fault.workers"
 
 
-def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spawn, tmp_path):
+@pytest.mark.parametrize("handlers", ["tests.faults.handlers_faults", "tests.faults.handlers_async"],
+                         ids=["threads", "async"])
+def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spawn, tmp_path, handlers):
     log = tmp_path / "runs.log"
     env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=TOPIC, FAULT_TTR="2", FAULT_SLEEP="0.02")
     start_broker_process(spawn, tmp_path, env)
-    workers = {f"w{i}": spawn(f"w{i}", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env) for i in range(3)}
+    workers = {f"w{i}": spawn(f"w{i}", TIDEMQ + ["worker", handlers], env) for i in range(3)}
     client = Client(settings)
     storage = open_storage(settings.db_url)
     try:
@@ -32,10 +36,11 @@ def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spa
         for round_ in range(2):
             wait_until(lambda: len(handler_runs(log)) >= 600 * (round_ + 1), 120, what="handlers under way")
             name, proc = sorted(workers.items())[round_]
-            proc.send_signal(signal.SIGKILL)  # mid-handler: each handler sleeps 20 ms, 4 at a time
+            # Mid-handler: each handler sleeps 20 ms, 4 threads or 8 tasks at a time.
+            proc.send_signal(signal.SIGKILL)
             proc.wait(10)
             killed_pids.append(proc.pid)
-            workers[f"{name}-again"] = spawn(f"{name}-again", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+            workers[f"{name}-again"] = spawn(f"{name}-again", TIDEMQ + ["worker", handlers], env)
 
         def settled():
             counts = storage.count_by_status(TOPIC).get(TOPIC, {})

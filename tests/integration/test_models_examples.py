@@ -27,6 +27,7 @@ def test_each_example_model_runs_under_tidemq_dev(tmp_path):
     try:
         orders = client.produce_many("example.order.close", [{"order_id": i} for i in range(20)])
         client.produce_many("example.ledger", [{"amount": a} for a in (5, -2, 10)])
+        hooks = client.produce_many("example.webhook", [{"url": f"u{i % 2}", "event": i} for i in range(40)])
         cache = next(m for m in modules if m.__name__.endswith("cache"))
         ledger = next(m for m in modules if m.__name__.endswith("ledger"))
         wait_until(lambda: len(client.coordinator.consumers("example.cache.refresh")) == 1, 10, what="cache online")
@@ -35,6 +36,9 @@ def test_each_example_model_runs_under_tidemq_dev(tmp_path):
         wait_until(lambda: count(broker.storage, "example.ledger", "SUCCESS") == 3, 30, what="ledger entries")
         wait_until(lambda: "users" not in cache.cache, 10, what="cache key dropped")
         assert ledger.balance["total"] == 13
+        wait_until(lambda: count(broker.storage, "example.webhook", "SUCCESS") == len(hooks), 30, what="webhooks")
+        webhooks = next(m for m in modules if m.__name__.endswith("webhooks"))
+        assert webhooks.delivered == {"u0": 20, "u1": 20}  # the async def handler ran each once
     finally:
         worker.stop()
         client.close()

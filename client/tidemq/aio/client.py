@@ -1,0 +1,179 @@
+"""AsyncClient: produce, cancel, requeue and the consumer calls, as coroutines over grpc.aio."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import uuid
+from datetime import datetime
+from typing import Any, Iterable, Optional, Sequence
+
+from .. import tracing
+from ..coalesce import Request
+from ..config import Settings
+from ..coordinator import Coordinator
+from ..coordinators import open_coordinator
+from ..errors import PermissionDeniedError, TidemqError, ValidationError
+from ..link import AckItem, AckOutcome, Delivery, LeaseRef
+from ..rpc import tidemq_pb2 as pb
+from ..rpc_build import (
+    RPC_DATA_BYTES,
+    Retry,
+    ack_outcomes,
+    ack_request,
+    cancel_request,
+    check_produce_batch,
+    delivery,
+    extend_request,
+    not_sent,
+    produce_messages,
+    produce_template,
+    pull_request,
+    requeue_request,
+    spread_ids,
+)
+from ..tls import channel_credentials
+from ..validation import MAX_BATCH
+from .coalesce import AsyncCoalescer
+from .pool import AsyncBrokerPool
+
+__all__ = ["AsyncClient"]
+
+
+class AsyncClient:
+    """A connection to a tidemq cluster for asyncio code; use it from one event loop.
+
+    It checks input and maps errors exactly as :class:`tidemq.Client` does (it builds the same
+    requests, :mod:`tidemq.rpc_build`), finds brokers the same way (a static list, or a
+    ZooKeeper watch on kazoo's thread) and fails over the same way, keeping a Produce's request
+    id on every broker it tries. Concurrent ``produce`` calls share Produce RPCs.
+    """
+
+    def __init__(self, settings: Optional[Settings] = None, coordinator: Optional[Coordinator] = None) -> None:
+        self.settings = settings or Settings.from_env()
+        static = self.settings.brokers
+        self._own_coordinator = coordinator is None and not static
+        if coordinator is None and not static:
+            # Connecting to ZooKeeper blocks for a moment, once: discovery is kazoo's thread.
+            coordinator = open_coordinator(self.settings.zk_hosts, self.settings.zk_root,
+                                           self.settings.zk_session_timeout, auth=self.settings.zk_auth)
+            coordinator.start()
+        self._coordinator = coordinator
+        self.pool = AsyncBrokerPool(static, None if static else coordinator, channel_credentials(self.settings),
+                                    self.settings.token)
+        self.producer: AsyncCoalescer[Sequence[pb.NewMessage], list[int]] = AsyncCoalescer(
+            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
+        self._closed = threading.Event()
+
+    # -- producing ---------------------------------------------------------------------------
+    async def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
+                      effect_time: Optional[datetime] = None, retry: Retry = None,
+                      unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
+                      priority: int = 0) -> int:
+        """Store one message and return its id once it is committed (see :meth:`tidemq.Client.produce`)."""
+        ids = await self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
+                                      unique_keys=[unique_key] if unique_key else None, timeout=timeout,
+                                      keys=[key] if key else None, priority=priority)
+        return ids[0]
+
+    async def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
+                           effect_time: Optional[datetime] = None, retry: Retry = None,
+                           unique_keys: Optional[Sequence[Optional[str]]] = None,
+                           timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
+                           priority: int = 0) -> list[int]:
+        """Store many messages of one topic in one transaction (all or none); return their ids."""
+        datas = list(datas)
+        check_produce_batch(datas, unique_keys, keys)
+        template = produce_template(topic, delay, effect_time, retry, priority)
+        with tracing.produce_span(template.topic, len(datas)) as span:
+            template.trace_context = tracing.current_traceparent()
+            messages = produce_messages(template, datas, unique_keys, self.settings.max_data_bytes, keys)
+            ids = await self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
+                                             timeout if timeout is not None else self.settings.rpc_timeout)
+            tracing.set_message_ids(span, ids)
+            return ids
+
+    async def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
+        """One Produce RPC for ``batch``; on an input error, one RPC each (as the sync client)."""
+        messages = [m for r in batch for m in r.payload]
+        deadlines = [r.deadline for r in batch if r.deadline is not None]
+        timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else self.settings.rpc_timeout
+        try:
+            # One request id per call, kept through the pool's failover (idempotent produce).
+            request = pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex)
+            reply = await self.pool.acall("Produce", request, timeout)
+            shares = spread_ids(reply.ids, [r.items for r in batch])
+        except (ValidationError, PermissionDeniedError) as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:
+                for one in batch:
+                    await self._flush_produce([one])
+            return
+        except TidemqError as exc:
+            for one in batch:  # each caller raises its own copy: tracebacks are per raise
+                one.error = copy.copy(exc) if len(batch) > 1 else exc
+            return
+        for one, share in zip(batch, shares):
+            one.result = share
+
+    # -- managing ----------------------------------------------------------------------------
+    async def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
+        """Delete a message that is still pending (NEW). False if it is running, done or gone."""
+        return (await self.cancel_many([msg_id], timeout))[0]
+
+    async def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+        """Cancel many messages at once; one bool per id."""
+        return list((await self._call("Cancel", cancel_request(ids), timeout)).cancelled)
+
+    async def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
+                      timeout: Optional[float] = None) -> int:
+        """Put dead letters (FAIL) back to NEW, by id or every one of ``topic``; return how many."""
+        return int((await self._call("Requeue", requeue_request(ids, topic, retry), timeout)).requeued)
+
+    # -- consuming ---------------------------------------------------------------------------
+    async def pull(self, topic: str, consumer: str, *, max_messages: int = 100, wait: float = 5.0,
+                   ttr: float = 0.0, lease_token: str = "") -> list[Delivery]:
+        """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds."""
+        request = pull_request(topic, consumer, max_messages=max_messages, wait=wait, ttr=ttr,
+                               lease_token=lease_token)
+        reply = await self.pool.acall("Pull", request, wait + self.settings.rpc_timeout)
+        return [delivery(d) for d in reply.messages]
+
+    async def ack(self, topic: str, consumer: str, items: Sequence[AckItem],
+                  timeout: Optional[float] = None) -> list[AckOutcome]:
+        """Report outcomes in one call and one transaction; one AckOutcome per item."""
+        return ack_outcomes(await self._call("Ack", ack_request(topic, consumer, items), timeout))
+
+    async def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
+        """Put back to NEW the messages still leased under ``lease_token``; returns how many."""
+        reply = await self._call("Release", pb.ReleaseRequest(lease_token=lease_token, consumer=consumer), timeout)
+        return int(reply.released)
+
+    async def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
+                     timeout: Optional[float] = None) -> list[bool]:
+        """Heartbeat: make each lease end ``ttr`` seconds from now, in one call; False where lost."""
+        return list((await self._call("Extend", extend_request(leases, ttr, consumer), timeout)).extended)
+
+    async def touch(self, msg_id: int, lease_token: str, ttr: float, timeout: Optional[float] = None) -> bool:
+        """Extend one lease; False when it was already lost."""
+        reply = await self._call("Touch", pb.TouchRequest(id=msg_id, lease_token=lease_token, ttr_seconds=ttr),
+                                 timeout)
+        return bool(reply.extended)
+
+    async def _call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
+        return await self.pool.acall(method, request, timeout if timeout is not None else self.settings.rpc_timeout)
+
+    async def close(self) -> None:
+        """Close the channels (and the ZooKeeper session this client opened)."""
+        await self.pool.aclose()
+        if self._own_coordinator and self._coordinator is not None and not self._closed.is_set():
+            self._coordinator.stop()
+        self._closed.set()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,139 @@
+"""Protobuf requests from the client's arguments, and tidemq types from the replies.
+
+Shared by :class:`tidemq.client.Client` and :class:`tidemq.aio.AsyncClient`, so both check their
+input the same way and send the same requests; only how the RPC is made differs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional, Sequence, Union
+
+from .errors import BrokerUnavailableError, ConfigurationError, InvalidDelayError, TidemqError
+from .link import AckItem, AckOutcome, Delivery, LeaseRef
+from .rpc import tidemq_pb2 as pb
+from .validation import (
+    MAX_BATCH,
+    check_batch_size,
+    check_delay,
+    check_effect_time,
+    check_flow_key,
+    check_priority,
+    check_topic,
+    check_unique_key,
+    encode_data,
+    parse_retry,
+)
+
+__all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
+           "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids"]
+
+Retry = Union[None, int, Sequence[Union[int, float, str]]]
+#: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
+RPC_DATA_BYTES = 8 * 1024 * 1024
+
+
+def not_sent(timeout: float) -> BrokerUnavailableError:
+    """The error of a produce still queued behind busy Produce RPCs at its deadline."""
+    return BrokerUnavailableError(
+        f"Produce was not sent within {timeout:.1f} s: this client's produce calls stayed busy")
+
+
+def check_produce_batch(datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
+                        keys: Optional[Sequence[Optional[str]]] = None) -> None:
+    """The batch limits of one produce call, checked before anything else."""
+    check_batch_size(datas)
+    for name, per_message in (("unique_keys", unique_keys), ("keys", keys)):
+        if per_message is not None and len(per_message) != len(datas):
+            raise ConfigurationError(f"{name} has {len(per_message)} entries for {len(datas)} messages")
+
+
+def produce_template(topic: str, delay: Optional[float], effect_time: Optional[datetime],
+                     retry: Retry, priority: int = 0) -> pb.NewMessage:
+    """What every message of one produce call shares: topic, due time, retries and priority (all
+    checked)."""
+    msg = pb.NewMessage(topic=check_topic(topic), priority=check_priority(priority))
+    if delay is not None and effect_time is not None:
+        raise InvalidDelayError("give delay or effect_time, not both")
+    if delay is not None:
+        msg.delay_seconds = check_delay(delay)
+    elif effect_time is not None:
+        msg.effect_time_ms = int(check_effect_time(effect_time).timestamp() * 1000)
+    count, schedule = parse_retry(retry)
+    msg.retry = count
+    if schedule is not None:
+        msg.retry_schedule.extend(schedule)
+    return msg
+
+
+def produce_messages(template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
+                     max_data_bytes: int, keys: Optional[Sequence[Optional[str]]] = None) -> list[pb.NewMessage]:
+    """One NewMessage per item of ``datas``, each encoded and checked (errors name the item)."""
+    messages = []
+    for index, data in enumerate(datas):
+        msg = pb.NewMessage()
+        msg.CopyFrom(template)
+        try:
+            msg.data = encode_data(data, max_data_bytes)
+        except ValueError as exc:
+            raise type(exc)(f"message #{index}: {exc}" if len(datas) > 1 else str(exc)) from None
+        if unique_keys is not None:
+            msg.unique_key = check_unique_key(unique_keys[index])
+        if keys is not None:
+            msg.key = check_flow_key(keys[index])
+        messages.append(msg)
+    return messages
+
+
+def spread_ids(ids: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
+    """Cut one shared Produce reply's ids into each request's share, in request order."""
+    if len(ids) != sum(sizes):
+        raise TidemqError(f"the broker answered {len(ids)} ids for {sum(sizes)} messages")
+    shares, start = [], 0
+    for size in sizes:
+        shares.append(list(ids[start:start + size]))
+        start += size
+    return shares
+
+
+def cancel_request(ids: Sequence[int]) -> pb.CancelRequest:
+    check_batch_size(ids, "ids")
+    return pb.CancelRequest(ids=list(ids))
+
+
+def requeue_request(ids: Optional[Sequence[int]], topic: Optional[str], retry: int) -> pb.RequeueRequest:
+    return pb.RequeueRequest(ids=list(ids or ()), topic=topic or "", retry=retry)
+
+
+def pull_request(topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
+                 max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
+                 ahead: float = 0.0) -> pb.PullRequest:
+    return pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
+                          max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr, lease_token=lease_token,
+                          ahead_seconds=ahead)
+
+
+def ack_request(topic: str, consumer: str, items: Sequence[AckItem]) -> pb.AckRequest:
+    if len(items) > MAX_BATCH:
+        raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
+    return pb.AckRequest(consumer=consumer, topic=topic, items=[
+        pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error) for i in items])
+
+
+def ack_outcomes(reply: pb.AckReply) -> list[AckOutcome]:
+    return [AckOutcome.APPLIED if o == pb.APPLIED else AckOutcome.STALE for o in reply.outcomes]
+
+
+def extend_request(leases: Sequence[LeaseRef], ttr: float, consumer: str) -> pb.ExtendRequest:
+    if len(leases) > MAX_BATCH:
+        raise ConfigurationError(f"at most {MAX_BATCH} leases per extend call")
+    return pb.ExtendRequest(leases=[pb.LeaseRef(id=l.id, lease_token=l.lease_token) for l in leases],
+                            ttr_seconds=ttr, consumer=consumer)
+
+
+def delivery(d: pb.Delivery) -> Delivery:
+    """A pulled message as the consumer side's :class:`Delivery`."""
+    return Delivery(id=d.id, topic=d.topic, data=d.data,
+                    effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
+                    retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
+                    ttr=d.ttr_seconds, trace_context=d.trace_context)
