@@ -30,9 +30,9 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "produce_request", "principal", "topic_count", "SCHEMA_VERSION"]
+           "produce_request", "principal", "topic_count", "schedule", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -243,10 +243,31 @@ topic_count = Table(
     mysql_charset="utf8mb4",
 )
 
+# Periodic messages (tidemq_broker.schedules): the leader produces one message per tick.
+schedule = Table(
+    tables.SCHEDULE.name,
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("cron", String(255), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("data", LongText, nullable=False),
+    Column("retry", Integer, nullable=True),
+    Column("missed", String(8), nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("ticks_from", Time, nullable=False),
+    Column("last_tick", Time, nullable=True),
+    Column("add_time", Time, nullable=False),
+    Column("update_time", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
                        (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
-                       (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT)):
+                       (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT),
+                       (schedule, tables.SCHEDULE)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

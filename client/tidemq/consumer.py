@@ -28,7 +28,9 @@ class ConsumerSpec:
     dies, its messages are delivered again about ttr seconds later. batch: messages pulled per
     call; at most ``threads + batch`` are leased and not yet acknowledged at any time. ahead: how
     many seconds before its effect_time a delayed message may be leased to this worker, which
-    then starts it on time by its own clock (0: lease only what is due).
+    then starts it on time by its own clock (0: lease only what is due). schedule: a cron
+    expression (``tidemq.schedule``'s form) in ``schedule_timezone``; the worker declares it, named
+    after the topic, when it starts, so the topic gets one message per tick.
     """
 
     topic: str
@@ -38,6 +40,9 @@ class ConsumerSpec:
     ttr: float = 60.0
     batch: int = 16
     ahead: float = DEFAULT_AHEAD
+    #: A cron expression: the worker declares the schedule named after the topic when it starts.
+    schedule: Optional[str] = None
+    schedule_timezone: str = "UTC"
 
     @property
     def name(self) -> str:
@@ -45,12 +50,13 @@ class ConsumerSpec:
 
 
 def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, threads: int = 1,
-                ttr: float = 60.0, batch: Optional[int] = None, ahead: float = DEFAULT_AHEAD) -> Callable[[Handler], Handler]:
+                ttr: float = 60.0, batch: Optional[int] = None, ahead: float = DEFAULT_AHEAD,
+                schedule: Optional[str] = None, schedule_timezone: str = "UTC") -> Callable[[Handler], Handler]:
     """Declare ``handler`` as the consumer of ``topic``.
 
     Returning from the handler records SUCCESS; raising records a failure, retried while the
     message has retries left, else FAIL. SERIAL_QUEUE consumers always run one at a time.
-    ``ahead``: see :class:`ConsumerSpec`.
+    ``ahead``, ``schedule``: see :class:`ConsumerSpec`.
     """
     check_topic(topic)
     kind = MessageType.parse(type)
@@ -64,10 +70,14 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
         raise ConfigurationError(f"ahead must be between 0 and {MAX_AHEAD} s, got {ahead}")
     if kind is MessageType.SERIAL_QUEUE:
         threads, batch = 1, 1
+    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
+        raise ConfigurationError(f"schedule must be a cron expression such as '*/5 * * * *', got {schedule!r}")
+    if schedule is not None and kind is MessageType.TOPIC:
+        raise ConfigurationError("schedule produces messages; TOPIC consumers receive broadcasts, which it cannot send")
 
     def register(handler: Handler) -> Handler:
         _REGISTRY.append(ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads),
-                                      float(ahead)))
+                                      float(ahead), schedule, schedule_timezone))
         return handler
 
     return register

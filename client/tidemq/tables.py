@@ -7,7 +7,7 @@ the pipeline's statements and Spark reads use them too, so a renamed column is r
 from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
-           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT"]
+           "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT", "SCHEDULE"]
 
 
 class Table:
@@ -174,6 +174,25 @@ class _TopicCount(Table):
     counted_at = "counted_at"
 
 
+class _Schedule(Table):
+    """``tidemq_schedule``: periodic messages. The maintenance leader produces one message per
+    tick of ``cron`` in ``timezone``, keyed ``schedule:<name>:<tick>`` so a tick is stored once."""
+
+    name = "tidemq_schedule"
+    schedule_name = "name"
+    topic = "topic"
+    cron = "cron"
+    timezone = "timezone"
+    data = "data"
+    retry = "retry"  # retries of each message; NULL: the topic's default
+    missed = "missed"  # ticks missed in an outage: 'once' (produce the latest) or 'skip'
+    paused = "paused"
+    ticks_from = "ticks_from"  # ticks after this time are due: creation, resume, a new cron or zone
+    last_tick = "last_tick"  # the latest tick handled (produced or skipped); NULL: none yet
+    add_time = "add_time"
+    update_time = "update_time"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -184,3 +203,4 @@ ARCHIVE_BATCH = _ArchiveBatch()
 PRODUCE_REQUEST = _ProduceRequest()
 PRINCIPAL = _Principal()
 TOPIC_COUNT = _TopicCount()
+SCHEDULE = _Schedule()

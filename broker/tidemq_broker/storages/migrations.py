@@ -20,7 +20,7 @@ from tidemq.tables import MESSAGE, TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
-from ..schema import principal, produce_request, topic_count
+from ..schema import principal, produce_request, schedule, topic_count
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -95,6 +95,11 @@ def _topic_counts(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[topic_count])
 
 
+def _schedules(db: SqlDatabase) -> None:
+    """Version 8: ``tidemq_schedule``, periodic messages the maintenance leader produces."""
+    metadata.create_all(db.engine, tables=[schedule])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -102,6 +107,7 @@ STEPS = (
     Step(5, "tidemq_principal: tokens, roles and topic patterns for authenticated brokers", _principals),
     Step(6, "tidemq_message.trace_context: the producer's OpenTelemetry trace context", _trace_context),
     Step(7, "tidemq_topic_count: the console reads counts of finished messages from the leader's count", _topic_counts),
+    Step(8, "tidemq_schedule: periodic messages, one per tick of a cron expression", _schedules),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

@@ -1,0 +1,60 @@
+"""Periodic messages: the leader produces each schedule's due ticks, one message per tick.
+
+Each tick is produced with the unique key ``schedule:<name>:<tick>`` through the broker's group
+commit, and only then recorded as the schedule's ``last_tick``. A leader killed between the two
+leaves the tick unrecorded; the next leader produces it again, and the unique key makes that
+second produce return the first message instead of storing another. So a failover can delay a
+tick, never double it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+from tidemq import clock
+
+from ..schedules import MISSED_AFTER, due_ticks, unique_key
+from ..storage import NewRow, Schedule, Storage
+
+__all__ = ["ScheduleTicks"]
+
+log = logging.getLogger(__name__)
+
+Produce = Callable[[Sequence[NewRow]], list[int]]
+
+
+class ScheduleTicks:
+    """Produces the due ticks of every schedule not paused, each round."""
+
+    name = "schedules"
+
+    def __init__(self, storage: Storage, produce: Produce, default_retry: Callable[[str], int],
+                 interval: float = 0.25, missed_after: float = MISSED_AFTER) -> None:
+        self._storage = storage
+        self._produce = produce
+        self._default_retry = default_retry
+        self.interval = interval
+        self._missed_after = missed_after
+
+    def run(self) -> int:
+        produced = 0
+        for schedule in self._storage.schedules():
+            if schedule.paused:
+                continue
+            try:
+                produced += self._tick(schedule)
+            except Exception:  # one bad schedule (an unknown zone on this host) must not stop the others
+                log.warning("schedule %s could not tick", schedule.name, exc_info=True)
+        return produced
+
+    def _tick(self, schedule: Schedule) -> int:
+        due = due_ticks(schedule, clock.now(), self._missed_after)
+        if due.last is None:
+            return 0
+        if due.produce:
+            retry = schedule.retry if schedule.retry is not None else self._default_retry(schedule.topic)
+            self._produce([NewRow(topic=schedule.topic, data=schedule.data, effect_time=tick, retry_remaining=retry,
+                                  unique_key=unique_key(schedule.name, tick)) for tick in due.produce])
+        self._storage.advance_schedule(schedule.name, due.last)
+        return len(due.produce)
