@@ -101,3 +101,20 @@ def test_a_password_on_the_command_line_is_warned_about_and_masked(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert "carries a password on the command line" in result.stderr and "app:***@127.0.0.1" in result.stderr
     assert "hunter2" not in result.stdout + result.stderr
+
+
+def test_put_schedule_is_for_producers_and_admins_of_the_topic():
+    for role in ("producer", "admin"):
+        reset = CALLER.set(_as(role, ["reports.*"]))
+        try:
+            authorize("PutSchedule", ["reports.daily"])
+            with pytest.raises(PermissionDeniedError, match="on topic 'billing'"):
+                authorize("PutSchedule", ["reports.daily", "billing"])  # moving a schedule off another topic
+        finally:
+            CALLER.reset(reset)
+    reset = CALLER.set(_as("consumer", ["*"]))
+    try:
+        with pytest.raises(PermissionDeniedError, match="may not call PutSchedule"):
+            authorize("PutSchedule", ["reports.daily"])
+    finally:
+        CALLER.reset(reset)
