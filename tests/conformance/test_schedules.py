@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from tests.observe import all_messages
+from tests.servers import wait_until
 from tidemq import clock
 from tidemq_broker.maintenance.schedules import ScheduleTicks
 from tidemq_broker.schedules import check_schedule, unique_key
@@ -102,3 +103,18 @@ def test_paused_schedules_produce_nothing_and_retry_defaults_to_the_topic(storag
 
 def _messages(storage, topic):
     return all_messages(storage, topic)
+
+
+def test_a_round_skips_schedules_whose_next_tick_has_not_come(storage, monkeypatch):
+    from tidemq_broker.maintenance import schedules as job_module
+
+    storage.put_schedule(check_schedule("later", "t.later", "0 0 1 1 *"), clock.now())
+    job = ScheduleTicks(storage, _produce(storage), lambda topic: 0)
+    assert job.run() == 0
+    real, calls = job_module.due_ticks, []
+    monkeypatch.setattr(job_module, "due_ticks", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert job.run() == 0 and calls == []  # next January: nothing to compute until then
+    storage.put_schedule(check_schedule("later", "t.later", "* * * * * *"), clock.now())
+    # A changed row is computed again: its first tick comes within a second.
+    wait_until(lambda: job.run() >= 1, 5, 0.05, what="the new expression's first tick")
+    assert calls

@@ -10,11 +10,12 @@ tick, never double it.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from datetime import datetime
+from typing import Callable, Optional, Sequence
 
 from tidemq import clock
 
-from ..schedules import MISSED_AFTER, due_ticks, unique_key
+from ..schedules import MISSED_AFTER, due_ticks, next_tick, unique_key
 from ..storage import NewRow, Schedule, Storage
 
 __all__ = ["ScheduleTicks"]
@@ -36,10 +37,17 @@ class ScheduleTicks:
         self._default_retry = default_retry
         self.interval = interval
         self._missed_after = missed_after
+        # name -> (the stored state it was computed from, its next tick): a round asks croniter
+        # only about schedules whose next tick has come or whose row changed.
+        self._next: dict[str, tuple[tuple, Optional[datetime]]] = {}
 
     def run(self) -> int:
         produced = 0
-        for schedule in self._storage.schedules():
+        schedules = self._storage.schedules()
+        names = {schedule.name for schedule in schedules}
+        for gone in [name for name in self._next if name not in names]:
+            del self._next[gone]
+        for schedule in schedules:
             if schedule.paused:
                 continue
             try:
@@ -48,9 +56,18 @@ class ScheduleTicks:
                 log.warning("schedule %s could not tick", schedule.name, exc_info=True)
         return produced
 
+    def stop_leading(self) -> None:
+        self._next.clear()
+
     def _tick(self, schedule: Schedule) -> int:
-        due = due_ticks(schedule, clock.now(), self._missed_after)
+        now = clock.now()
+        state = (schedule.cron, schedule.timezone, schedule.ticks_from, schedule.last_tick)
+        cached = self._next.get(schedule.name)
+        if cached is not None and cached[0] == state and (cached[1] is None or now < cached[1]):
+            return 0
+        due = due_ticks(schedule, now, self._missed_after)
         if due.last is None:
+            self._next[schedule.name] = (state, next_tick(schedule, now))
             return 0
         if due.produce:
             retry = schedule.retry if schedule.retry is not None else self._default_retry(schedule.topic)
