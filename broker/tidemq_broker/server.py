@@ -6,7 +6,7 @@ import ipaddress
 import logging
 import socket
 from concurrent import futures
-from typing import Optional
+from typing import Optional, Sequence
 
 import grpc
 
@@ -28,7 +28,7 @@ from .maintenance.schedules import ScheduleTicks
 from .pulls import PullHub
 from .migrations import warn_if_behind
 from .service import ERROR_KEY, BrokerService
-from .storage import Storage
+from .storage import NewRow, Storage
 from .storages import open_storage
 from .storages.principals import PrincipalStore
 from .tls import server_credentials
@@ -108,7 +108,7 @@ class BrokerServer:
     def _max_deliveries(self, topic: str) -> int:
         return self.topics.get(topic).max_deliveries
 
-    def _produce_ticks(self, rows):
+    def _produce_ticks(self, rows: Sequence[NewRow]) -> list[int]:
         # Through the group commit, as a Produce call's rows: the hub wakes waiting pulls.
         return self.writer.write(rows, 30.0)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
+from typing import Optional
 
 from tidemq import clock
 from tidemq.config import Settings
@@ -62,5 +64,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _time(moment) -> str:
+def _time(moment: Optional[datetime]) -> str:
     return moment.isoformat(sep=" ", timespec="seconds") if moment else "-"
