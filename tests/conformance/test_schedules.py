@@ -76,7 +76,7 @@ def test_a_tick_produced_by_a_dead_leader_is_not_stored_twice(storage):
     storage.put_schedule(check_schedule("every", "t.every", "* * * * * *", {"n": 1}), start)
     dying = ScheduleTicks(_DiesBeforeRecording(storage), _produce(storage), lambda topic: 0)
     with pytest.raises(SystemExit):
-        dying._tick(storage.get_schedule("every"))
+        dying.run()  # SystemExit is no Exception: the round dies as the process would
     first = {m.unique_key: m.id for m in _messages(storage, "t.every")}
     assert len(first) >= 3
     # The next leader produces the same ticks again (nothing recorded them) and more.
@@ -89,6 +89,31 @@ def test_a_tick_produced_by_a_dead_leader_is_not_stored_twice(storage):
     last = storage.get_schedule("every").last_tick
     assert last == ticks[-1] and unique_key("every", last) in after
     assert ScheduleTicks(storage, _produce(storage), lambda topic: 0).run() <= 1  # at most a new second's tick
+
+
+def test_the_table_is_read_every_reload_seconds_not_every_round(storage):
+    reads = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(storage, name)
+
+        def schedules(self):
+            reads.append(1)
+            return storage.schedules()
+
+    start = clock.now() - timedelta(seconds=1.5)
+    storage.put_schedule(check_schedule("every", "t.reads", "* * * * * *"), start)
+    job = ScheduleTicks(Counting(), _produce(storage), lambda topic: 0, reload=3600)
+    assert job.run() >= 1
+    # Ticks go on from the job's own copy, which it advances itself: no tick twice, none read again.
+    wait_until(lambda: job.run() >= 1, 5, 0.05, what="the next second's tick from the copy")
+    assert len(reads) == 1
+    ticks = [m.effect_time for m in _messages(storage, "t.reads")]
+    assert len(ticks) == len(set(ticks)) >= 2
+    job.stop_leading()
+    job.run()
+    assert len(reads) == 2  # a new term starts from the table
 
 
 def test_paused_schedules_produce_nothing_and_retry_defaults_to_the_topic(storage):
@@ -109,7 +134,7 @@ def test_a_round_skips_schedules_whose_next_tick_has_not_come(storage, monkeypat
     from tidemq_broker.maintenance import schedules as job_module
 
     storage.put_schedule(check_schedule("later", "t.later", "0 0 1 1 *"), clock.now())
-    job = ScheduleTicks(storage, _produce(storage), lambda topic: 0)
+    job = ScheduleTicks(storage, _produce(storage), lambda topic: 0, reload=0)
     assert job.run() == 0
     real, calls = job_module.due_ticks, []
     monkeypatch.setattr(job_module, "due_ticks", lambda *a, **k: calls.append(a) or real(*a, **k))

@@ -5,11 +5,18 @@ commit, and only then recorded as the schedule's ``last_tick``. A leader killed 
 leaves the tick unrecorded; the next leader produces it again, and the unique key makes that
 second produce return the first message instead of storing another. So a failover can delay a
 tick, never double it.
+
+The job reads the schedule table every ``reload`` seconds, not every round, so an idle leader
+costs the database next to nothing; between reads it ticks from its own copy. A schedule added,
+changed, paused or deleted elsewhere is therefore seen within ``reload`` seconds (kept below
+``MISSED_AFTER``, so a new schedule's first ticks are still produced, late, rather than missed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
@@ -31,8 +38,11 @@ class ScheduleTicks:
     name = "schedules"
 
     def __init__(self, storage: Storage, produce: Produce, default_retry: Callable[[str], int],
-                 interval: float = 0.25, missed_after: float = MISSED_AFTER) -> None:
+                 interval: float = 0.25, missed_after: float = MISSED_AFTER, reload: float = 5.0) -> None:
         self._storage = storage
+        self._reload = reload
+        self._loaded_at = float("-inf")
+        self._schedules: list[Schedule] = []
         self._produce = produce
         self._default_retry = default_retry
         self.interval = interval
@@ -43,23 +53,27 @@ class ScheduleTicks:
 
     def run(self) -> int:
         produced = 0
-        schedules = self._storage.schedules()
-        names = {schedule.name for schedule in schedules}
-        for gone in [name for name in self._next if name not in names]:
-            del self._next[gone]
-        for schedule in schedules:
+        if time.monotonic() - self._loaded_at >= self._reload:
+            self._schedules = self._storage.schedules()
+            self._loaded_at = time.monotonic()
+            names = {schedule.name for schedule in self._schedules}
+            for gone in [name for name in self._next if name not in names]:
+                del self._next[gone]
+        for index, schedule in enumerate(self._schedules):
             if schedule.paused:
                 continue
             try:
-                produced += self._tick(schedule)
+                produced += self._tick(index, schedule)
             except Exception:  # one bad schedule (an unknown zone on this host) must not stop the others
                 log.warning("schedule %s could not tick", schedule.name, exc_info=True)
         return produced
 
     def stop_leading(self) -> None:
+        """Leadership ended: the next term starts from the table, not from this copy."""
         self._next.clear()
+        self._schedules, self._loaded_at = [], float("-inf")
 
-    def _tick(self, schedule: Schedule) -> int:
+    def _tick(self, index: int, schedule: Schedule) -> int:
         now = clock.now()
         state = (schedule.cron, schedule.timezone, schedule.ticks_from, schedule.last_tick)
         cached = self._next.get(schedule.name)
@@ -74,4 +88,7 @@ class ScheduleTicks:
             self._produce([NewRow(topic=schedule.topic, data=schedule.data, effect_time=tick, retry_remaining=retry,
                                   unique_key=unique_key(schedule.name, tick)) for tick in due.produce])
         self._storage.advance_schedule(schedule.name, due.last)
+        # Should another leader have gone further, the ticks this copy repeats are refused by
+        # their unique keys; the next read of the table brings the copy up to date.
+        self._schedules[index] = dataclasses.replace(schedule, last_tick=due.last)
         return len(due.produce)
