@@ -1,4 +1,4 @@
--- tidemq schema (version 9) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 10) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -193,4 +193,22 @@ CREATE TABLE `tidemq_login_failure` (
   `failures` int(11) NOT NULL,
   `last_failure` datetime(3) NOT NULL,
   PRIMARY KEY (`key_hash`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Periodic messages: the maintenance leader produces one message per tick of `cron` in
+-- `timezone`, keyed schedule:<name>:<tick in UTC>, then records the tick in `last_tick`.
+CREATE TABLE `tidemq_schedule` (
+  `name` varchar(200) NOT NULL,
+  `topic` varchar(255) NOT NULL,
+  `cron` varchar(255) NOT NULL,
+  `timezone` varchar(64) NOT NULL,
+  `data` mediumtext NOT NULL,
+  `retry` int(11) DEFAULT NULL,
+  `missed` varchar(8) NOT NULL,
+  `paused` tinyint(1) NOT NULL,
+  `ticks_from` datetime(3) NOT NULL,
+  `last_tick` datetime(3) DEFAULT NULL,
+  `add_time` datetime(3) NOT NULL,
+  `update_time` datetime(3) NOT NULL,
+  PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

@@ -67,9 +67,9 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[SqlStorage
     metrics.install(app)
     _install_template_helpers(app)
 
-    from .views import auth, cluster, dashboard, message_actions, messages, topics
+    from .views import auth, cluster, dashboard, message_actions, messages, schedules, topics
 
-    for module in (auth, dashboard, messages, message_actions, topics, cluster):
+    for module in (auth, dashboard, messages, message_actions, topics, schedules, cluster):
         app.register_blueprint(module.bp)
 
     @app.errorhandler(HTTPException)

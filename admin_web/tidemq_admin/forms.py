@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping, Optional
 
-from tidemq.errors import ValidationError
+from tidemq.errors import InvalidTopicError, ValidationError
 from tidemq.lifecycle import EDITABLE_STATUSES, STATUSES, MessageStatus
 from tidemq.validation import (
     MAX_DELAY_SECONDS,
@@ -17,9 +17,10 @@ from tidemq.validation import (
     check_topic,
 )
 from tidemq_broker.flow import MAX_RATE, MAX_RUNNING_LIMIT
+from tidemq_broker.schedules import check_cron, check_schedule, check_timezone
 from tidemq_broker.storage import MessageEdit, MessageFilter, TopicSettings
 
-__all__ = ["Parsed", "MAX_DELIVERIES", "MAX_ID", "whole_number", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_time",
+__all__ = ["Parsed", "MAX_DELIVERIES", "MAX_ID", "whole_number", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_schedule", "parse_time",
            "filter_args", "parse_ids"]
 
 #: The most deliveries a topic may allow before an expiring lease fails a message: beyond it a
@@ -253,3 +254,30 @@ def whole_number(text: str, high: int, low: int = 0) -> Optional[int]:
 def parse_ids(values: list[str]) -> list[int]:
     """Selected message ids from checkboxes; anything that is not an id is ignored."""
     return sorted({n for n in (whole_number(v, MAX_ID, 1) for v in values) if n is not None})
+
+
+def parse_schedule(form: Mapping[str, str], name: Optional[str] = None) -> Parsed:
+    """A schedule from the console's form; ``name`` when editing one (its name does not change)."""
+    fields = {key: form.get(key, "").strip() for key in ("name", "topic", "cron", "timezone", "data", "retry", "missed")}
+    errors: dict[str, str] = {}
+    for key, check in (("cron", check_cron), ("timezone", check_timezone)):
+        try:
+            check(fields[key] or ("UTC" if key == "timezone" else ""))
+        except ValidationError as exc:
+            errors[key] = str(exc)
+    retry = _optional(fields, "retry", lambda text: _int(text, 0, MAX_RETRIES, "retries"), errors)
+    if "data" not in errors:
+        try:
+            check_data_text(fields["data"] or "null")
+        except ValidationError as exc:
+            errors["data"] = str(exc)
+    if errors:
+        return Parsed(errors=errors)
+    try:
+        value = check_schedule(name or fields["name"], fields["topic"], fields["cron"], fields["data"] or "null",
+                               fields["timezone"] or "UTC", fields["missed"] or "once", retry, data_is_json=True)
+    except ValidationError as exc:
+        text = str(exc)
+        where = "topic" if isinstance(exc, InvalidTopicError) else "missed" if text.startswith("missed") else "name"
+        return Parsed(errors={where: text})
+    return Parsed(value)

@@ -30,9 +30,10 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "produce_request", "principal", "topic_count", "admin_session", "login_failure", "SCHEMA_VERSION"]
+           "produce_request", "principal", "topic_count", "admin_session", "login_failure", "schedule",
+           "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -282,11 +283,32 @@ login_failure = Table(
     mysql_charset="utf8mb4",
 )
 
+# Periodic messages (tidemq_broker.schedules): the leader produces one message per tick.
+schedule = Table(
+    tables.SCHEDULE.name,
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("topic", String(255), nullable=False),
+    Column("cron", String(255), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("data", LongText, nullable=False),
+    Column("retry", Integer, nullable=True),
+    Column("missed", String(8), nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("ticks_from", Time, nullable=False),
+    Column("last_tick", Time, nullable=True),
+    Column("add_time", Time, nullable=False),
+    Column("update_time", Time, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
                        (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
                        (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT),
-                       (admin_session, tables.ADMIN_SESSION), (login_failure, tables.LOGIN_FAILURE)):
+                       (admin_session, tables.ADMIN_SESSION), (login_failure, tables.LOGIN_FAILURE),
+                       (schedule, tables.SCHEDULE)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

@@ -6,7 +6,7 @@ import ipaddress
 import logging
 import socket
 from concurrent import futures
-from typing import Optional
+from typing import Optional, Sequence
 
 import grpc
 
@@ -24,10 +24,11 @@ from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.requests import ProduceRequests
 from .maintenance.retention import Retention
+from .maintenance.schedules import ScheduleTicks
 from .pulls import PullHub
 from .migrations import warn_if_behind
 from .service import ERROR_KEY, BrokerService
-from .storage import Storage
+from .storage import NewRow, Storage
 from .storages import open_storage
 from .storages.principals import PrincipalStore
 from .tls import server_credentials
@@ -101,10 +102,18 @@ class BrokerServer:
             BroadcastPruner(self.coordinator),
             BacklogRefresh(self.storage, self.address),
             TopicCounts(self.storage),
+            ScheduleTicks(self.storage, self._produce_ticks, self._default_retry),
         ])
 
     def _max_deliveries(self, topic: str) -> int:
         return self.topics.get(topic).max_deliveries
+
+    def _produce_ticks(self, rows: Sequence[NewRow]) -> list[int]:
+        # Through the group commit, as a Produce call's rows: the hub wakes waiting pulls.
+        return self.writer.write(rows, 30.0)
+
+    def _default_retry(self, topic: str) -> int:
+        return self.topics.get(topic).retry_count
 
     def _wake_all(self) -> None:
         self.hub.wake_all()

@@ -1,4 +1,4 @@
-"""The gRPC Broker service: produce, pull, ack, touch, cancel, requeue."""
+"""The gRPC Broker service: produce, pull, ack, touch, cancel, requeue, declare schedules."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from .intake import (
     rows_from_request,
 )
 from .pulls import PullHub, long_poll
+from .schedules import check_schedule, next_tick
 from .storage import AckItem, AckOutcome, LeasedMessage, Storage, TopicSettings
 from .topics import TopicCache
 from .writer import GroupCommitWriter
@@ -213,6 +214,20 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.hub.notify(topic, now)
         return pb.RequeueReply(requeued=moved)
 
+    @_rpc
+    def PutSchedule(self, request: pb.PutScheduleRequest, context: grpc.ServicerContext) -> pb.PutScheduleReply:
+        """Declare a periodic message; declaring the same one again changes nothing."""
+        schedule = check_schedule(request.name, request.topic, request.cron, request.data or "null",
+                                  request.timezone or "UTC", request.missed or "once",
+                                  None if request.retry == -1 else request.retry, data_is_json=True)
+        existing = self.storage.get_schedule(schedule.name)
+        # Moving a schedule to another topic needs the right on the topic it leaves as well.
+        authorize("PutSchedule", {schedule.topic} | ({existing.topic} if existing else set()))
+        now = clock.now()
+        created = self.storage.put_schedule(schedule, now)
+        following = next_tick(self.storage.get_schedule(schedule.name) or schedule, now)
+        return pb.PutScheduleReply(created=created,
+                                   next_tick_ms=clock.to_epoch_ms(following) if following else 0)
 
     def _authorize_messages(self, method: str, ids: list[int]) -> None:
         """``authorize`` on the topics of the stored messages ``ids`` (one read, skipped for a

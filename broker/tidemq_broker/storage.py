@@ -28,6 +28,7 @@ __all__ = [
     "MessageFilter",
     "MessageEdit",
     "Backlog",
+    "Schedule",
     "Storage",
     "AckItem",
     "AckOutcome",
@@ -185,6 +186,29 @@ class Backlog:
     scheduled: int
     running: int
     oldest_due: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic message (``tidemq_broker.schedules`` checks and ticks it).
+
+    ``cron`` has 5 fields, or 6 with seconds first, read in ``timezone`` (an IANA name).
+    ``data`` is JSON text; ``retry`` None means the topic's default. ``missed``: what a tick
+    missed in an outage becomes, ``once`` (the latest one is produced) or ``skip``. Ticks after
+    ``ticks_from`` are due; ``last_tick`` is the latest one handled."""
+
+    name: str
+    topic: str
+    cron: str
+    timezone: str = "UTC"
+    data: str = "null"
+    retry: Optional[int] = None
+    missed: str = "once"
+    paused: bool = False
+    ticks_from: Optional[datetime] = None
+    last_tick: Optional[datetime] = None
+    add_time: Optional[datetime] = None
+    update_time: Optional[datetime] = None
 
 
 class Storage(abc.ABC):
@@ -367,3 +391,32 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         """{topic: {status: count}} for one topic or all."""
+
+    # -- schedules (periodic messages) -------------------------------------------------------
+    @abc.abstractmethod
+    def put_schedule(self, schedule: Schedule, now: datetime) -> bool:
+        """Insert or update a schedule by name (an idempotent declaration); True when it is new.
+
+        A new schedule's ticks start after ``now``. An update keeps ``paused`` and ``last_tick``;
+        when it changes the cron expression or the time zone, ticks start after ``now`` again."""
+
+    @abc.abstractmethod
+    def schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+
+    @abc.abstractmethod
+    def get_schedule(self, name: str) -> Optional[Schedule]:
+        """One schedule by name."""
+
+    @abc.abstractmethod
+    def delete_schedule(self, name: str) -> bool:
+        """Remove a schedule (messages already produced stay); False when there was none."""
+
+    @abc.abstractmethod
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> bool:
+        """Pause or resume a schedule; a resumed one ticks only after ``now`` (what fell in the
+        pause is not caught up). False when there is no such schedule."""
+
+    @abc.abstractmethod
+    def advance_schedule(self, name: str, tick: datetime) -> bool:
+        """Record ``tick`` as handled unless a later one already is; False when nothing moved."""

@@ -19,6 +19,8 @@ from tidemq.logs import configure_logging
 from .principals import register as register_auth
 from .topics import register as register_topic
 from .principals import run as run_auth
+from .schedules import register as register_schedule
+from .schedules import run as run_schedule
 
 __all__ = ["main"]
 
@@ -77,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--priority", type=int, default=0, help="0 to 9, higher first among due messages")
     register_auth(sub)
     register_topic(sub)
+    register_schedule(sub)
     for plugin in _PLUGINS:
         module = _optional(plugin)
         if module is not None:
@@ -219,7 +222,8 @@ def _produce(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-_COMMANDS = {"dev": _dev, "broker": _broker, "worker": _worker, "db": _db, "produce": _produce, "auth": run_auth}
+_COMMANDS = {"dev": _dev, "broker": _broker, "worker": _worker, "db": _db, "produce": _produce, "auth": run_auth,
+             "schedule": run_schedule}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,6 +29,7 @@ __all__ = [
     "broadcast",
     "cancel",
     "requeue",
+    "schedule",
     "mq_consumer",
     "Message",
     "MessageType",
@@ -98,3 +99,9 @@ def cancel(msg_id: int) -> bool:
 def requeue(ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0) -> int:
     """Put FAIL messages back to NEW (by id, or all of a topic); returns how many."""
     return _default().requeue(ids, topic=topic, retry=retry)
+
+
+def schedule(name: str, topic: str, cron: str, data: Any = None, *, timezone: str = "UTC", missed: str = "once",
+             retry: Optional[int] = None) -> bool:
+    """Declare a periodic message (idempotent); True when new. See :meth:`Client.schedule`."""
+    return _default().schedule(name, topic, cron, data, timezone=timezone, missed=missed, retry=retry)

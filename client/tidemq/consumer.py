@@ -37,6 +37,9 @@ class ConsumerSpec:
     then starts it on time by its own clock (0: lease only what is due). concurrency: for an
     ``async def`` handler, the handlers running at once on the worker's event loop (None: the
     worker's ``--concurrency``, else DEFAULT_CONCURRENCY); async handlers use it instead of threads.
+    schedule: a cron
+    expression (``tidemq.schedule``'s form) in ``schedule_timezone``; the worker declares it, named
+    after the topic, when it starts, so the topic gets one message per tick.
     """
 
     topic: str
@@ -47,6 +50,9 @@ class ConsumerSpec:
     batch: int = 16
     ahead: float = DEFAULT_AHEAD
     concurrency: Optional[int] = None
+    #: A cron expression: the worker declares the schedule named after the topic when it starts.
+    schedule: Optional[str] = None
+    schedule_timezone: str = "UTC"
 
     @property
     def is_async(self) -> bool:
@@ -67,14 +73,15 @@ class ConsumerSpec:
 
 def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, threads: int = 1,
                 ttr: float = 60.0, batch: Optional[int] = None, ahead: float = DEFAULT_AHEAD,
-                concurrency: Optional[int] = None) -> Callable[[Handler], Handler]:
+                concurrency: Optional[int] = None, schedule: Optional[str] = None,
+                schedule_timezone: str = "UTC") -> Callable[[Handler], Handler]:
     """Declare ``handler`` as the consumer of ``topic``.
 
     Returning from the handler records SUCCESS; raising records a failure, retried while the
     message has retries left, else FAIL. SERIAL_QUEUE consumers always run one at a time.
     The handler may be ``async def``: it then runs on the worker's event loop, ``concurrency``
     at once (not ``threads``), with the same leases, heartbeats, retries and drain.
-    ``ahead``: see :class:`ConsumerSpec`.
+    ``ahead``, ``schedule``: see :class:`ConsumerSpec`.
     """
     check_topic(topic)
     kind = MessageType.parse(type)
@@ -90,6 +97,10 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
         raise ConfigurationError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
     if kind is MessageType.SERIAL_QUEUE:
         threads, batch = 1, 1
+    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
+        raise ConfigurationError(f"schedule must be a cron expression such as '*/5 * * * *', got {schedule!r}")
+    if schedule is not None and kind is MessageType.TOPIC:
+        raise ConfigurationError("schedule produces messages; TOPIC consumers receive broadcasts, which it cannot send")
 
     def register(handler: Handler) -> Handler:
         if _is_async(handler):
@@ -98,12 +109,14 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
                                          f"give concurrency={threads}, not threads")
             once = 1 if kind is MessageType.SERIAL_QUEUE else concurrency
             spec = ConsumerSpec(topic, kind, handler, 1, float(ttr),
-                                batch or max(16, concurrency or DEFAULT_CONCURRENCY), float(ahead), once)
+                                batch or max(16, concurrency or DEFAULT_CONCURRENCY), float(ahead), once,
+                                schedule, schedule_timezone)
         else:
             if concurrency is not None:
                 raise ConfigurationError(f"{topic}: concurrency is for async def handlers; "
                                          f"a def handler runs on threads (threads={concurrency})")
-            spec = ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads), float(ahead))
+            spec = ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads), float(ahead),
+                                schedule=schedule, schedule_timezone=schedule_timezone)
         _REGISTRY.append(spec)
         return handler
 

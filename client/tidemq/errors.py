@@ -17,6 +17,7 @@ __all__ = [
     "InvalidDelayError",
     "InvalidRetryError",
     "InvalidMessageTypeError",
+    "InvalidScheduleError",
     "MalformedRequestError",
     "RetriableError",
     "BrokerUnavailableError",
@@ -64,6 +65,11 @@ class InvalidRetryError(ValidationError):
 
 class InvalidMessageTypeError(ValidationError):
     """Raised when a message type is not one of MessageType's members."""
+
+
+class InvalidScheduleError(ValidationError):
+    """Raised when a schedule's name, cron expression, time zone or missed-tick policy is not of
+    the accepted form."""
 
 
 class MalformedRequestError(ValidationError):

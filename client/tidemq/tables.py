@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
            "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT",
-           "ADMIN_SESSION", "LOGIN_FAILURE"]
+           "ADMIN_SESSION", "LOGIN_FAILURE", "SCHEDULE"]
 
 
 class Table:
@@ -204,6 +204,25 @@ class _LoginFailure(Table):
     last_failure = "last_failure"
 
 
+class _Schedule(Table):
+    """``tidemq_schedule``: periodic messages. The maintenance leader produces one message per
+    tick of ``cron`` in ``timezone``, keyed ``schedule:<name>:<tick>`` so a tick is stored once."""
+
+    name = "tidemq_schedule"
+    schedule_name = "name"
+    topic = "topic"
+    cron = "cron"
+    timezone = "timezone"
+    data = "data"
+    retry = "retry"  # retries of each message; NULL: the topic's default
+    missed = "missed"  # ticks missed in an outage: 'once' (produce the latest) or 'skip'
+    paused = "paused"
+    ticks_from = "ticks_from"  # ticks after this time are due: creation, resume, a new cron or zone
+    last_tick = "last_tick"  # the latest tick handled (produced or skipped); NULL: none yet
+    add_time = "add_time"
+    update_time = "update_time"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -216,3 +235,4 @@ PRINCIPAL = _Principal()
 TOPIC_COUNT = _TopicCount()
 ADMIN_SESSION = _AdminSession()
 LOGIN_FAILURE = _LoginFailure()
+SCHEDULE = _Schedule()

@@ -77,6 +77,7 @@ class Worker:
         return self._coordinator if self._coordinator is not None else self.client.coordinator  # type: ignore[union-attr]
 
     def start(self) -> "Worker":
+        self._declare_schedules()
         coordinator = self.coordinator
         if self._loop is not None:
             self._loop.start()
@@ -90,6 +91,17 @@ class Worker:
             self.runners.append(runner)
             log.info("consuming %s (%s) with %s", spec.topic, spec.type.value, spec.name)
         return self
+
+    def _declare_schedules(self) -> None:
+        """Declare the schedules of ``@mq_consumer(..., schedule=...)`` before consuming: a bad
+        expression stops the worker at start, with the broker's error naming the expected form."""
+        for spec in self.specs:
+            if spec.schedule is None:
+                continue
+            if self.client is None:
+                raise ConfigurationError(f"{spec.topic}: declaring a schedule needs a Client (this Worker has a link only)")
+            self.client.schedule(spec.topic, spec.topic, spec.schedule, timezone=spec.schedule_timezone)
+            log.info("schedule %s (%s, %s) declared", spec.topic, spec.schedule, spec.schedule_timezone)
 
     def stop(self) -> None:
         """Stop every consumer, letting running handlers finish and their acks reach a broker."""

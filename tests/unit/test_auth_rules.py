@@ -128,3 +128,20 @@ def test_an_unreachable_database_is_one_line_naming_the_reason(tmp_path):
                             timeout=60, env={**os.environ, "TIDEMQ_DB_URL": "mysql+pymysql://app:hunter2-pw@127.0.0.1:1/x"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "the database is unavailable" in result.stderr and "hunter2" not in result.stderr
+
+
+def test_put_schedule_is_for_producers_and_admins_of_the_topic():
+    for role in ("producer", "admin"):
+        reset = CALLER.set(_as(role, ["reports.*"]))
+        try:
+            authorize("PutSchedule", ["reports.daily"])
+            with pytest.raises(PermissionDeniedError, match="on topic 'billing'"):
+                authorize("PutSchedule", ["reports.daily", "billing"])  # moving a schedule off another topic
+        finally:
+            CALLER.reset(reset)
+    reset = CALLER.set(_as("consumer", ["*"]))
+    try:
+        with pytest.raises(PermissionDeniedError, match="may not call PutSchedule"):
+            authorize("PutSchedule", ["reports.daily"])
+    finally:
+        CALLER.reset(reset)

@@ -20,7 +20,7 @@ from tidemq.tables import MESSAGE, TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
-from ..schema import admin_session, login_failure, principal, produce_request, topic_count
+from ..schema import admin_session, login_failure, principal, produce_request, schedule, topic_count
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -137,6 +137,11 @@ def _flow_control(db: SqlDatabase) -> None:
             conn.exec_driver_sql(f"CREATE INDEX {lock_index.replace(' (', f' ON {MESSAGE.name} (', 1)}")
 
 
+def _schedules(db: SqlDatabase) -> None:
+    """Version 10: ``tidemq_schedule``, periodic messages the maintenance leader produces."""
+    metadata.create_all(db.engine, tables=[schedule])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -147,6 +152,7 @@ STEPS = (
     Step(8, "tidemq_admin_session and tidemq_login_failure: revocable console sessions, shared sign-in brake",
          _console_sessions),
     Step(9, "flow control: message priority and key, topic limits, priority in the lock index", _flow_control),
+    Step(10, "tidemq_schedule: periodic messages, one per tick of a cron expression", _schedules),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

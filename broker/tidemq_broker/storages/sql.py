@@ -2,7 +2,7 @@
 :class:`~tidemq_broker.storages.database.SqlDatabase`, by composition.
 
 Each group of operations is its own component around the same database object: ``writes``
-(produce and operators' changes), ``leases``, ``acks``, ``reads`` and ``migrations``. What
+(produce and operators' changes), ``leases``, ``acks``, ``reads``, ``schedules`` and ``migrations``. What
 differs between MySQL and SQLite is the database's dialect object, not a subclass.
 """
 
@@ -16,12 +16,14 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import Backlog, FlowLimits, LeasedMessage, MessageEdit, NewRow, RequestRef, Storage, StoredMessage, TopicSettings
+from ..storage import (Backlog, FlowLimits, LeasedMessage, MessageEdit, NewRow, RequestRef, Schedule, Storage,
+                       StoredMessage, TopicSettings)
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
 from .migrations import Migrations
 from .reads import Reads
+from .schedules import Schedules
 from .writes import Writes
 
 __all__ = ["SqlStorage"]
@@ -37,6 +39,7 @@ class SqlStorage(Storage):
         self._acks = Acks(db)
         self._reads = Reads(db)
         self._migrations = Migrations(db)
+        self._schedules = Schedules(db)
 
     # -- schema and connection ---------------------------------------------------------------
     def create_schema(self) -> None:
@@ -149,3 +152,22 @@ class SqlStorage(Storage):
 
     def count_by_status(self, topic: Optional[str] = None) -> dict[str, dict[str, int]]:
         return self._reads.count_by_status(topic)
+
+    # -- schedules ---------------------------------------------------------------------------
+    def put_schedule(self, schedule: Schedule, now: datetime) -> bool:
+        return self._schedules.put(schedule, now)
+
+    def schedules(self) -> list[Schedule]:
+        return self._schedules.list()
+
+    def get_schedule(self, name: str) -> Optional[Schedule]:
+        return self._schedules.get(name)
+
+    def delete_schedule(self, name: str) -> bool:
+        return self._schedules.delete(name)
+
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> bool:
+        return self._schedules.pause(name, paused, now)
+
+    def advance_schedule(self, name: str, tick: datetime) -> bool:
+        return self._schedules.advance(name, tick)

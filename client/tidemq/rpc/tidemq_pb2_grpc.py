@@ -74,6 +74,11 @@ class BrokerStub:
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.RequeueRequest.SerializeToString,
                 response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.RequeueReply.FromString,
                 _registered_method=True)
+        self.PutSchedule = channel.unary_unary(
+                '/tidemq.v1.Broker/PutSchedule',
+                request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleRequest.SerializeToString,
+                response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -127,6 +132,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +180,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Requeue,
                     request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.RequeueRequest.FromString,
                     response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.RequeueReply.SerializeToString,
+            ),
+            'PutSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSchedule,
+                    request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleRequest.FromString,
+                    response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +403,33 @@ class Broker:
             '/tidemq.v1.Broker/Requeue',
             tidemq_dot_rpc_dot_tidemq__pb2.RequeueRequest.SerializeToString,
             tidemq_dot_rpc_dot_tidemq__pb2.RequeueReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidemq.v1.Broker/PutSchedule',
+            tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleRequest.SerializeToString,
+            tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleReply.FromString,
             options,
             channel_credentials,
             insecure,
