@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 import uuid
@@ -39,6 +40,8 @@ from .coalesce import AsyncCoalescer
 from .pool import AsyncBrokerPool
 
 __all__ = ["AsyncClient"]
+
+log = logging.getLogger(__name__)
 
 
 class AsyncClient:
@@ -138,7 +141,21 @@ class AsyncClient:
         """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds."""
         request = pull_request(topic, consumer, max_messages=max_messages, wait=wait, ttr=ttr,
                                lease_token=lease_token)
-        reply = await self.pool.acall("Pull", request, wait + self.settings.rpc_timeout)
+        tries = 0
+
+        async def before_attempt(_address: str) -> None:
+            # As in the synchronous pull: a pull moving to another broker after a transport
+            # failure first gives back its lease token, which the failed broker may have leased
+            # messages under before its reply was lost.
+            nonlocal tries
+            tries += 1
+            if tries > 1 and request.lease_token:
+                try:
+                    await self.release(request.lease_token, request.consumer, timeout=5)
+                except TidemqError as exc:
+                    log.info("could not give back the lease of a failed pull of %s: %s", request.topic, exc)
+
+        reply = await self.pool.acall("Pull", request, wait + self.settings.rpc_timeout, on_attempt=before_attempt)
         return [delivery(d) for d in reply.messages]
 
     async def ack(self, topic: str, consumer: str, items: Sequence[AckItem],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import grpc
 import grpc.aio
@@ -55,10 +55,12 @@ class AsyncBrokerPool(BrokerPool):
             await asyncio.sleep(_NO_BROKER_POLL)
             avoid.clear()  # the list may have changed: every broker deserves another try
 
-    async def acall(self, method: str, request: Any, timeout: float) -> Any:
+    async def acall(self, method: str, request: Any, timeout: float,
+                    on_attempt: Optional[Callable[[str], Awaitable[None]]] = None) -> Any:
         """Call ``method`` on some live broker within ``timeout`` seconds (see :meth:`BrokerPool.call`).
 
         The same ``request`` object goes to each broker tried, so a Produce keeps its request id.
+        ``on_attempt(address)`` is awaited before each attempt (a pull releases its lease there).
         """
         self._loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout
@@ -69,6 +71,9 @@ class AsyncBrokerPool(BrokerPool):
             remaining = deadline - time.monotonic()
             if address is None or remaining <= 0:
                 raise BrokerUnavailableError(f"no broker answered {method} within {timeout:.1f} s ({last_error})")
+            if on_attempt is not None:
+                await on_attempt(address)
+                remaining = deadline - time.monotonic()
             try:
                 return await getattr(self._stub(address), method)(request, timeout=remaining,
                                                                   metadata=self._metadata)
