@@ -62,6 +62,7 @@ def message_rows(n: int, topics: tuple[str, ...] = ("t.alpha", "t.beta"), seed: 
             "trace": trace, "add_time": add, "update_time": finish or start or add, "start_time": start,
             "finish_time": finish,
             "trace_context": f"00-{i:032x}-{i + 1:016x}-01" if i % 2 else None,
+            "priority": i % 10, "flow_key": f"customer-{i % 7}" if i % 4 == 0 else None,
         })
     return rows
 
