@@ -112,7 +112,7 @@ def test_unreadable_tls_files_are_refused_naming_the_setting(settings, tmp_path)
 
 # -- authentication -------------------------------------------------------------------------
 
-RPCS = ("Produce", "Pull", "Ack", "Touch", "Extend", "Release", "Cancel", "Requeue")
+RPCS = ("Produce", "Pull", "Ack", "Touch", "Extend", "Release", "Cancel", "Requeue", "PutSchedule")
 
 
 class Case:
@@ -134,7 +134,7 @@ class Case:
     def snapshot(self):
         m = self.store.get_message(self.id)  # None once cancelled
         counts = self.store.count_by_status(self.topic).get(self.topic, {})
-        return (m and (m.status, m.version, m.lease_expire, m.trace)), counts
+        return (m and (m.status, m.version, m.lease_expire, m.trace)), counts, self.store.get_schedule(self.topic)
 
     def call(self, client):
         return {
@@ -146,6 +146,7 @@ class Case:
             "Release": lambda: client.release(self.token),
             "Cancel": lambda: client.cancel(self.id),
             "Requeue": lambda: client.requeue([self.id]),
+            "PutSchedule": lambda: client.schedule(self.topic, self.topic, "0 3 * * *"),
         }[self.rpc]()
 
 
@@ -175,7 +176,7 @@ def test_every_rpc_without_a_token_with_a_wrong_one_and_with_a_revoked_one_is_un
 
 
 ALLOWED = {
-    "producer": {"Produce", "Cancel", "Requeue"},
+    "producer": {"Produce", "Cancel", "Requeue", "PutSchedule"},
     "consumer": {"Pull", "Ack", "Touch", "Extend", "Release"},
     "admin": set(RPCS),
 }
