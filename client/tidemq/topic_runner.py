@@ -44,7 +44,9 @@ class BroadcastRunner:
         self._unwatch = lambda: None
         self.succeeded = self.failed = 0
         self._own_loop = EventLoopThread(f"tidemq-loop-{spec.topic}") if spec.is_async and loop is None else None
-        self._loop = loop or self._own_loop
+        # Only an async def handler runs on an event loop: a def handler in a worker that also
+        # has async consumers still runs on the broadcast thread.
+        self._events = (loop or self._own_loop) if spec.is_async else None
 
     def start(self) -> None:
         coordinator = self.coordinator
@@ -111,8 +113,8 @@ class BroadcastRunner:
                           trace_context=context)
         with message_context(seq, self.spec.topic, context):
             try:
-                if self._loop is not None:
-                    self._loop.submit(self._call_async(message, context)).result()
+                if self._events is not None:
+                    self._events.submit(self._call_async(message, context)).result()
                 else:
                     with tracing.handler_span(self.spec.topic, seq, 1, context):
                         self.spec.handler(message)

@@ -224,6 +224,26 @@ def test_an_async_broadcast_handler_receives_every_broadcast_in_order(workers, c
     assert worker.runners[0].succeeded == 20
 
 
+def test_a_def_broadcast_handler_beside_an_async_consumer_runs_on_its_own_thread(workers, coordinator):
+    topic, threads = "t.mixed.topic", []
+
+    def handler(message) -> None:  # a def handler: never on the event loop's thread
+        threads.append(threading.current_thread().name)
+
+    async def other(message) -> None:
+        await asyncio.sleep(0)
+
+    worker = workers([ConsumerSpec(topic, MessageType.TOPIC, handler),
+                      ConsumerSpec("t.mixed.queue", MessageType.QUEUE, other, ttr=30, batch=4, concurrency=4)])
+    wait_until(lambda: coordinator.consumers(topic), 5, what="the TOPIC consumer registered")
+    for n in range(5):
+        coordinator.broadcast(topic, json.dumps({"data": n, "sent_at": int(time.time() * 1000)}).encode())
+    runner = next(r for r in worker.runners if r.spec.topic == topic)
+    wait_until(lambda: runner.succeeded + runner.failed == 5, 10, what="five broadcasts handled")
+    assert runner.succeeded == 5 and runner.failed == 0
+    assert threads == [f"tidemq-broadcast-{topic}"] * 5
+
+
 def test_mq_consumer_takes_concurrency_for_async_handlers_and_threads_for_def_handlers():
     clear_registry()
     try:
