@@ -273,6 +273,9 @@ def test_mq_consumer_takes_concurrency_for_async_handlers_and_threads_for_def_ha
         worker = Worker(list(specs.values()), link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=3)
         slots = {s.topic: s.slots for s in worker.specs}
         assert slots == {"t.decl": 50, "t.decl.default": 3, "t.decl.serial": 1}
+        # ... and a larger --concurrency pulls as many at a time as it runs (serial stays at one).
+        wide = Worker(list(specs.values()), link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=200)
+        assert {s.topic: s.batch for s in wide.specs} == {"t.decl": 50, "t.decl.default": 200, "t.decl.serial": 1}
         with pytest.raises(ConfigurationError, match="concurrency must be between 1 and 10000, got 0"):
             Worker([], link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=0)
     finally:
