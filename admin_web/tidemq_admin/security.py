@@ -130,6 +130,8 @@ def install(app: Flask) -> None:
     def _gate() -> Optional[object]:
         console = app.extensions["tidemq"]
         g.user = None
+        if request.endpoint == "static":  # style sheets and scripts: no session, no database
+            return None
         sid = session.get("sid")
         if sid:
             g.user = console.sessions.resolve(sid, clock.now(), app.config["TIDEMQ_SESSION_IDLE"],

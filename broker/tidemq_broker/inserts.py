@@ -9,7 +9,13 @@ in order: an application transaction that enqueued id 100 may commit after a bro
 id 101. A high-water mark alone (``MAX(id)``) would never see id 100. The watch therefore reads
 the rows above its mark and remembers the ids it skipped over (the gaps) for a while; each look
 reads those ids again, and a gap that fills is a late commit. The query walks the primary key
-from the mark and picks the gap ids by key, so an idle look costs one index dive.
+from the mark and picks the gap ids by key.
+
+Not every skipped id can fill. On a Galera cluster of n nodes (``auto_increment_increment`` n)
+each node hands out ids of one remainder modulo n, so with one writer node two ids in three
+never exist. The watch therefore keeps as gaps only the skipped ids whose remainder modulo the
+server's step is one that committed ids were seen with in the last ``residue_ttl`` seconds;
+with a step of 1 (one server) every skipped id is a gap.
 
 A gap is forgotten after ``gap_ttl`` seconds (rolled-back transactions, duplicate unique keys
 and deleted messages leave gaps that never fill) and the oldest go first beyond ``max_gaps``.
@@ -33,11 +39,17 @@ _MAX_OWN = 100_000  # own ids remembered at most; forgetting them costs only a n
 class InsertWatch:
     """Reads the messages committed since the last look and the ids that were missing then."""
 
-    def __init__(self, storage: Storage, limit: int = 500, gap_ttl: float = 30.0, max_gaps: int = 512) -> None:
+    def __init__(self, storage: Storage, limit: int = 500, gap_ttl: float = 30.0, max_gaps: int = 512,
+                 residue_ttl: float = 60.0, step_every: float = 10.0) -> None:
         self._storage = storage
         self._limit = limit
         self._gap_ttl = gap_ttl
         self._max_gaps = max_gaps
+        self._residue_ttl = residue_ttl
+        self._step_every = step_every
+        self._step = 1
+        self._step_read = float("-inf")  # when the server's id step was last read
+        self._residues: dict[int, float] = {}  # id % step of committed ids -> when last seen
         self._mark: Optional[int] = None  # the highest id seen; None before the first look
         self._gaps: dict[int, float] = {}  # id not seen below the mark -> when it was first missed
         self._own: set[int] = set()
@@ -82,17 +94,24 @@ class InsertWatch:
             self._mark = max([self._mark, self._storage.max_id(), *fresh])
             self._forget(now)
             return None
+        if now - self._step_read > self._step_every:
+            self._step, self._step_read = max(1, self._storage.id_step()), now
+        for id in fresh:
+            self._residues[id % self._step] = now
         previous = self._mark
-        for id in fresh:  # in id order: each id skipped since the previous one is a gap
-            self._miss(range(max(previous + 1, id - self._max_gaps), id), now)
+        for id in fresh:  # in id order: each id skipped since the previous one may be a gap
+            self._miss(range(max(previous + 1, id - self._max_gaps * self._step), id), now)
             previous = id
         self._mark = previous
         self._forget(now)
         return earliest
 
     def _miss(self, ids: range, now: float) -> None:
+        """Remember the ids of ``ids`` that a writer seen lately could still commit."""
+        live = {r for r, seen in self._residues.items() if now - seen <= self._residue_ttl}
         for id in ids:
-            self._gaps.setdefault(id, now)
+            if id % self._step in live:
+                self._gaps.setdefault(id, now)
 
     def _forget(self, now: float) -> None:
         """Drop gaps older than the ttl, the oldest beyond the cap, and own ids seen already."""

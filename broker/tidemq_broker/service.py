@@ -225,7 +225,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         authorize("PutSchedule", {schedule.topic} | ({existing.topic} if existing else set()))
         now = clock.now()
         created = self.storage.put_schedule(schedule, now)
-        following = next_tick(self.storage.get_schedule(schedule.name) or schedule, now)
+        following = next_tick(schedule, now)  # from the cron and zone just stored
         return pb.PutScheduleReply(created=created,
                                    next_tick_ms=clock.to_epoch_ms(following) if following else 0)
 

@@ -343,6 +343,11 @@ class Storage(abc.ABC):
         """The highest message id (0 for an empty table): a cheap 'anything new?' probe."""
 
     @abc.abstractmethod
+    def id_step(self) -> int:
+        """How far apart the ids one server hands out are: ``auto_increment_increment`` on MySQL
+        (a Galera cluster of n nodes sets n), 1 elsewhere."""
+
+    @abc.abstractmethod
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
         """``(id, topic, effect_time)`` of the stored messages whose id is above ``after`` or in
         ``missing``, in id order, at most ``limit``: the pull hub's probe of messages committed

@@ -449,3 +449,10 @@ def test_expired_leases_are_counted_per_topic_when_asked(storage):
     later = clock.after(clock.now(), 2)
     assert storage.expire_leases(later, 100, "b1", lambda topic: 10, by_topic) == 3
     assert by_topic == {"t.exp1": 3, "t.exp2": 1}
+
+
+def test_id_step_is_how_far_apart_the_ids_of_one_server_are(storage):
+    a, b = insert(storage, "conf.step", 2)
+    # Ids of one multi-row insert on one server are one step apart: 1 on one server, n on a
+    # Galera cluster of n nodes.
+    assert b - a == storage.id_step() >= 1

@@ -12,15 +12,19 @@ from tidemq_broker.inserts import InsertWatch
 class Table:
     """Committed rows by id; ``recent_inserts`` and ``max_id`` as the storage answers them."""
 
-    def __init__(self) -> None:
+    def __init__(self, step: int = 1) -> None:
         self.rows: dict[int, tuple[str, datetime]] = {}
         self.reads: list[tuple[int, list[int]]] = []
+        self.step = step
 
     def commit(self, id: int, topic: str = "t", when: datetime | None = None) -> None:
         self.rows[id] = (topic, when or clock.now())
 
     def max_id(self) -> int:
         return max(self.rows, default=0)
+
+    def id_step(self) -> int:
+        return self.step
 
     def recent_inserts(self, after, missing, limit):
         self.reads.append((after, list(missing)))
@@ -76,3 +80,21 @@ def test_a_burst_larger_than_one_look_wakes_everyone_and_skips_to_the_newest():
     assert watch.look() is None
     assert watch.look() == {}
     assert table.reads[-1] == (25, [])
+
+
+def test_on_a_cluster_only_ids_a_seen_writer_could_hand_out_are_gaps():
+    table = Table(step=3)  # three Galera nodes; one of them (ids 1, 4, 7, ...) takes the writes
+    table.commit(1)
+    watch = InsertWatch(table)
+    watch.look()
+    for id in (4, 7, 10):
+        table.commit(id)
+    watch.look()
+    assert watch.gaps == 0  # 2, 3, 5, 6, 8, 9 belong to nodes that write nothing: never read again
+    table.commit(16, "t.next")  # 13 is held by an open transaction on the writer
+    assert set(watch.look()) == {"t.next"}
+    assert watch.gaps == 1 and table.reads[-1][1] == []  # this look read no gap; the next reads 13
+    watch.look()
+    assert table.reads[-1][1] == [13]
+    table.commit(13, "t.late")
+    assert set(watch.look()) == {"t.late"} and watch.gaps == 0

@@ -64,6 +64,10 @@ class SqlDialect(abc.ABC):
         by ``due_by`` (now, or a little later when leasing ahead), higher priority first, then
         oldest due first, get ``change`` (a lifecycle lease). Returns how many rows it leased."""
 
+    def id_step(self, conn: Connection) -> int:
+        """How far apart the ids one server hands out are (1 here; see the MySQL dialect)."""
+        return 1
+
     def shard_clause(self, id_column: Any, total: int, rank: int) -> Any:
         """The condition ``id_column`` is in QUEUE shard ``rank`` of ``total``: ``MOD(id, total) = rank``
         here; see the MySQL dialect for servers whose ids step by more than 1."""

@@ -172,6 +172,9 @@ class Leases:
     def max_id(self) -> int:
         return self._db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
 
+    def id_step(self) -> int:
+        return self._db.tx(self._db.dialect.id_step)
+
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
         # One walk of the primary key from ``after`` plus a lookup by key of each missing id: an
         # idle probe reads nothing, whatever the size of the table. It runs every 20 ms while

@@ -167,6 +167,10 @@ class MySqlDialect(SqlDialect):
         args = getattr(exc.orig, "args", ())
         return bool(args) and args[0] in _TRANSIENT
 
+    def id_step(self, conn: Connection) -> int:
+        # Read each time: Galera changes the increment when nodes join or leave.
+        return int(conn.exec_driver_sql(f"SELECT {_ID_STEP}").scalar() or 1)
+
     def _check_autoincrement(self, conn: Connection) -> None:
         """Multi-row INSERT ids are first, first+step, ... only under lock modes 0 and 1. Under
         mode 2 (MySQL 8's default, Galera's requirement) MariaDB 10.5+ still reports each row's

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Optional, Sequence
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..schema import admin_session as s
@@ -83,7 +83,8 @@ class SessionStore:
 
     def count(self, user_name: str) -> int:
         """How many sessions ``user_name`` has (live or not yet swept)."""
-        return len(self._db.tx(lambda c: c.execute(select(s.c.id_hash).where(s.c.user_name == user_name)).all()))
+        return self._db.tx(lambda c: c.execute(select(func.count()).select_from(s)
+                                               .where(s.c.user_name == user_name)).scalar() or 0)
 
     def sweep(self, now: datetime, idle: timedelta, lifetime: timedelta, failures_kept: timedelta) -> None:
         """Delete expired sessions and failure counts nobody has added to for ``failures_kept``."""

@@ -122,6 +122,9 @@ class SqlStorage(Storage):
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
         return self._leases.recent_inserts(after, missing, limit)
 
+    def id_step(self) -> int:
+        return self._leases.id_step()
+
     # -- topics and reads --------------------------------------------------------------------
     def ensure_topics(self, names: Sequence[str], now: datetime) -> None:
         self._reads.ensure_topics(names, now)
