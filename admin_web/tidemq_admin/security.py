@@ -42,23 +42,28 @@ class LoginThrottle:
         """The pair key and the address key of one attempt."""
         return f"pair:{name.strip().lower()}|{address}", f"addr:{address}"
 
-    def wait(self, name: str, address: str, now: datetime) -> float:
-        """Seconds to wait before the next attempt of ``name`` from ``address`` (0: go ahead)."""
+    def reserve(self, name: str, address: str, now: datetime) -> float:
+        """Seconds to wait before an attempt of ``name`` from ``address`` may be made (0: go
+        ahead). Going ahead counts the attempt as a failure at once, before the password is
+        checked, so parallel guesses are braked like sequential ones; :meth:`succeeded` takes it
+        back."""
         pair, addr = self.keys(name, address)
-        counts = self._store.failures([pair, addr])
-        waits = [0.0]
-        for key, free in ((pair, self.free), (addr, self.free_per_address)):
-            if key in counts:
-                failures, last = counts[key]
-                waits.append(self._delay(failures, free) - (now - last).total_seconds())
-        return max(waits)
 
-    def failed(self, name: str, address: str, now: datetime) -> None:
-        self._store.record_failure(self.keys(name, address), now)
+        def wait_for(counts: dict[str, tuple[int, datetime]]) -> float:
+            waits = [0.0]
+            for key, free in ((pair, self.free), (addr, self.free_per_address)):
+                if key in counts:
+                    failures, last = counts[key]
+                    waits.append(self._delay(failures, free) - (now - last).total_seconds())
+            return max(waits)
+
+        return self._store.reserve_attempt([pair, addr], now, wait_for)
 
     def succeeded(self, name: str, address: str) -> None:
-        # The address's count stays: one right password must not wipe out a guesser's record.
-        self._store.clear_failures(self.keys(name, address)[:1])
+        """The password was right: the pair's failures go; the address keeps the failures it had
+        before this attempt (one right password must not wipe out a guesser's record)."""
+        pair, addr = self.keys(name, address)
+        self._store.attempt_succeeded(clear=[pair], undo=[addr])
 
     def _delay(self, failures: int, free: int) -> float:
         if failures < free:

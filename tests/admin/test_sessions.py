@@ -136,6 +136,39 @@ def test_failures_from_elsewhere_never_lock_the_user_out_of_its_own_address(app)
     assert again.status_code == 429
 
 
+def test_guesses_sent_at_once_are_braked_like_guesses_sent_in_turn(app):
+    import threading
+
+    here = {"REMOTE_ADDR": "203.0.113.77"}
+    clients = [app.test_client() for _ in range(12)]
+    tokens = [csrf_of(c.get("/login").get_data(as_text=True)) for c in clients]
+    codes, start = [], threading.Barrier(len(clients))
+
+    def guess(i):
+        start.wait()
+        resp = clients[i].post("/login", data={"csrf_token": tokens[i], "name": VIEWER, "password": f"par-{i}"},
+                               environ_base=here)
+        codes.append(resp.status_code)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # Each guess is counted before its password is checked: only the 3 free ones get an answer.
+    assert sorted(codes) == [401] * 3 + [429] * 9
+
+
+def test_a_right_password_takes_back_its_own_attempt_from_the_address(app):
+    client = app.test_client()
+    here = {"REMOTE_ADDR": "198.51.100.99"}
+    for _ in range(12):  # more sign-ins than the address's 10 free failures: none is braked
+        token = csrf_of(client.get("/login").get_data(as_text=True))
+        assert client.post("/login", data={"csrf_token": token, "name": VIEWER, "password": PASSWORD},
+                           environ_base=here).status_code == 302
+        client.post("/logout", data={"csrf_token": csrf_of(client.get("/").get_data(as_text=True))})
+
+
 def test_one_address_guessing_many_names_is_braked(app):
     client = app.test_client()
     token = csrf_of(client.get("/login").get_data(as_text=True))

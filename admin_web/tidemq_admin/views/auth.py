@@ -35,14 +35,13 @@ def login():  # type: ignore[no-untyped-def]
     name = (request.form.get("name") or "").strip()
     password = request.form.get("password") or ""
     address = request.remote_addr or "-"
-    wait = c.throttle.wait(name, address, clock.now())
+    wait = c.throttle.reserve(name, address, clock.now())
     if wait > 0:
         error = f"Too many failed sign-ins. Try again in {wait:.0f} s."
         return render_template("login.html", error=error, name=name, no_users=no_users,
                                next=request.form.get("next", "")), 429
     user = authenticate(c.admin, name, password)
     if user is None:
-        c.throttle.failed(name, address, clock.now())
         return render_template("login.html", error="Wrong user name or password.", name=name,
                                no_users=no_users, next=request.form.get("next", "")), 401
     c.throttle.succeeded(name, address)

@@ -12,7 +12,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -41,7 +41,7 @@ class SessionUser:
 
 
 class SessionStore:
-    """Sessions (create, resolve, end one, end all of a user) and failed sign-ins per key."""
+    """Sessions (create, resolve, end one, end all of a user) and sign-in attempts per key."""
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
@@ -95,29 +95,39 @@ class SessionStore:
         self._db.tx(work)
 
     # -- failed sign-ins ---------------------------------------------------------------------
-    def failures(self, keys: Sequence[str]) -> dict[str, tuple[int, datetime]]:
-        """For each of ``keys`` with failures: (how many in a row, when the last was)."""
+    def reserve_attempt(self, keys: Sequence[str], now: datetime,
+                        wait_for: Callable[[dict[str, tuple[int, datetime]]], float]) -> float:
+        """Count a sign-in attempt as a failure of each of ``keys`` before its password is
+        checked, unless ``wait_for(failures so far)`` says to wait: then return that wait and
+        count nothing. One transaction holding the keys' rows: parallel attempts are counted one
+        after another, so sending guesses at once gets no more of them through."""
         by_hash = {_digest(k): k for k in keys}
-        rows = self._db.tx(lambda c: c.execute(select(f.c.key_hash, f.c.failures, f.c.last_failure)
-                                               .where(f.c.key_hash.in_(list(by_hash)))).all())
-        return {by_hash[r.key_hash]: (r.failures, r.last_failure) for r in rows}
 
-    def record_failure(self, keys: Sequence[str], now: datetime) -> None:
-        """Count one more failure for each of ``keys``."""
-        def work(conn: Connection) -> None:
-            for key in sorted({_digest(k) for k in keys}):  # one order: no deadlock between processes
+        def work(conn: Connection) -> float:
+            rows = conn.execute(select(f.c.key_hash, f.c.failures, f.c.last_failure)
+                                .where(f.c.key_hash.in_(sorted(by_hash))).with_for_update()).all()
+            wait = wait_for({by_hash[r.key_hash]: (r.failures, r.last_failure) for r in rows})
+            if wait > 0:
+                return wait
+            for key in sorted(by_hash):  # one order: no deadlock between processes
                 bumped = conn.execute(update(f).where(f.c.key_hash == key)
                                       .values(failures=f.c.failures + 1, last_failure=now)).rowcount
                 if not bumped:
                     conn.execute(insert(f).values(key_hash=key, failures=1, last_failure=now))
+            return 0.0
 
-        # Two processes inserting the same new key: the loser's retry finds the row and bumps it.
+        # Two attempts inserting the same new key: the loser's retry finds the row and waits on it.
         try:
-            self._db.tx(work)
+            return self._db.tx(work)
         except IntegrityError:
-            self._db.tx(work)
+            return self._db.tx(work)
 
-    def clear_failures(self, keys: Sequence[str]) -> None:
-        """Forget the failures of ``keys`` (a successful sign-in)."""
-        hashes = [_digest(k) for k in keys]
-        self._db.tx(lambda c: c.execute(delete(f).where(f.c.key_hash.in_(hashes))))
+    def attempt_succeeded(self, clear: Sequence[str], undo: Sequence[str]) -> None:
+        """The password was right: forget the failures of ``clear``, and take back the attempt
+        counted on ``undo`` (a key whose earlier failures stay)."""
+        def work(conn: Connection) -> None:
+            conn.execute(delete(f).where(f.c.key_hash.in_([_digest(k) for k in clear])))
+            conn.execute(update(f).where(f.c.key_hash.in_([_digest(k) for k in undo]), f.c.failures > 0)
+                         .values(failures=f.c.failures - 1))
+
+        self._db.tx(work)
