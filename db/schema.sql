@@ -1,4 +1,4 @@
--- tidemq schema (version 10) for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
+-- tidemq schema (version 10) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 

@@ -180,6 +180,12 @@ class MySqlDialect(SqlDialect):
         self._consecutive_ids = int(mode) in (0, 1)
         self._id_step = int(step)
         self._returning = _mariadb_with_returning(str(version))
+        if _mariadb_version(str(version)) < (10, 8) and "mariadb" in str(version).lower():
+            # Older MariaDB parses DESC in an index and ignores it: idx_message_lock's priority
+            # DESC then cannot serve the lock's ORDER BY, and every lock sorts its due rows.
+            log.warning("MariaDB %s ignores descending indexes: the pull lock sorts instead of reading "
+                        "idx_message_lock in order (slower on large backlogs). Use MariaDB 10.8+ or MySQL 8.",
+                        version)
         if not self._consecutive_ids and not self._returning:
             log.warning(
                 "innodb_autoinc_lock_mode=%s on a server without INSERT ... RETURNING: each message is "
@@ -260,12 +266,15 @@ def _wait_for_cluster_writes(dbapi_connection: Any, record: Any) -> None:
             cur.execute("SET SESSION wsrep_sync_wait = @@wsrep_sync_wait | 4")
 
 
-def _mariadb_with_returning(version: str) -> bool:
-    """True for MariaDB 10.5 and later (``VERSION()`` like ``10.11.19-MariaDB-0+deb12u1``)."""
-    if "mariadb" not in version.lower():
-        return False
+def _mariadb_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a ``VERSION()`` like ``10.11.19-MariaDB-0+deb12u1``."""
     major, minor = (int(part) for part in version.split("-")[0].split(".")[:2])
-    return (major, minor) >= (10, 5)
+    return major, minor
+
+
+def _mariadb_with_returning(version: str) -> bool:
+    """True for MariaDB 10.5 and later."""
+    return "mariadb" in version.lower() and _mariadb_version(version) >= (10, 5)
 
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
