@@ -52,6 +52,13 @@ def test_next_due_and_earliest_new_look_at_every_priority(storage):
                              NewRow("f.due", "3", clock.after(now, 30), 0, priority=4)], now)
     assert storage.next_due("f.due", 0, 1) == clock.after(now, 20)
     assert storage.earliest_new(["f.due", "f.none"]) == {"f.due": clock.after(now, 20)}
+    # One topic alone (the usual case of a hub with one waiting topic), and many (in chunks).
+    assert storage.earliest_new(["f.due"]) == {"f.due": clock.after(now, 20)}
+    assert storage.earliest_new(["f.none"]) == {}
+    many = [f"f.many.{i}" for i in range(45)]
+    storage.insert_messages([NewRow(topic, "1", clock.after(now, i), 0) for i, topic in enumerate(many)], now)
+    assert storage.earliest_new(["f.due", *many]) == {"f.due": clock.after(now, 20),
+                                                       **{t: clock.after(now, i) for i, t in enumerate(many)}}
 
 
 def test_limits_round_trip_through_topic_settings(storage):

@@ -155,10 +155,22 @@ class Leases:
         return self._db.tx(lambda conn: conn.execute(earliest).scalar())
 
     def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
-        if not topics:
-            return {}
-        stmt = _earliest_new(list(topics))
-        return {name: when for name, when in self._db.tx(lambda conn: conn.execute(stmt).all())}
+        names = list(topics)
+
+        def work(conn: Connection) -> dict[str, datetime]:
+            found: dict[str, datetime] = {}
+            # A bounded statement per chunk of topics (each topic is one index dive per priority).
+            for start in range(0, len(names), _PROBE_TOPICS):
+                chunk = names[start:start + _PROBE_TOPICS]
+                if len(chunk) == 1:  # the one-topic statement selects the time alone
+                    when = conn.execute(_earliest_new(chunk)).scalar()
+                    if when is not None:
+                        found[chunk[0]] = when
+                else:
+                    found.update((name, when) for name, when in conn.execute(_earliest_new(chunk)).all())
+            return found
+
+        return self._db.tx(work) if names else {}
 
     def serial_head_due(self, topic: str) -> Optional[datetime]:
         def work(conn: Connection) -> Optional[datetime]:
@@ -184,6 +196,9 @@ class Leases:
             where = or_(where, m.c.id.in_(list(missing)))
         stmt = select(m.c.id, m.c.topic, m.c.effect_time).where(where).order_by(m.c.id).limit(limit)
         return [(row.id, row.topic, row.effect_time) for row in self._db.autocommit_read(stmt)]
+
+
+_PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
 
 
 def _earliest_new(topics: Sequence[str], *where: Any) -> Select[Any]:
