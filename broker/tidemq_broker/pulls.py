@@ -132,7 +132,7 @@ class PullHub:
         # since the last tick, every tick, and the earliest NEW effect_time of each waited-on
         # topic every few ticks. A waiter is woken only when its topic got something due sooner
         # than before.
-        tick = 0
+        tick, warned = 0, float("-inf")
         while not self._stopped.wait(self._probe_interval):
             with self._lock:
                 topics = sorted(self._waiters)
@@ -149,7 +149,10 @@ class PullHub:
                 if tick % self._earliest_every == 0:
                     self._wake_sooner(self._storage.earliest_new(topics))
             except Exception:
-                log.debug("pull probe failed", exc_info=True)
+                # A database outage fails every probe: say so once a minute, not 50 times a second.
+                if time.monotonic() - warned > 60:
+                    warned = time.monotonic()
+                    log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)
 
     def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
         with self._lock:
