@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
 import time
-import uuid
 from datetime import datetime
 from typing import Any, Iterable, Optional, Sequence
 
@@ -15,7 +13,7 @@ from .coalesce import Coalescer, Request
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
-from .errors import DataTooLargeError, PermissionDeniedError, TidemqError, ValidationError
+from .errors import DataTooLargeError, TidemqError
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .pool import BrokerPool
 from .rpc import tidemq_pb2 as pb
@@ -34,7 +32,8 @@ from .rpc_build import (
     produce_template,
     pull_request,
     requeue_request,
-    spread_ids,
+    produce_call,
+    settle_produce,
 )
 from .tls import channel_credentials
 from .validation import MAX_BATCH, check_topic, encode_data
@@ -121,34 +120,17 @@ class Client:
                                     timeout if timeout is not None else self.settings.rpc_timeout)
 
     def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
-        """One Produce RPC for the requests of ``batch``; on an input error, one RPC each.
-
-        The broker validates and authorizes a whole request before it writes any of it, so a
-        ValidationError or PermissionDeniedError means nothing was stored: sent again alone, each
-        request shows whether the bad input (or the forbidden topic) was its own. Any other error
-        (the outcome may be unknown) reaches every caller as it is.
-        """
-        messages = [m for r in batch for m in r.payload]
-        deadlines = [r.deadline for r in batch if r.deadline is not None]
-        timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else self.settings.rpc_timeout
+        """One Produce RPC for the requests of ``batch``; on an input error, one RPC each
+        (:func:`tidemq.rpc_build.settle_produce` says when and why)."""
+        request, timeout = produce_call(batch, self.settings.rpc_timeout)
         try:
-            # One request id per call, kept by the pool's retries on other brokers: a retry of a
-            # call that was committed before its answer was lost stores nothing twice.
-            request = pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex)
-            shares = spread_ids(self.pool.call("Produce", request, timeout).ids, [r.items for r in batch])
-        except (ValidationError, PermissionDeniedError) as exc:
-            if len(batch) == 1:
-                batch[0].error = exc
-            else:
-                for request in batch:
-                    self._flush_produce([request])
-            return
+            ids = self.pool.call("Produce", request, timeout).ids
         except TidemqError as exc:
-            for request in batch:  # each caller raises its own copy: tracebacks are per raise
-                request.error = copy.copy(exc) if len(batch) > 1 else exc
+            if settle_produce(batch, error=exc):
+                for one in batch:
+                    self._flush_produce([one])
             return
-        for request, share in zip(batch, shares):
-            request.result = share
+        settle_produce(batch, ids)
 
     def broadcast(self, topic: str, data: Any = None) -> int:
         """Send ``data`` to every TOPIC consumer of ``topic`` online now; return its sequence."""

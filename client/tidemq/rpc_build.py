@@ -6,10 +6,15 @@ input the same way and send the same requests; only how the RPC is made differs.
 
 from __future__ import annotations
 
+import copy
+import time
+import uuid
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence, Union
 
-from .errors import BrokerUnavailableError, ConfigurationError, InvalidDelayError, TidemqError
+from .coalesce import Request
+from .errors import (BrokerUnavailableError, ConfigurationError, InvalidDelayError, PermissionDeniedError, TidemqError,
+                     ValidationError)
 from .link import AckItem, AckOutcome, Delivery, LeaseRef
 from .rpc import tidemq_pb2 as pb
 from .validation import (
@@ -26,7 +31,8 @@ from .validation import (
 )
 
 __all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
-           "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids"]
+           "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids", "produce_call",
+           "settle_produce"]
 
 Retry = Union[None, int, Sequence[Union[int, float, str]]]
 #: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
@@ -83,6 +89,43 @@ def produce_messages(template: pb.NewMessage, datas: list[Any], unique_keys: Opt
             msg.key = check_flow_key(keys[index])
         messages.append(msg)
     return messages
+
+
+def produce_call(batch: Sequence[Request[Sequence[pb.NewMessage], list[int]]],
+                 default_timeout: float) -> tuple[pb.ProduceRequest, float]:
+    """The one Produce request that carries every request of a coalesced ``batch``, and its
+    timeout (the latest caller's deadline). Its request id is kept by the pool's retries on other
+    brokers: a retry of a call committed before its answer was lost stores nothing twice."""
+    deadlines = [r.deadline for r in batch if r.deadline is not None]
+    timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else default_timeout
+    messages = [m for r in batch for m in r.payload]
+    return pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex), timeout
+
+
+def settle_produce(batch: Sequence[Request[Sequence[pb.NewMessage], list[int]]],
+                   ids: Optional[Sequence[int]] = None, error: Optional[TidemqError] = None) -> bool:
+    """Give each request of ``batch`` its share of the reply's ``ids``, or the call's ``error``.
+
+    Returns True when the requests must be sent again one by one instead: the broker validates
+    and authorizes a whole request before it writes any of it, so a ValidationError or
+    PermissionDeniedError of a shared call means nothing was stored, and sent alone each request
+    shows whether the bad input (or forbidden topic) was its own. Any other error (the outcome
+    may be unknown) reaches every caller as it is, each its own copy (tracebacks are per raise).
+    """
+    if error is None:
+        try:
+            shares = spread_ids(ids or [], [r.items for r in batch])
+        except TidemqError as exc:
+            error = exc
+        else:
+            for request, share in zip(batch, shares):
+                request.result = share
+            return False
+    if isinstance(error, (ValidationError, PermissionDeniedError)) and len(batch) > 1:
+        return True
+    for request in batch:
+        request.error = copy.copy(error) if len(batch) > 1 else error
+    return False
 
 
 def spread_ids(ids: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:

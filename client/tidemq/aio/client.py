@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
-import time
-import uuid
 from datetime import datetime
 from typing import Any, Iterable, Optional, Sequence
 
@@ -15,7 +12,7 @@ from ..coalesce import Request
 from ..config import Settings
 from ..coordinator import Coordinator
 from ..coordinators import open_coordinator
-from ..errors import PermissionDeniedError, TidemqError, ValidationError
+from ..errors import TidemqError
 from ..link import AckItem, AckOutcome, Delivery, LeaseRef
 from ..rpc import tidemq_pb2 as pb
 from ..rpc_build import (
@@ -32,7 +29,8 @@ from ..rpc_build import (
     produce_template,
     pull_request,
     requeue_request,
-    spread_ids,
+    produce_call,
+    settle_produce,
 )
 from ..tls import channel_credentials
 from ..validation import MAX_BATCH
@@ -98,28 +96,16 @@ class AsyncClient:
             return ids
 
     async def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
-        """One Produce RPC for ``batch``; on an input error, one RPC each (as the sync client)."""
-        messages = [m for r in batch for m in r.payload]
-        deadlines = [r.deadline for r in batch if r.deadline is not None]
-        timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else self.settings.rpc_timeout
+        """One Produce RPC for ``batch``; on an input error, one RPC each (see :func:`settle_produce`)."""
+        request, timeout = produce_call(batch, self.settings.rpc_timeout)
         try:
-            # One request id per call, kept through the pool's failover (idempotent produce).
-            request = pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex)
-            reply = await self.pool.acall("Produce", request, timeout)
-            shares = spread_ids(reply.ids, [r.items for r in batch])
-        except (ValidationError, PermissionDeniedError) as exc:
-            if len(batch) == 1:
-                batch[0].error = exc
-            else:
+            ids = (await self.pool.acall("Produce", request, timeout)).ids
+        except TidemqError as exc:
+            if settle_produce(batch, error=exc):
                 for one in batch:
                     await self._flush_produce([one])
             return
-        except TidemqError as exc:
-            for one in batch:  # each caller raises its own copy: tracebacks are per raise
-                one.error = copy.copy(exc) if len(batch) > 1 else exc
-            return
-        for one, share in zip(batch, shares):
-            one.result = share
+        settle_produce(batch, ids)
 
     # -- managing ----------------------------------------------------------------------------
     async def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
