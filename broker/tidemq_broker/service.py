@@ -141,9 +141,11 @@ class BrokerService(pb_grpc.BrokerServicer):
     def _blocked_recheck(self, settings: TopicSettings) -> float:
         """How long a pull waits before trying again when messages were due but the lock took none.
 
-        A rate-limited topic's bucket gains a token every 1/rate s and holds only a tenth of a
-        second's worth, so its pulls look again that often (at most 50 times a second) or the
-        topic would fall below its rate. Otherwise an ack on this broker wakes them sooner."""
+        A rate-limited topic's bucket gains a token every 1/rate s, so its pulls look again that
+        often (at most 50 times a second): the bucket keeps up to a second's worth while leases
+        keep coming, but a pull that waited longer would start its topic's burst late. Otherwise an
+        ack on this broker wakes them sooner. Each look is a locked transaction on the topic's
+        row: the cost grows with the number of waiting pulls, not with the rate."""
         rate = settings.rate_per_second
         if rate:
             return min(self.hub.blocked_recheck, max(0.02, 1.0 / rate))
