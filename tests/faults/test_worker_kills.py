@@ -29,9 +29,6 @@ def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spa
     storage = open_storage(settings.db_url)
     try:
         wait_until(lambda: len(client.coordinator.consumers(TOPIC)) == 3, 30, what="three workers registered")
-        for proc in workers.values():  # each runs the handler of its module, and only that one
-            declared = [line for line in proc.log_path.read_text().splitlines() if "consuming" in line]
-            assert len(declared) == 1 and f"{handlers}.handle" in declared[0], declared
         ids = []
         for start in range(0, 3000, 100):
             ids += client.produce_many(TOPIC, [{"n": n} for n in range(start, start + 100)])
