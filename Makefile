@@ -5,12 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit bench proto servers venv clean screenshots
+.PHONY: demo test test-unit bench bench-servers proto servers venv clean screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all,test]'
+	$(PY) -m pip install --quiet -e '.[all,test,bench]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -19,19 +19,22 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/tidemq dev --demo
 
-## Install MariaDB, ZooKeeper and the JDBC driver when missing, then run the whole suite.
+## Install MariaDB, ZooKeeper, the JDBC driver and the benchmark's peers' servers when missing.
 servers:
 	bash scripts/install-servers.sh
 
-test: servers $(STAMP)
+bench-servers: servers $(STAMP)
+	PY=$(PY) bash benchmarks/setup.sh
+
+## The whole suite, the benchmark's smoke run (every scenario at tiny sizes) included.
+test: bench-servers
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/conformance -k "not mysql and not galera and not zookeeper"
 
 ## Every benchmark scenario against servers it starts itself (see docs/PERFORMANCE.md); flags via ARGS.
-bench: servers $(STAMP)
-	PY=$(PY) bash benchmarks/setup.sh
+bench: bench-servers
 	$(PY) -m benchmarks $(ARGS)
 
 proto: $(STAMP)

@@ -19,7 +19,8 @@ from typing import Callable, Optional
 from tests.galera import GaleraCluster
 from tests.servers import MariaDB, ZooKeeper, wait_until
 
-__all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "tree_rss_mb", "machine", "run_threads", "stop_all", "wait_until"]
+__all__ = ["Cluster", "CpuMeter", "Proc", "cpu_seconds", "rss_mb", "tree_rss_mb", "machine", "run_threads", "stop_all",
+           "descendants", "exited", "stop_descendants", "wait_until"]
 
 TIDEMQ = [sys.executable, "-m", "tidemq_cli.main"]
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -55,6 +56,53 @@ def _children(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue  # gone while we looked
     return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process started by ``pid``, and by those, that is still in the process table."""
+    found, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found.extend(kids)
+        todo.extend(kids)
+    return found
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has ended (gone, or a zombie not reaped yet)."""
+    # A zombie has exited; its parent (or init, slowly) has yet to reap it.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def stop_descendants(grace: float = 10.0) -> list[int]:
+    """SIGTERM every process this one started (and theirs) that is still running, SIGKILL what
+    is left after ``grace`` seconds; returns their pids. The last step of a run, so nothing it
+    started outlives it, whatever a scenario's own cleanup missed."""
+    pids = [p for p in descendants(os.getpid()) if not exited(p)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and not all(exited(p) for p in pids):
+        for pid in pids:  # reap our own children as they go, so they do not linger as zombies
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    for pid in pids:
+        if not exited(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return pids
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -176,6 +224,7 @@ class Cluster:
         self.brokers: list[Proc] = []
         self.workers: list[Proc] = []
         self._zk = None  # the benchmark's own ZooKeeper session, to see workers register
+        self._started: dict[str, int] = {}  # the number of the last broker / worker started
         from tidemq_broker.storages import open_storage
 
         storage = open_storage(self.db_url)
@@ -194,7 +243,9 @@ class Cluster:
         return Client(Settings.from_env(env=self.settings_env))
 
     def start_broker(self, extra_env: Optional[dict[str, str]] = None) -> Proc:
-        n = len(self.brokers)
+        # Numbered by every broker started, not by those running: a broker started after another
+        # was stopped must not read the stopped one's port file.
+        n = self._started["broker"] = self._started.get("broker", -1) + 1
         port_file = os.path.join(self.dir, f"broker-{n}.port")
         proc = Proc(f"broker-{n}", TIDEMQ + ["broker", "--port", "0", "--port-file", port_file],
                     {**self.settings_env, **(extra_env or {})}, self.dir)
@@ -214,7 +265,7 @@ class Cluster:
         are registered in ZooKeeper, so a measurement never includes their start-up."""
         procs = []
         for i in range(count):
-            n = len(self.workers)
+            n = self._started["worker"] = self._started.get("worker", -1) + 1
             proc = Proc(f"worker-{n}", TIDEMQ + ["worker", "benchmarks.consumers"],
                         {**self.settings_env, "BENCH_TOPIC": topic, **env}, self.dir)
             self.workers.append(proc)

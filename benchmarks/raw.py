@@ -9,19 +9,22 @@ They also load the large fixtures (1 M pending rows) faster than a broker would.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Callable, Optional
 from urllib.parse import urlparse
 
 import pymysql
 
-from tidemq import clock, trace
-from tidemq_broker.storages.writes import INSERT_COLUMNS
+from tidemq import clock, lifecycle, trace
+from tidemq_broker.storage import NewRow
+from tidemq_broker.storages.writes import INSERT_COLUMNS, row_values
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",
            "make_due", "Row", "RowCommitter", "GroupCommitter"]
@@ -48,13 +51,16 @@ def payload(i: int) -> str:
 
 
 def _row(topic: str, i: int, effect_time: datetime, now: datetime, line: str) -> Row:
-    # The same column values a broker writes for a message produced without options.
-    values = {"topic": topic, "data": payload(i), "status": "NEW", "effect_time": effect_time,
-              "order_time": effect_time, "retry_remaining": 0, "retry_schedule": None, "attempt": 0,
-              "ttr": None, "lease_token": None, "lease_expire": None, "consumer": None, "unique_key": None,
-              "version": 0, "trace": line, "add_time": now, "update_time": now, "start_time": None,
-              "finish_time": None}
+    # The broker's own row builder with the lifecycle's produce change: the same column values a
+    # broker writes for a message produced without options, whatever columns the table gains.
+    values = row_values(NewRow(topic, payload(i), effect_time, 0), _produced(now, line))
     return tuple(values[c] for c in INSERT_COLUMNS)
+
+
+@functools.lru_cache(maxsize=4)
+def _produced(now: datetime, line: str) -> lifecycle.Change:
+    """The lifecycle's produce change at ``now`` with the loader's trace ``line`` (one per batch)."""
+    return replace(lifecycle.produce(now), trace=line)
 
 
 def _insert(cur, rows: list[Row]) -> None:

@@ -20,10 +20,16 @@ with a step of 1 (one server) every skipped id is a gap.
 A gap is forgotten after ``gap_ttl`` seconds (rolled-back transactions, duplicate unique keys
 and deleted messages leave gaps that never fill) and the oldest go first beyond ``max_gaps``.
 A transaction that commits later than that is found by the hub's slower earliest-due probe.
+
+Ids can also go backwards: a TRUNCATE resets the counter and a restore brings back an older
+table, so new rows get ids below the mark and a walk above it would never see them. Each look
+therefore reads the table's highest id in the same statement; when it is below the mark, the
+watch starts again from it and wakes every waiting pull once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import datetime
@@ -32,6 +38,8 @@ from typing import Optional, Sequence
 from .storage import Storage
 
 __all__ = ["InsertWatch"]
+
+log = logging.getLogger(__name__)
 
 _MAX_OWN = 100_000  # own ids remembered at most; forgetting them costs only a needless wake-up
 
@@ -70,18 +78,21 @@ class InsertWatch:
     def look(self) -> Optional[dict[str, datetime]]:
         """{topic: earliest effect_time} of the messages committed elsewhere since the last look.
 
-        None means "assume anything": the first look, or more rows arrived than one look reads
-        (the watch then skips to the newest id). The caller wakes every waiting pull then.
+        None means "assume anything": the first look, more rows arrived than one look reads
+        (the watch then skips to the newest id), or the ids went backwards. The caller wakes
+        every waiting pull then.
         """
         if self._mark is None:
             self._mark = self._storage.max_id()
             return None
-        rows = self._storage.recent_inserts(self._mark, sorted(self._gaps), self._limit)
+        probe = self._storage.recent_inserts(self._mark, sorted(self._gaps), self._limit)
         now = time.monotonic()
+        if probe.top < self._mark:
+            return self._restart(probe.top)
         earliest: dict[str, datetime] = {}
         fresh: list[int] = []
         with self._lock:
-            for id, topic, when in rows:
+            for id, topic, when in probe.rows:
                 self._gaps.pop(id, None)
                 if id > self._mark:
                     fresh.append(id)
@@ -89,9 +100,9 @@ class InsertWatch:
                     self._own.discard(id)
                 elif topic not in earliest or when < earliest[topic]:
                     earliest[topic] = when
-        if len(rows) >= self._limit:
+        if len(probe.rows) >= self._limit:
             # Rows arrive faster than one look reads: wake everyone and move on to the newest.
-            self._mark = max([self._mark, self._storage.max_id(), *fresh])
+            self._mark = max([self._mark, probe.top, *fresh])
             self._forget(now)
             return None
         if now - self._step_read > self._step_every:
@@ -105,6 +116,20 @@ class InsertWatch:
         self._mark = previous
         self._forget(now)
         return earliest
+
+    def _restart(self, top: int) -> None:
+        """The table's highest id fell below the mark: ids went backwards (a TRUNCATE reset the
+        counter, a restore, or the newest rows were deleted). Rows at or below the mark may be
+        new now, and the watch cannot tell which: start again from ``top`` and return None, so
+        every waiting pull locks once and finds whatever is due."""
+        log.info("message ids went back from %d to %d (a TRUNCATE, a restore or deleted newest rows): "
+                 "watching from %d", self._mark, top, top)
+        self._mark = top
+        self._gaps.clear()
+        self._residues.clear()
+        with self._lock:
+            self._own.clear()
+        return None
 
     def _miss(self, ids: range, now: float) -> None:
         """Remember the ids of ``ids`` that a writer seen lately could still commit."""

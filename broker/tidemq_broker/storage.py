@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, DEFAULT_RETENTION_DAYS, Event
 from tidemq.link import AckItem, AckOutcome
@@ -21,6 +21,7 @@ from tidemq.link import AckItem, AckOutcome
 __all__ = [
     "NewRow",
     "RequestRef",
+    "RecentInserts",
     "StoredMessage",
     "LeasedMessage",
     "TopicSettings",
@@ -48,6 +49,13 @@ class NewRow:
     trace_context: Optional[str] = None  # the producer's W3C traceparent (``tidemq.tracing``)
     priority: int = 0  # higher first among due messages
     flow_key: Optional[str] = None  # counted by the topic's max_running_per_key
+
+
+class RecentInserts(NamedTuple):
+    """What ``Storage.recent_inserts`` read: the rows, and the highest id in the table then."""
+
+    rows: list[tuple[int, str, datetime]]
+    top: int
 
 
 @dataclass(frozen=True)
@@ -348,10 +356,10 @@ class Storage(abc.ABC):
         (a Galera cluster of n nodes sets n), 1 elsewhere."""
 
     @abc.abstractmethod
-    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
+    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> RecentInserts:
         """``(id, topic, effect_time)`` of the stored messages whose id is above ``after`` or in
-        ``missing``, in id order, at most ``limit``: the pull hub's probe of messages committed
-        elsewhere (``tidemq_broker.inserts``)."""
+        ``missing``, in id order, at most ``limit``, and the highest id stored: the pull hub's
+        probe of messages committed elsewhere (``tidemq_broker.inserts``)."""
 
     # -- topics and reads --------------------------------------------------------------------
     @abc.abstractmethod

@@ -379,12 +379,15 @@ def test_next_due_and_max_id(storage):
 
 
 def test_recent_inserts_reads_above_the_mark_and_the_missing_ids(storage):
+    assert storage.recent_inserts(0, [], 10) == ([], 0)
     ids = insert(storage, "t.recent", 5, delay=7)
-    assert storage.recent_inserts(max(ids), [], 10) == []
+    assert storage.recent_inserts(max(ids), [], 10) == ([], max(ids))
     got = storage.recent_inserts(ids[1], [ids[0], 10**12], 10)
-    assert [row[0] for row in got] == [ids[0]] + ids[2:]
-    assert {row[1] for row in got} == {"t.recent"} and all(row[2] > clock.now() for row in got)
-    assert [row[0] for row in storage.recent_inserts(0, [], 2)] == ids[:2]
+    assert [row[0] for row in got.rows] == [ids[0]] + ids[2:] and got.top == max(ids)
+    assert {row[1] for row in got.rows} == {"t.recent"} and all(row[2] > clock.now() for row in got.rows)
+    assert [row[0] for row in storage.recent_inserts(0, [], 2).rows] == ids[:2]
+    # The highest id comes with every look, also one above it: how the watch sees ids go back.
+    assert storage.recent_inserts(max(ids) + 1000, [], 10) == ([], max(ids))
 
 
 def test_retention_deletes_old_successes_only(storage):

@@ -314,3 +314,30 @@ def test_the_checkout_example_commits_an_order_with_its_delayed_close_or_neither
     finally:
         checkout.metadata.drop_all(engine)
         engine.dispose()
+
+
+def test_a_truncate_under_a_running_broker_does_not_hide_the_next_commits(app_engine, client, broker):
+    """TRUNCATE resets the ids below the insert watch's mark; the watch must notice and start
+    again, or the next enqueued messages wait for a pull's slow re-check (10 s)."""
+    waiting = BatchConsumer("enq.before", client=client)
+    first = InThread(lambda: waiting.pull(max_messages=1, wait=30.0))  # the watch looks while a pull waits
+    wait_until(lambda: broker.hub._waiters.get("enq.before"), 10, what="a waiting pull")
+    top = max(client.produce_many("enq.other", [{"n": i} for i in range(50)]))
+    wait_until(lambda: (broker.hub._inserts._mark or 0) >= top, 10, what="the watch to pass the produced ids")
+    with app_engine.begin() as conn:
+        conn.execute(text("TRUNCATE TABLE tidemq_message"))
+    consumer = BatchConsumer("enq.after", client=client)
+    for n in range(3):  # one after another, as the bug was seen: each must be found
+        pull = InThread(lambda: consumer.pull(max_messages=1, wait=30.0))
+        wait_until(lambda: broker.hub._waiters.get("enq.after"), 10, what="the pull to wait")
+        with app_engine.begin() as conn:
+            msg_id = tidemq.enqueue(conn, "enq.after", {"n": n})
+        assert msg_id < top  # the counter went back
+        committed = time.monotonic()
+        [got] = pull.value(30)
+        # A functional bound (the watch looks every 20 ms), far from a timing promise: without
+        # the restart the pull waits for its 10 s re-check.
+        assert got.id == msg_id and time.monotonic() - committed < 5.0
+        consumer.ack(succeeded=[got.id])
+    client.produce("enq.before", {})
+    assert len(first.value(30)) == 1

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from tidemq import clock
 from tidemq_broker.inserts import InsertWatch
+from tidemq_broker.storage import RecentInserts
 
 
 class Table:
@@ -29,7 +30,7 @@ class Table:
     def recent_inserts(self, after, missing, limit):
         self.reads.append((after, list(missing)))
         found = sorted(id for id in self.rows if id > after or id in missing)[:limit]
-        return [(id, *self.rows[id]) for id in found]
+        return RecentInserts([(id, *self.rows[id]) for id in found], self.max_id())
 
 
 def test_the_first_look_wakes_everyone_then_only_new_commits_count():
@@ -98,3 +99,22 @@ def test_on_a_cluster_only_ids_a_seen_writer_could_hand_out_are_gaps():
     assert table.reads[-1][1] == [13]
     table.commit(13, "t.late")
     assert set(watch.look()) == {"t.late"} and watch.gaps == 0
+
+
+def test_ids_that_go_backwards_restart_the_watch_from_the_top():
+    table = Table()
+    for id in range(1, 1001):
+        table.commit(id)
+    watch = InsertWatch(table)
+    watch.look()
+    table.commit(1001)
+    table.commit(1003, "t.gap")  # 1002 is a gap the watch will remember
+    watch.look()
+    assert watch.gaps == 1
+    table.rows.clear()  # TRUNCATE: the counter starts again at 1
+    table.commit(1, "t.new")
+    assert watch.look() is None  # every waiting pull looks again
+    assert watch.gaps == 0
+    table.commit(2, "t.next")
+    assert set(watch.look()) == {"t.next"}  # and the walk goes on from the new top
+    assert table.reads[-1] == (1, [])

@@ -13,7 +13,7 @@ from tests.servers import wait_until
 from tidemq import clock
 from tidemq.errors import TidemqError
 from tidemq_broker.pulls import PullHub, long_poll
-from tidemq_broker.storage import NewRow, TopicSettings
+from tidemq_broker.storage import NewRow, RecentInserts, TopicSettings
 from tidemq_broker.topics import TopicCache
 from tidemq_broker.writer import GroupCommitWriter
 
@@ -52,7 +52,7 @@ class MemoryStore:
         return self.next_id - 1
 
     def recent_inserts(self, after, missing, limit):
-        return []
+        return RecentInserts([], self.max_id())
 
     def earliest_new(self, topics):
         return {}

@@ -16,8 +16,8 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import (Backlog, FlowLimits, LeasedMessage, MessageEdit, NewRow, RequestRef, Schedule, Storage,
-                       StoredMessage, TopicSettings)
+from ..storage import (Backlog, FlowLimits, LeasedMessage, MessageEdit, NewRow, RecentInserts, RequestRef, Schedule,
+                       Storage, StoredMessage, TopicSettings)
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
@@ -119,7 +119,7 @@ class SqlStorage(Storage):
     def max_id(self) -> int:
         return self._leases.max_id()
 
-    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> list[tuple[int, str, datetime]]:
+    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> RecentInserts:
         return self._leases.recent_inserts(after, missing, limit)
 
     def id_step(self) -> int:

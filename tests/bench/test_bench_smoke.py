@@ -1,0 +1,80 @@
+"""The benchmark is the project's measuring instrument: every scenario must run on every commit.
+
+``python -m benchmarks --smoke`` runs them all at tiny sizes against servers it starts itself
+(no target is judged: the figures of a two-minute run mean nothing), and a signal stops
+everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmarks.__main__ import SCENARIOS
+from benchmarks.env import descendants, exited
+from tests.servers import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.replace("\r", "\n").splitlines()[-lines:])
+
+
+def test_every_scenario_runs_at_smoke_size(tmp_path):
+    out = tmp_path / "smoke.json"
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"the smoke run failed:\n{_tail(run.stderr)}"
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == {}
+    ran = {row["scenario"] for row in doc["table"] if row["figure"] == "scenario seconds"}
+    assert ran == set(SCENARIOS)
+    # Each scenario measured something besides its own duration.
+    measured = {row["scenario"] for row in doc["table"] if row["figure"] not in
+                ("scenario seconds", "load average at start / end")}
+    assert set(SCENARIOS) <= measured
+
+
+def _worker_running(pid: int) -> list[int]:
+    """The run's descendants once one of them is a tidemq worker (the cluster is fully up)."""
+    found = descendants(pid)
+    for p in found:
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                if b"worker\0benchmarks.consumers" in fh.read():
+                    return found
+        except OSError:
+            continue
+    return []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_every_server_and_process_the_run_started(tmp_path, sig):
+    log = tmp_path / "run.log"
+    with open(log, "w") as fh:  # a file, not a pipe: a full pipe would stall the run
+        run = subprocess.Popen([sys.executable, "-m", "benchmarks", "--smoke", "consume", "--out",
+                                str(tmp_path / "out.json")], stdout=fh, stderr=fh)
+    try:
+        started = wait_until(lambda: _worker_running(run.pid), 120, 0.1, "the run's workers")
+        # MariaDB, ZooKeeper, a broker and workers at least.
+        assert len(started) >= 4
+        seen = set(started)
+        run.send_signal(sig)
+        deadline = time.monotonic() + 90
+        while run.poll() is None and time.monotonic() < deadline:
+            seen.update(descendants(run.pid))  # processes started while it was stopping count too
+            time.sleep(0.05)
+        assert run.poll() is not None, "the run did not exit within 90 s of the signal"
+        alive = [p for p in seen if not exited(p)]
+        assert alive == [], f"still running after the run exited: {alive}\n{_tail(log.read_text())}"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait(10)
