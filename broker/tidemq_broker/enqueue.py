@@ -76,7 +76,7 @@ def enqueue(connection: Any, topic: str, data: Any = None, *, delay: Optional[fl
                                                                _default_retry_count(topic)),
                      retry_schedule=schedule, unique_key=unique, priority=priority, flow_key=flow_key,
                      trace_context=tracing.current_traceparent() or None)
-        message_id = insert_message(tx, row, now, new_topic=settings is None, via="enqueue")
+        message_id = insert_message(tx, row, now, via="enqueue")
         tracing.set_message_ids(span, [message_id])
     return message_id
 

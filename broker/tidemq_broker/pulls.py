@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Optional, Sequence
 
 from tidemq import clock
+from .floors import Floors
 from .inserts import InsertWatch
 from .storage import LeasedMessage, Storage
 
@@ -60,6 +61,7 @@ class PullHub:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = {}
         self._inserts = InsertWatch(storage)
+        self.floors = Floors()  # where each topic's lock starts reading (``floors.py``)
         self._earliest: dict[str, datetime] = {}
         self._earliest_every = earliest_every
         self._stopped = threading.Event()
@@ -73,8 +75,10 @@ class PullHub:
         self._stopped.set()
         self._wake(lambda w: True)
 
-    def wake_all(self) -> None:
-        """Wake every waiter to look again (leases expired, something changed in bulk)."""
+    def wake_all(self, topics: Optional[Sequence[str]] = None) -> None:
+        """Wake every waiter to look again: messages of ``topics`` (None: of any) became NEW at
+        times not known here (leases expired, something changed in bulk)."""
+        self.floors.forget(topics)
         self._wake(lambda w: True)
 
     @property
@@ -98,6 +102,7 @@ class PullHub:
 
     def notify(self, topic: str, earliest: datetime) -> None:
         """Messages of ``topic`` became NEW with the earliest effect_time ``earliest``."""
+        self.floors.lower(topic, earliest)
         with self._lock:
             waiters = list(self._waiters.get(topic, ()))
         for waiter in waiters:
@@ -132,27 +137,38 @@ class PullHub:
         # since the last tick, every tick, and the earliest NEW effect_time of each waited-on
         # topic every few ticks. A waiter is woken only when its topic got something due sooner
         # than before.
+        # The earliest-due probe also keeps the topics' floors (``floors.py``), for every topic
+        # pulled lately, waited on or not: a busy consumer's locks need them most.
         tick, warned = 0, float("-inf")
         while not self._stopped.wait(self._probe_interval):
+            tick += 1
             with self._lock:
                 topics = sorted(self._waiters)
-            if not topics:
-                continue
-            tick += 1
             try:
-                inserted = self._inserts.look()
-                if inserted is None:
-                    self._wake(lambda w: True)
-                else:
-                    for topic, when in inserted.items():
-                        self.notify(topic, when)
+                if topics:
+                    inserted = self._inserts.look()
+                    if inserted is None:
+                        self.wake_all()
+                    else:
+                        for topic, when in inserted.items():
+                            self.notify(topic, when)
                 if tick % self._earliest_every == 0:
-                    self._wake_sooner(self._storage.earliest_new(topics))
+                    self._probe_earliest(topics)
             except Exception:
                 # A database outage fails every probe: say so once a minute, not 50 times a second.
                 if time.monotonic() - warned > 60:
                     warned = time.monotonic()
                     log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)
+
+    def _probe_earliest(self, waited: list[str]) -> None:
+        floored = self.floors.active()
+        topics = sorted(set(waited) | set(floored))
+        if not topics:
+            return
+        versions, probed_at = self.floors.versions(floored), clock.now()
+        earliest = self._storage.earliest_new(topics)
+        self.floors.learn(versions, earliest, probed_at)
+        self._wake_sooner({topic: when for topic, when in earliest.items() if topic in waited})
 
     def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
         with self._lock:

@@ -115,8 +115,8 @@ class BrokerServer:
     def _default_retry(self, topic: str) -> int:
         return self.topics.get(topic).retry_count
 
-    def _wake_all(self) -> None:
-        self.hub.wake_all()
+    def _wake_all(self, topics: Sequence[str]) -> None:
+        self.hub.wake_all(topics)
 
     def start(self) -> "BrokerServer":
         """Start serving, then announce the broker so clients only find it ready."""

@@ -42,6 +42,11 @@ __all__ = ["BrokerService", "ERROR_KEY"]
 
 log = logging.getLogger(__name__)
 ERROR_KEY = "tidemq-error"  # trailing metadata: the class name of the tidemq error
+#: A QUEUE message due this many seconds and still not taken by its shard's consumer may be
+#: taken by any consumer of the topic: its consumer stopped pulling (killed, hung), and ZooKeeper
+#: takes a session timeout to say so. A live consumer takes its own within milliseconds, and
+#: fills its batch with its own first, so under load the shards stay apart.
+STRANDED_AFTER = 1.0
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -98,6 +103,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         check_pull(request)
         topic = request.topic
         authorize("Pull", [topic])
+        self.topics.ensure([topic])  # a topic only ``tidemq.enqueue`` wrote to has no row yet
         settings = self.topics.get(topic)
         ttr = int(round(request.ttr_seconds)) or settings.ttr
         ttr = max(1, min(ttr, MAX_TTR))
@@ -118,14 +124,15 @@ class BrokerService(pb_grpc.BrokerServicer):
                     found = self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
                 else:
                     found = self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now,
-                                                    token, self.name, ahead, self.topics.get(topic).limits)
+                                                    token, self.name, ahead, self.topics.get(topic).limits,
+                                                    STRANDED_AFTER, self.hub.floors.get(topic))
             tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
             return found
 
         def next_due() -> Any:
             if request.serial:
                 return self.storage.serial_head_due(topic)
-            return self.storage.next_due(topic, rank, total)
+            return self.storage.next_due(topic, rank, total, STRANDED_AFTER, self.hub.floors.get(topic))
 
         found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings))
         if found and not context.is_active():
@@ -133,7 +140,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             # locked: hand the messages back now instead of letting their lease run out.
             now = clock.now()
             self.storage.release(found[0].lease_token or "", now, consumer, self.name)
-            self.hub.notify(topic, now)
+            self.hub.notify(topic, min(m.effect_time for m in found))
             return pb.PullReply()
         metrics.DELIVERED.labels(topic).inc(len(found))
         return pb.PullReply(messages=[_delivery(m) for m in found])
@@ -169,8 +176,11 @@ class BrokerService(pb_grpc.BrokerServicer):
     @_rpc
     def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:
         token = check_lease_token(request.lease_token)
-        authorize("Release", self.storage.lease_topics(token) if checks_topics() else ())
+        topics = self.storage.lease_topics(token)
+        authorize("Release", topics if checks_topics() else ())
         released = self.storage.release(token, clock.now(), request.consumer[:255], self.name)
+        if released:
+            self.hub.wake_all(topics)  # back to NEW at their old effect times
         return pb.ReleaseReply(released=released)
 
     @_rpc

@@ -264,14 +264,20 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
-                   limits: Optional[FlowLimits] = None) -> list[LeasedMessage]:
+                   limits: Optional[FlowLimits] = None, stranded: float = 0.0,
+                   floor: Optional[datetime] = None) -> list[LeasedMessage]:
         """Lease up to ``limit`` NEW messages with ``MOD(id, total) = rank`` due by ``now + ahead``,
-        higher priority first, then oldest due first.
+        higher priority first, then oldest due first; with ``stranded`` > 0 (seconds), fill what
+        is left with other shards' messages due for longer than that (their consumer stopped
+        pulling: it died, and ZooKeeper has not ended its session yet).
 
-        One conditional UPDATE applies the lifecycle's lease (token ``lease_token`` or a fresh
-        one, ``lease_expire = now + ahead + ttr``); the leased rows are then read back by that lease.
+        Never waits for a row another transaction holds, never locks an index range
+        (``storages/claims.py``): the lifecycle's lease (token ``lease_token`` or a fresh one,
+        ``lease_expire = now + ahead + ttr``) goes to the rows locked by key.
         ``limits`` (the topic's, as the caller last read them): the lock first locks the topic's
         row and takes only what its stored limits allow, so they hold across brokers.
+        ``floor``: no NEW message of the topic is due before it (``tidemq_broker.floors``); the
+        lock reads from there, past the entries of messages consumed before.
         """
 
     @abc.abstractmethod
@@ -332,8 +338,12 @@ class Storage(abc.ABC):
 
     # -- probes of the pull hub --------------------------------------------------------------
     @abc.abstractmethod
-    def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
-        """The earliest effect_time of NEW messages of ``topic`` in the shard (None when none)."""
+    def next_due(self, topic: str, rank: int, total: int, stranded: float = 0.0,
+                 floor: Optional[datetime] = None) -> Optional[datetime]:
+        """The earliest effect_time of NEW messages of ``topic`` in the shard (None when none);
+        with ``stranded`` (seconds), also other shards' earliest plus that much: when a lock
+        that takes stranded messages (``lock_batch(..., stranded=)``) would take it. ``floor``
+        as for ``lock_batch``."""
 
     @abc.abstractmethod
     def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:

@@ -217,6 +217,48 @@ def test_lock_shards_by_id_modulo_total(storage):
     assert sorted(seen) == ids
 
 
+def test_a_lock_takes_other_shards_messages_once_stranded_and_its_own_first(storage):
+    step = id_step(storage)
+    now = clock.now()
+    old = storage.insert_messages([NewRow("t.str", f'"old{i}"', clock.after(now, -5), 0) for i in range(6)], now)
+    fresh = storage.insert_messages([NewRow("t.str", f'"new{i}"', now, 0) for i in range(6)], now)
+
+    def shard(ids, rank):
+        return [i for i in ids if (i // step) % 2 == rank]
+
+    # Stranded: due for longer than 2 s. The fresh ones of shard 1 are not; its old ones are.
+    got = storage.lock_batch("t.str", 0, 2, 100, 30, "c0", clock.now(), stranded=2.0)
+    assert sorted(m.id for m in got) == sorted(shard(old, 0) + shard(fresh, 0) + shard(old, 1))
+    assert [m.id for m in got] == sorted(old)[: len(shard(old, 0)) + len(shard(old, 1))] + shard(fresh, 0)  # oldest first
+    assert shard(old, 0) and shard(old, 1)
+    # With no room left after its own, a lock takes no stranded message.
+    storage.insert_messages([NewRow("t.str", f'"late{i}"', clock.after(now, -5), 0) for i in range(6)], now)
+    again = storage.lock_batch("t.str", 1, 2, 2, 30, "c1", clock.now(), stranded=2.0)
+    assert len(again) == 2 and all((m.id // step) % 2 == 1 for m in again)
+    # A lock fills its batch with its own shard first, whatever the others' times.
+    # The next due time counts another shard's message from when it becomes stranded.
+    storage.insert_messages([NewRow("t.str2", '"x"', clock.after(now, 10), 0) for _ in range(2 * step)], now)
+    due = {rank: storage.next_due("t.str2", rank, 2, stranded=3.0) for rank in range(2)}
+    plain = {rank: storage.next_due("t.str2", rank, 2) for rank in range(2)}
+    assert plain[0] == plain[1] == clock.after(now, 10) and due == plain  # both shards have one
+    lone = storage.insert_messages([NewRow("t.str3", '"x"', clock.after(now, 10), 0)], now)[0]
+    other = 1 - (lone // step) % 2
+    assert storage.next_due("t.str3", other, 2) is None
+    assert storage.next_due("t.str3", other, 2, stranded=3.0) == clock.after(now, 13)
+
+
+def test_a_lock_and_the_next_due_probe_read_from_the_floor(storage):
+    now = clock.now()
+    early = storage.insert_messages([NewRow("t.floor", '"early"', clock.after(now, -60), 0)], now)
+    late = storage.insert_messages([NewRow("t.floor", '"late"', clock.after(now, -1), 0)], now)
+    floor = clock.after(now, -30)
+    assert storage.next_due("t.floor", 0, 1, floor=floor) == clock.after(now, -1)
+    assert storage.next_due("t.floor", 0, 1) == clock.after(now, -60)
+    got = storage.lock_batch("t.floor", 0, 1, 10, 30, "c", clock.now(), floor=floor)
+    assert [m.id for m in got] == late  # the floor promised nothing earlier: the lock believes it
+    assert [m.id for m in lock(storage, "t.floor")] == early
+
+
 def test_concurrent_locks_never_hand_out_a_message_twice(storage):
     ids = insert(storage, "t.c", 400)
     taken: list[int] = []

@@ -341,3 +341,38 @@ def test_a_truncate_under_a_running_broker_does_not_hide_the_next_commits(app_en
         consumer.ack(succeeded=[got.id])
     client.produce("enq.before", {})
     assert len(first.value(30)) == 1
+
+
+def test_an_open_enqueue_transaction_holds_up_no_other_message_of_its_topic(app_engine, client, broker):
+    """The open transaction's new row is locked until it commits; locks pass over it without
+    waiting, deliver what was committed around it, and deliver it once it commits."""
+    consumer = BatchConsumer("enq.open", client=client)
+    with app_engine.connect() as conn:
+        held = tidemq.enqueue(conn, "enq.open", {"held": True})  # uncommitted: its row is locked
+        produced = client.produce("enq.open", {"produced": True})
+        assert produced > held  # committed after a lower id that is still open
+        began = time.monotonic()
+        got = consumer.pull(max_messages=10, wait=20.0)
+        # Functional bound: before, the lock waited for the open transaction (here held open
+        # until after the pull returns) or for innodb_lock_wait_timeout.
+        assert [m.id for m in got] == [produced] and time.monotonic() - began < 5.0
+        consumer.ack(succeeded=[produced])
+        conn.commit()
+    [late] = consumer.pull(max_messages=10, wait=20.0)
+    assert late.id == held
+
+
+def test_a_row_another_transaction_holds_is_passed_over_then_delivered(app_engine, client, broker):
+    """An enqueue whose unique key matches a stored message locks that row until the
+    application commits: the lock skips it instead of waiting, and takes it afterwards."""
+    first = client.produce("enq.keyed", {"n": 1}, unique_key="same")
+    other = client.produce("enq.keyed", {"n": 2})
+    consumer = BatchConsumer("enq.keyed", client=client)
+    with app_engine.connect() as conn:
+        assert tidemq.enqueue(conn, "enq.keyed", {"n": 3}, unique_key="same") == first  # locks row `first`
+        began = time.monotonic()
+        got = consumer.pull(max_messages=10, wait=20.0)
+        assert [m.id for m in got] == [other] and time.monotonic() - began < 5.0
+        conn.rollback()
+    [again] = consumer.pull(max_messages=10, wait=20.0)
+    assert again.id == first

@@ -72,7 +72,7 @@ def test_only_the_elected_leader_runs_jobs_and_a_successor_takes_over(tmp_path):
     storage.lock_batch("t", 0, 1, 3, 1, "gone-consumer", now)
     woken = threading.Event()
     coordinators = [LocalCoordinator("/jobs"), LocalCoordinator("/jobs")]
-    maintainers = [Maintainer(c, f"broker-{i}", [LeaseExpiry(storage, f"broker-{i}", woken.set, lambda topic: 10, interval=0.05)], tick=0.02)
+    maintainers = [Maintainer(c, f"broker-{i}", [LeaseExpiry(storage, f"broker-{i}", lambda topics: woken.set(), lambda topic: 10, interval=0.05)], tick=0.02)
                    for i, c in enumerate(coordinators)]
     for m in maintainers:
         m.start()

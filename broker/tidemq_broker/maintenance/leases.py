@@ -3,7 +3,7 @@ they have been delivered their topic's ``max_deliveries`` times (poison messages
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from tidemq import clock
 from .. import metrics
@@ -17,7 +17,7 @@ class LeaseExpiry:
 
     name = "lease-expiry"
 
-    def __init__(self, storage: Storage, broker: str, on_requeued: Callable[[], None],
+    def __init__(self, storage: Storage, broker: str, on_requeued: Callable[[Sequence[str]], None],
                  max_deliveries: Callable[[str], int], interval: float = 0.5, batch: int = 1000) -> None:
         self._storage = storage
         self._max_deliveries = max_deliveries
@@ -37,5 +37,5 @@ class LeaseExpiry:
                 break
         metrics.expired(by_topic)
         if total:
-            self._on_requeued()
+            self._on_requeued(sorted(by_topic))  # their messages are NEW again at old effect times
         return total

@@ -13,8 +13,6 @@ from typing import Any, Optional
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
-from tidemq.lifecycle import Change
-
 from ..schema import topic as t
 
 __all__ = ["SqlDialect"]
@@ -57,12 +55,10 @@ class SqlDialect(abc.ABC):
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         """Insert topic rows, skipping names already present."""
 
-    @abc.abstractmethod
-    def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
-                    due_by: datetime) -> int:
-        """The one conditional UPDATE of a batch lease: up to ``limit`` NEW rows of the shard due
-        by ``due_by`` (now, or a little later when leasing ahead), higher priority first, then
-        oldest due first, get ``change`` (a lifecycle lease). Returns how many rows it leased."""
+    def lock_index_hint(self, stmt: Any) -> Any:
+        """``stmt`` (a SELECT of message rows) made to read the lock index, where the dialect
+        needs telling."""
+        return stmt
 
     def id_step(self, conn: Connection) -> int:
         """How far apart the ids one server hands out are (1 here; see the MySQL dialect)."""
@@ -73,9 +69,10 @@ class SqlDialect(abc.ABC):
         here; see the MySQL dialect for servers whose ids step by more than 1."""
         return id_column % total == rank
 
-    def lock_topic_row(self, conn: Connection, topic: str) -> None:
-        """Serialise serial leases of one topic (a row lock on its topic row).
+    def lock_topic_row(self, conn: Connection, topic: str) -> bool:
+        """Serialise serial leases of one topic (a row lock on its topic row); False when the
+        topic has no row to lock.
 
         Without it two serial leases could each see nothing RUNNING, and the second, reading
         after the first committed, would take the next head while the first still runs."""
-        conn.execute(select(t.c.name).where(t.c.name == topic).with_for_update())
+        return conn.execute(select(t.c.name).where(t.c.name == topic).with_for_update()).first() is not None

@@ -29,7 +29,7 @@ from tidemq.errors import ConfigurationError
 from ..schema import message as m
 from ..schema import topic as t
 from ..storage import NewRow, TopicSettings
-from .reads import setting_columns, topic_values
+from .reads import setting_columns
 from .writes import row_values
 
 __all__ = ["CallerTransaction", "SqlAlchemyTransaction", "DbApiTransaction", "topic_settings", "insert_message"]
@@ -93,27 +93,16 @@ def topic_settings(tx: CallerTransaction, topic: str) -> Optional[TopicSettings]
     return TopicSettings(**dict(zip((c.name for c in cols), rows[0]))) if rows else None
 
 
-def _create_topic(tx: CallerTransaction, topic: str, now: datetime) -> None:
-    """The default settings row of a topic's very first message (one inserted meanwhile wins)."""
-    values = topic_values(TopicSettings(topic), now)
-    if tx.dialect == "mysql":
-        stmt = mysql_insert(t).values(values)
-        tx.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
-    else:
-        tx.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
-
-
-def insert_message(tx: CallerTransaction, row: NewRow, now: datetime, new_topic: bool = False,
-                   **who: object) -> int:
+def insert_message(tx: CallerTransaction, row: NewRow, now: datetime, **who: object) -> int:
     """Insert ``row`` as a NEW message in the caller's transaction; return its id.
 
-    ``new_topic``: ``topic_settings`` found no row for the topic; its default row goes first.
+    A topic without a settings row keeps none: inserting it here would lock the new row until
+    the application commits, and every broker that produces to the topic or leases it serially
+    would wait for that. Defaults apply to a topic without a row; the brokers create it.
 
     With a unique key already stored for the topic (or stored by a transaction that commits while
     this one waits on the key), nothing is inserted and the existing message's id is returned.
     """
-    if new_topic:
-        _create_topic(tx, row.topic, now)
     values = row_values(row, lifecycle.produce(now, **who))
     if not row.unique_key:
         new_id, _ = tx.execute(insert(m).values(values))

@@ -19,14 +19,12 @@ from typing import Optional
 from sqlalchemy import Connection, func, select, update
 
 from tidemq.lifecycle import Change, MessageStatus
-from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
 from ..schema import topic as t
-from ..storage import FlowLimits
-from .changes import apply
+from ..storage import FlowLimits, LeasedMessage
+from .claims import due_candidates, lease_rows
 from .dialect import SqlDialect
-from .ids import ids_in
 
 __all__ = ["lock_limited", "BURST_SECONDS", "CATCH_UP_SECONDS", "refill"]
 
@@ -55,9 +53,10 @@ def refill(tokens: Optional[float], at: Optional[datetime], rate: float, now: da
 
 
 def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, limit: int,
-                 change: Change, due_by: datetime, now: datetime) -> int:
-    """Lease up to ``limit`` due messages of the shard as the topic's stored limits allow;
-    returns how many were leased. The caller reads them back by the lease."""
+                 change: Change, due_by: datetime, now: datetime, stranded_before: Optional[datetime] = None,
+                 floor: Optional[datetime] = None) -> list[LeasedMessage]:
+    """Lease up to ``limit`` due messages of the shard (and, ``stranded_before`` given, other
+    shards' messages due by then) as the topic's stored limits allow."""
     row = conn.execute(select(t.c.max_running, t.c.rate_per_second, t.c.max_running_per_key, t.c.rate_tokens,
                               t.c.rate_at).where(t.c.name == topic).with_for_update()).first()
     stored = FlowLimits(row.max_running, row.rate_per_second, row.max_running_per_key) if row else FlowLimits()
@@ -71,28 +70,27 @@ def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, t
         tokens = refill(row.rate_tokens, row.rate_at, stored.rate_per_second, now)
         allowed = min(allowed, int(tokens))
     if allowed <= 0:
-        return 0
+        return []
     if stored.max_running_per_key is not None:
-        taken = _lock_per_key(conn, dialect, topic, rank, total, allowed, stored.max_running_per_key, change, due_by)
+        ids = _per_key(conn, dialect, topic, rank, total, allowed, stored.max_running_per_key, due_by,
+                       stranded_before, floor)
     else:
-        taken = dialect.lock_update(conn, topic, rank, total, allowed, change, due_by)
+        ids = [c.id for c in due_candidates(conn, dialect, topic, rank, total, allowed, due_by, stranded_before,
+                                            floor)]
+    taken = lease_rows(conn, topic, ids, change)
     if stored.rate_per_second is not None and taken:
         # rate_at is the last start: a gap since longer than CATCH_UP_SECONDS is idleness.
-        conn.execute(update(t).where(t.c.name == topic).values(rate_tokens=tokens - taken, rate_at=now))
+        conn.execute(update(t).where(t.c.name == topic).values(rate_tokens=tokens - len(taken), rate_at=now))
     return taken
 
 
-def _lock_per_key(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, allowed: int,
-                  per_key: int, change: Change, due_by: datetime) -> int:
-    """Take due messages in the lock's order, skipping those whose key already has ``per_key``
+def _per_key(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, allowed: int,
+             per_key: int, due_by: datetime, stranded_before: Optional[datetime],
+             floor: Optional[datetime]) -> list[int]:
+    """Due messages in the lock's order, skipping those whose key already has ``per_key``
     RUNNING (counting what this lock takes). Messages without a key are not limited by it."""
-    due = (select(m.c.id, m.c.flow_key)
-           .where(m.c.topic == topic, m.c.status == _NEW, m.c.priority.in_(PRIORITIES_DESC),
-                  m.c.effect_time <= due_by))
-    if total > 1:
-        due = due.where(dialect.shard_clause(m.c.id, total, rank))
-    candidates = conn.execute(due.order_by(m.c.priority.desc(), m.c.effect_time, m.c.id)
-                              .limit(allowed * _KEY_WINDOW)).all()
+    candidates = due_candidates(conn, dialect, topic, rank, total, allowed * _KEY_WINDOW, due_by, stranded_before,
+                                floor, columns=[m.c.flow_key])
     keys = sorted({c.flow_key for c in candidates if c.flow_key is not None})
     held: dict[str, int] = {}
     if keys:
@@ -108,4 +106,4 @@ def _lock_per_key(conn: Connection, dialect: SqlDialect, topic: str, rank: int, 
         chosen.append(candidate.id)
         if len(chosen) == allowed:
             break
-    return apply(conn, change, ids_in(chosen)) if chosen else 0
+    return chosen

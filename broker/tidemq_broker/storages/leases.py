@@ -11,26 +11,24 @@ import uuid
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
 
-from sqlalchemy import Connection, Select, func, null, or_, select, union_all
+from sqlalchemy import Connection, Select, func, not_, null, or_, select, union_all
 
 from tidemq import clock, lifecycle
-from tidemq.lifecycle import Change, Event, MessageStatus
+from tidemq.lifecycle import Event, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
-from ..storage import FlowLimits, LeasedMessage, RecentInserts
+from ..storage import FlowLimits, LeasedMessage, RecentInserts, TopicSettings
 from .changes import apply
 from .database import SqlDatabase
+from .claims import due_candidates, lease_rows
 from .flow import lock_limited
 from .ids import ids_in
-from .reads import topics_present
+from .reads import topic_values, topics_present
 
 __all__ = ["Leases", "new_lease_token"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
-# What a pull reads back of each leased row: the rest of a delivery is what the lease set.
-_LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt, m.c.trace_context,
-                   m.c.priority]
 
 
 def new_lease_token() -> str:
@@ -46,19 +44,21 @@ class Leases:
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
-                   limits: Optional[FlowLimits] = None) -> list[LeasedMessage]:
+                   limits: Optional[FlowLimits] = None, stranded: float = 0.0,
+                   floor: Optional[datetime] = None) -> list[LeasedMessage]:
         change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), ahead, rank=f"{rank}/{total}",
                                  broker=broker or None)
         due_by = clock.after(now, ahead)
+        stranded_before = clock.after(now, -stranded) if stranded > 0 and total > 1 else None
 
         def work(conn: Connection) -> list[LeasedMessage]:
             if limits is not None and limits.any:
                 # The stored limits decide (the caller's may be seconds old); see storages/flow.py.
-                if not lock_limited(conn, self._db.dialect, topic, rank, total, limit, change, due_by, now):
-                    return []
-            elif not self._db.dialect.lock_update(conn, topic, rank, total, limit, change, due_by):
-                return []
-            return _leased(conn, topic, change)
+                return lock_limited(conn, self._db.dialect, topic, rank, total, limit, change, due_by, now,
+                                    stranded_before, floor)
+            ids = [row.id for row in due_candidates(conn, self._db.dialect, topic, rank, total, limit, due_by,
+                                                    stranded_before, floor)]
+            return lease_rows(conn, topic, ids, change)
 
         return self._db.tx(work)
 
@@ -68,15 +68,20 @@ class Leases:
         due_by = clock.after(now, ahead)
 
         def work(conn: Connection) -> list[LeasedMessage]:
-            self._db.dialect.lock_topic_row(conn, topic)
+            if not self._db.dialect.lock_topic_row(conn, topic):
+                # A topic only ``tidemq.enqueue`` wrote to has no settings row yet: make the
+                # default one, in this transaction, and lock it.
+                self._db.dialect.insert_topics_ignoring_duplicates(conn, [topic_values(TopicSettings(topic), now)])
+                self._db.dialect.lock_topic_row(conn, topic)
             if _any_running(conn, topic):
                 return []
             head = conn.execute(select(m.c.id, m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
                                 .order_by(m.c.order_time, m.c.id).limit(1)).first()
             if head is None or head.effect_time > due_by:
                 return []
-            apply(conn, change, m.c.id == head.id)
-            return _leased(conn, topic, change)
+            # Skip-locked like any lease: the head held by another transaction (an enqueue whose
+            # unique key matched it) waits for the next pull instead of holding this one.
+            return lease_rows(conn, topic, [head.id], change)
 
         return self._db.tx(work)
 
@@ -85,11 +90,15 @@ class Leases:
 
         def work(conn: Connection) -> int:
             # No index leads with lease_token: the RUNNING rows of each topic (those in flight)
-            # are one range each of (topic, status, lease_expire), and the token picks among them.
+            # are one range each of (topic, status, lease_expire), and the token picks among
+            # them. A non-locking read finds them and the change locks them by key: a locking
+            # walk of those ranges would pay for every entry a long read view keeps there.
             topics = topics_present(conn)
             if not topics:
                 return 0
-            return apply(conn, change, m.c.topic.in_(topics), m.c.lease_token == lease_token)
+            ids = conn.execute(select(m.c.id).where(m.c.topic.in_(topics), m.c.status == _RUNNING,
+                                                    m.c.lease_token == lease_token)).scalars().all()
+            return apply(conn, change, ids_in(ids), m.c.lease_token == lease_token) if ids else 0
 
         return self._db.tx(work)
 
@@ -149,10 +158,21 @@ class Leases:
         return moved
 
     # -- probes ------------------------------------------------------------------------------
-    def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
-        shard = [self._db.dialect.shard_clause(m.c.id, total, rank)] if total > 1 else []
-        earliest = _earliest_new([topic], *shard)
-        return self._db.tx(lambda conn: conn.execute(earliest).scalar())
+    def next_due(self, topic: str, rank: int, total: int, stranded: float = 0.0,
+                 floor: Optional[datetime] = None) -> Optional[datetime]:
+        after = [m.c.effect_time >= floor] if floor is not None else []
+        if total <= 1:
+            return self._db.tx(lambda conn: conn.execute(_earliest_new([topic], *after)).scalar())
+        own = self._db.dialect.shard_clause(m.c.id, total, rank)
+        if stranded <= 0:
+            return self._db.tx(lambda conn: conn.execute(_earliest_new([topic], own, *after)).scalar())
+        # One statement: the shard's earliest, and the other shards' (taken once stranded).
+        both = select(_earliest_new([topic], own, *after).scalar_subquery(),
+                      _earliest_new([topic], not_(own), *after).scalar_subquery())
+        mine, theirs = self._db.tx(lambda conn: conn.execute(both).one())
+        if theirs is not None:
+            theirs = clock.after(theirs, stranded)
+        return min((t for t in (mine, theirs) if t is not None), default=None)
 
     def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
         names = list(topics)
@@ -237,26 +257,6 @@ def _tally(counts: dict[str, int], topic: str, n: int) -> None:
 
 def _any_running(conn: Connection, topic: str) -> bool:
     return conn.execute(select(m.c.id).where(m.c.topic == topic, m.c.status == _RUNNING).limit(1)).first() is not None
-
-
-def _leased(conn: Connection, topic: str, change: Change) -> list[LeasedMessage]:
-    """The rows of ``topic`` this transaction just leased with ``change``, in the lock's order
-    (higher priority first, then oldest due).
-
-    They are one range of (topic, status, lease_expire): RUNNING with this lease's own expiry
-    time, and the token picks ours among any other lease of the same millisecond. No index on
-    lease_token is kept for this.
-    """
-    sets = change.values
-    rows = conn.execute(
-        select(*_LEASED_COLUMNS)
-        .where(m.c.topic == topic, m.c.status == _RUNNING, m.c.lease_expire == sets["lease_expire"],
-               m.c.lease_token == sets["lease_token"])).all()
-    # Sorted here, not by the database: the range comes in id order, and a filesort of the rows
-    # with their data cost MariaDB more than this costs Python.
-    rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
-    return [LeasedMessage(row.id, topic, row.data, _RUNNING, row.effect_time, row.retry_remaining, row.attempt,
-                          sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context) for row in rows]
 
 
 def _expiries(conn: Connection, id: int) -> int:

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pymysql
 from pymysql.constants import CLIENT, SERVER_STATUS
-from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from tidemq.lifecycle import Change
 from tidemq.tables import MESSAGE as M
 from tidemq.tables import PRODUCE_REQUEST
-from tidemq.validation import PRIORITIES_DESC
 
-from ..schema import topic
+from ..schema import message, topic
 from .dialect import SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
 from .writes import INSERT_COLUMNS
@@ -39,7 +37,6 @@ _COLS = ", ".join(INSERT_COLUMNS)
 # Galera changes it when nodes join or leave, and every broker must use the same rule at the same
 # time (a rule cached per broker would leave some ids in no shard, or in two).
 _ID_STEP = "@@GLOBAL.auto_increment_increment"
-_PRIORITIES = ", ".join(str(p) for p in PRIORITIES_DESC)
 _ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
 _DATA = INSERT_COLUMNS.index("data")
 _SHARED = [col for col in INSERT_COLUMNS if col != "data"]  # the columns rows of a group often share
@@ -218,35 +215,13 @@ class MySqlDialect(SqlDialect):
         stmt = mysql_insert(topic).values(values)
         conn.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
 
-    def lock_update(self, conn: Connection, topic_name: str, rank: int, total: int, limit: int, change: Change,
-                    due_by: datetime) -> int:
-        # MySQL cannot LIMIT an IN-subquery, but a single-table UPDATE takes ORDER BY ... LIMIT
-        # directly: the index (topic, status, priority DESC, effect_time) is walked in order and
-        # stops early. Naming every priority makes one bounded range per priority (each ends at
-        # the first message not yet due), read in index order: no row is sorted, and a topic
-        # whose messages all have priority 0 costs about what one range did before version 9.
-        # Under READ COMMITTED the UPDATE reads rows another transaction holds semi-consistently:
-        # another shard's row is passed over without waiting, and a row of ours is never skipped
-        # (a locking read with SKIP LOCKED skipped our rows while another consumer's read had
-        # them locked for an instant, which cost delayed messages tens of ms).
-        # FORCE INDEX: with the console's (topic, status, lease_expire) index present, the
-        # optimizer may pick an index merge plus a filesort of every NEW row of the topic, which
-        # made each lock cost hundreds of ms on 200k due messages.
-        shard = f" AND MOD({M.id} DIV {_ID_STEP}, :total) = :rank" if total > 1 else ""
-        sets = ", ".join(f"{column} = :set_{column}" for column in change.values)
-        sql = text(
-            f"UPDATE {M.name} FORCE INDEX (idx_message_lock) SET {M.status} = :target, {sets}, "
-            f"{M.attempt} = {M.attempt} + :attempt_delta, {M.version} = {M.version} + 1, "
-            f"{M.trace} = CONCAT({M.trace}, :trace_line) "
-            f"WHERE {M.topic} = :topic AND {M.status} = :source AND {M.priority} IN ({_PRIORITIES}) "
-            f"AND {M.effect_time} <= :due_by" + shard +
-            f" ORDER BY {M.priority} DESC, {M.effect_time}, {M.id} LIMIT :limit"
-        )
-        params = {f"set_{column}": value for column, value in change.values.items()}
-        return conn.execute(sql, {**params, "target": change.target.value if change.target else None,
-                                  "source": change.source[0].value, "attempt_delta": change.attempt_delta,
-                                  "trace_line": change.trace, "topic": topic_name, "due_by": due_by,
-                                  "total": total, "rank": rank, "limit": limit}).rowcount
+    def lock_index_hint(self, stmt: Any) -> Any:
+        # With the console's (topic, status, lease_expire) index present, the optimizer may pick
+        # an index merge plus a filesort of every NEW row of the topic, which made each lock
+        # cost hundreds of ms on 200k due messages. Naming every priority makes one bounded
+        # range per priority (each ends at the first message not yet due), read in index order:
+        # no row is sorted.
+        return stmt.with_hint(message, "FORCE INDEX (idx_message_lock)", dialect_name="mysql")
 
 
 def _wait_for_cluster_writes(dbapi_connection: Any, record: Any) -> None:

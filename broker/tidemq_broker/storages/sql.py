@@ -67,9 +67,10 @@ class SqlStorage(Storage):
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
-                   limits: Optional[FlowLimits] = None) -> list[LeasedMessage]:
+                   limits: Optional[FlowLimits] = None, stranded: float = 0.0,
+                   floor: Optional[datetime] = None) -> list[LeasedMessage]:
         return self._leases.lock_batch(topic, rank, total, limit, ttr, consumer, now, lease_token, broker, ahead,
-                                       limits)
+                                       limits, stranded, floor)
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
                     broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
@@ -107,8 +108,9 @@ class SqlStorage(Storage):
         return self._writes.delete_finished(topic, before, limit)
 
     # -- probes ------------------------------------------------------------------------------
-    def next_due(self, topic: str, rank: int, total: int) -> Optional[datetime]:
-        return self._leases.next_due(topic, rank, total)
+    def next_due(self, topic: str, rank: int, total: int, stranded: float = 0.0,
+                 floor: Optional[datetime] = None) -> Optional[datetime]:
+        return self._leases.next_due(topic, rank, total, stranded, floor)
 
     def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
         return self._leases.earliest_new(topics)

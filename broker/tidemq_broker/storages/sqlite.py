@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from typing import Any, Optional
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url, select, update
+from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from tidemq.lifecycle import Change, MessageStatus
 
 from ..schema import message as m
 from ..schema import topic as t
 from ..errors import ConfigurationError
-from .changes import values_of
 from .dialect import SqlDialect
 
 __all__ = ["SqliteDialect"]
@@ -57,17 +54,9 @@ class SqliteDialect(SqlDialect):
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
 
-    def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
-                    due_by: datetime) -> int:
-        new = MessageStatus.NEW.value
-        due = select(m.c.id).where(m.c.topic == topic, m.c.status == new, m.c.effect_time <= due_by)
-        if total > 1:
-            due = due.where(self.shard_clause(m.c.id, total, rank))
-        due = due.order_by(m.c.priority.desc(), m.c.effect_time, m.c.id).limit(limit)
-        return conn.execute(update(m).where(m.c.id.in_(due.scalar_subquery()), m.c.status == new).values(values_of(change))).rowcount
-
-    def lock_topic_row(self, conn: Connection, topic: str) -> None:
-        """Nothing to do: the database object's process lock already serialises every transaction."""
+    def lock_topic_row(self, conn: Connection, topic: str) -> bool:
+        """Nothing to lock: the database object's process lock already serialises every transaction."""
+        return True
 
 
 def _create_private(path: Optional[str]) -> None:

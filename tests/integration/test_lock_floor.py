@@ -1,0 +1,34 @@
+"""The lock's floor (``tidemq_broker.floors``) on a real broker: it never strands a message.
+
+A message can become NEW below the floor without this broker seeing it (another broker's release
+or retry, the console's requeue); the broker's once-a-second probe must find it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.background import InThread
+from tests.servers import wait_until
+from tidemq import BatchConsumer, clock
+
+
+def test_a_message_released_elsewhere_below_the_floor_is_still_delivered(client, broker):
+    consumer = BatchConsumer("t.floor.audit", client=client)
+    [first] = [client.produce("t.floor.audit", {"n": 0})]
+    assert [m.id for m in consumer.pull(max_messages=1, wait=10.0)] == [first]
+    consumer.ack(succeeded=[first])
+    msg_id = client.produce("t.floor.audit", {"n": 1})
+    # Leased and released behind the broker's back, as another broker would.
+    [leased] = broker.storage.lock_batch("t.floor.audit", 0, 1, 1, 60, "elsewhere", clock.now())
+    assert leased.id == msg_id
+    pull = InThread(lambda: consumer.pull(max_messages=1, wait=30.0))
+    wait_until(lambda: broker.hub._waiters.get("t.floor.audit"), 10, what="a waiting pull")
+    # The probe sees nothing pending and raises the floor past the message's effect time.
+    wait_until(lambda: (broker.hub.floors.get("t.floor.audit") or leased.effect_time) > leased.effect_time, 10,
+               what="the floor to pass the leased message")
+    broker.storage.release(leased.lease_token, clock.now(), "elsewhere")
+    released = time.monotonic()
+    [got] = pull.value(30)
+    # Functional bound: the probe runs every second; a floor nobody corrects would strand it.
+    assert got.id == msg_id and time.monotonic() - released < 5.0
