@@ -10,7 +10,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from tidemq import clock
 from tidemq.config import Settings
-from tidemq.errors import ValidationError
+from tidemq.errors import ValidationError, quote
 from tidemq_broker.storages.admin_sql import AdminSqlStore, AdminUser
 
 __all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "add_user", "authenticate", "check_password", "ensure_first_admin"]
@@ -61,7 +61,7 @@ def check_user(name: str, password: str, role: str) -> None:
         raise ValidationError("user name must be 1 to 64 characters of [A-Za-z0-9._@-]")
     check_password(password, name)
     if role not in ROLES:
-        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {quote(role)}")
 
 
 def add_user(store: AdminSqlStore, name: str, password: str, role: str) -> bool:

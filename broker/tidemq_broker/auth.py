@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import grpc
 
-from .errors import AuthenticationError, PermissionDeniedError, RetriableError, ValidationError
+from .errors import AuthenticationError, PermissionDeniedError, RetriableError, ValidationError, quote
 from .storages.principals import Principal, PrincipalStore
 
 __all__ = ["CALLER", "ROLES", "Principals", "TokenInterceptor", "authorize", "checks_topics", "new_token",
@@ -62,13 +62,13 @@ def token_hash(token: str) -> str:
 def check_name(name: str) -> str:
     """A principal name: 1-64 of [A-Za-z0-9._-]."""
     if not _NAME.fullmatch(name or ""):
-        raise ValidationError(f"a principal name is 1-64 of A-Z a-z 0-9 . _ -, got {name!r}")
+        raise ValidationError(f"a principal name is 1-64 of A-Z a-z 0-9 . _ -, got {quote(name)}")
     return name
 
 
 def check_role(role: str) -> str:
     if role not in ROLES:
-        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {quote(role)}")
     return role
 
 
@@ -80,7 +80,7 @@ def parse_patterns(text: str) -> tuple[str, ...]:
     for pattern in patterns:
         if not _PATTERN.fullmatch(pattern):
             raise ValidationError(
-                f"topic pattern {pattern!r} may hold only topic characters [A-Za-z0-9._:-] and * (1-255 of them)")
+                f"topic pattern {quote(pattern)} may hold only topic characters [A-Za-z0-9._:-] and * (1-255 of them)")
     if len(",".join(patterns)) > 1024:
         raise ValidationError("topic patterns take at most 1024 characters in all")
     return patterns
@@ -104,11 +104,11 @@ def authorize(method: str, topics: Iterable[str] = ()) -> None:
     if principal is None:
         return
     if method not in _ALLOWED.get(principal.role, ()):
-        raise PermissionDeniedError(f"principal {principal.name!r} ({principal.role}) may not call {method}")
+        raise PermissionDeniedError(f"principal {quote(principal.name)} ({principal.role}) may not call {method}")
     for topic in sorted(set(topics)):
         if not covers(principal, topic):
             raise PermissionDeniedError(
-                f"principal {principal.name!r} ({principal.role}) may not call {method} on topic {topic!r}")
+                f"principal {quote(principal.name)} ({principal.role}) may not call {method} on topic {quote(topic)}")
 
 
 class Principals:

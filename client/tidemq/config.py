@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, quote
 from .logs import LOG_FORMATS
 from .validation import DEFAULT_MAX_DATA_BYTES
 
@@ -131,7 +131,7 @@ class Settings:
     def check(self) -> None:
         """Raise ConfigurationError for values that cannot work."""
         if not self.zk_root.startswith("/") or self.zk_root.endswith("/") and self.zk_root != "/":
-            raise ConfigurationError(f"TIDEMQ_ZK_ROOT must be an absolute path like /tidemq, got {self.zk_root!r}")
+            raise ConfigurationError(f"TIDEMQ_ZK_ROOT must be an absolute path like /tidemq, got {quote(self.zk_root)}")
         if not 1 <= self.zk_session_timeout <= 600:
             raise ConfigurationError(
                 f"TIDEMQ_ZK_SESSION_TIMEOUT must be between 1 and 600 seconds, got {self.zk_session_timeout}")
@@ -141,10 +141,10 @@ class Settings:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigurationError("TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together: set both files or neither")
         if self.auth not in AUTH_MODES:
-            raise ConfigurationError(f"TIDEMQ_AUTH must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+            raise ConfigurationError(f"TIDEMQ_AUTH must be one of {', '.join(AUTH_MODES)}, got {quote(self.auth)}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(
-                f"TIDEMQ_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+                f"TIDEMQ_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {quote(self.log_format)}")
         if self.token and not _TOKEN.fullmatch(self.token):
             # The value is never echoed: it is a secret, even when malformed.
             raise ConfigurationError(
