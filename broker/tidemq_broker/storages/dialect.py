@@ -58,6 +58,11 @@ class SqlDialect(abc.ABC):
         """Insert topic rows, skipping names already present."""
 
     @abc.abstractmethod
+    def insert_failure_keys(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        """Insert sign-in failure rows whose key is not stored yet, and hold a write lock on the
+        row of every key in ``values`` (new or not) until the transaction ends."""
+
+    @abc.abstractmethod
     def lock_update(self, conn: Connection, topic: str, rank: int, total: int, limit: int, change: Change,
                     due_by: datetime) -> int:
         """The one conditional UPDATE of a batch lease: up to ``limit`` NEW rows of the shard due
