@@ -20,11 +20,12 @@ import secrets
 import threading
 import time
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import grpc
 
-from .errors import AuthenticationError, PermissionDeniedError, RetriableError, ValidationError, quote
+from .errors import (AuthenticationError, MalformedRequestError, PermissionDeniedError, RetriableError,
+                     ValidationError, quote)
 from .storages.principals import Principal, PrincipalStore
 
 __all__ = ["CALLER", "ROLES", "Principals", "TokenInterceptor", "authorize", "checks_topics", "new_token",
@@ -158,7 +159,13 @@ def bearer_token(metadata: Iterable[tuple[str, Any]]) -> str:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses calls without the token of an active principal; runs the others as it."""
+    """Refuses calls without the token of an active principal; runs the others as it.
+
+    The token is checked before the request is read. grpc reads a unary request whole before
+    its handler runs, so each method is served as a client-streaming one whose single message is
+    taken only once the caller is known: an anonymous call is refused having cost the broker no
+    more than what HTTP/2 flow control let its client send ahead (see ``server.py``), not a
+    request of up to the receive limit. On the wire the call stays unary."""
 
     def __init__(self, principals: Principals, error_key: str) -> None:
         self._principals = principals
@@ -171,7 +178,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
         inner = handler.unary_unary
         principals, error_key = self._principals, self._error_key
 
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+        def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
             token = bearer_token(context.invocation_metadata())
             try:
                 principal = principals.lookup(token) if token else None
@@ -183,11 +190,15 @@ class TokenInterceptor(grpc.ServerInterceptor):
                 context.set_trailing_metadata(((error_key, AuthenticationError.__name__),))
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, f"this broker authenticates callers: the call "
                               f"carried {reason}; set TIDEMQ_TOKEN to a token from `tidemq auth add`")
+            request = next(requests, None)
+            if request is None:  # the client closed its side without sending the request
+                context.set_trailing_metadata(((error_key, MalformedRequestError.__name__),))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
             reset = CALLER.set(principal)
             try:
                 return inner(request, context)
             finally:
                 CALLER.reset(reset)
 
-        return grpc.unary_unary_rpc_method_handler(checked, request_deserializer=handler.request_deserializer,
-                                                   response_serializer=handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(checked, request_deserializer=handler.request_deserializer,
+                                                    response_serializer=handler.response_serializer)

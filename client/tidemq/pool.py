@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 import grpc
 
+from .config import MAX_REQUEST_BYTES
 from .coordinator import Coordinator
 from .errors import BrokerUnavailableError, MalformedRequestError, PullCancelledError, TidemqError, error_from_name
 from .link import PullHandle
@@ -20,7 +21,7 @@ __all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES", "CHANNEL_OPTIONS", "r
 
 log = logging.getLogger(__name__)
 ERROR_KEY = "tidemq-error"
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES = MAX_REQUEST_BYTES  # what a client sends and reads at most per call
 _QUARANTINE = 2.0  # seconds a broker that failed a call is passed over
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

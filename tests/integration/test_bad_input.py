@@ -115,6 +115,25 @@ def test_broker_enforces_its_own_data_limit(settings, mysql_url):
         server.stop(grace=1)
 
 
+def test_a_request_over_the_brokers_receive_limit_is_an_input_error_naming_it(settings, mysql_url):
+    from dataclasses import replace
+
+    from tidemq import Client
+    from tidemq.errors import MalformedRequestError
+    from tidemq_broker.server import BrokerServer
+
+    server = BrokerServer(replace(settings, max_request_bytes=1 << 20)).start()
+    client = Client(replace(settings, zk_hosts="", brokers=(server.address,), rpc_timeout=5))
+    try:
+        with pytest.raises(MalformedRequestError, match=r"over the limit of 1,048,576 bytes per call"):
+            client.produce_many("t.limit", ["x" * 600_000, "y" * 600_000])
+        assert stored(server) == 0
+        assert len(client.produce_many("t.limit", ["x" * 400_000, "y" * 400_000])) == 2  # the same broker, at once
+    finally:
+        client.close()
+        server.stop(grace=1)
+
+
 @pytest.mark.parametrize("call, request_, words", [
     ("Produce", pb.ProduceRequest(), "at least one"),
     ("Produce", pb.ProduceRequest(messages=[pb.NewMessage(topic="t", data="1")] * 10001), "limit is 10000"),
