@@ -175,6 +175,23 @@ def test_every_rpc_without_a_token_with_a_wrong_one_and_with_a_revoked_one_is_un
             client.close()
 
 
+def test_a_call_with_a_token_and_no_request_message_is_refused_naming_it(auth_broker, store):
+    import grpc
+
+    from tidemq.rpc import tidemq_pb2 as pb
+
+    token = _principal(store, "empty", "admin", ["*"])
+    channel = grpc.insecure_channel(auth_broker.address)
+    try:
+        empty = channel.stream_unary("/tidemq.v1.Broker/Produce", request_serializer=pb.ProduceRequest.SerializeToString,
+                                     response_deserializer=pb.ProduceReply.FromString)
+        with pytest.raises(grpc.RpcError) as info:
+            empty(iter(()), timeout=10, metadata=(("authorization", f"Bearer {token}"),))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no request" in info.value.details()
+    finally:
+        channel.close()
+
+
 ALLOWED = {
     "producer": {"Produce", "Cancel", "Requeue", "PutSchedule"},
     "consumer": {"Pull", "Ack", "Touch", "Extend", "Release"},
