@@ -10,13 +10,26 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from tidemq import clock
 from tidemq.config import Settings
-from tidemq.errors import ValidationError
+from tidemq.errors import ValidationError, quote
 from tidemq_broker.storages.admin_sql import AdminSqlStore, AdminUser
 
-__all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "add_user", "authenticate", "check_password", "ensure_first_admin"]
+__all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "MIN_GUESSES", "add_user", "authenticate", "check_password", "ensure_first_admin"]
 
 ROLES = ("admin", "viewer")
 MIN_PASSWORD_LENGTH = 12
+#: The guesses zxcvbn must estimate for a password: its top score. A person's password that the
+#: length and the common-password list let through and that falls below it is a pattern: a run
+#: (abcdefghijklmn), a keyboard walk (qwertyuiopasdf), a date (2024-01-01-2024), a repeat.
+MIN_GUESSES = 1e10
+#: How a refusal names the kinds of pieces zxcvbn found.
+_PATTERNS = {
+    "sequence": "a run of letters or digits",
+    "spatial": "a walk along the keyboard",
+    "repeat": "a repeated character or run",
+    "date": "a date",
+    "regex": "a year",
+    "dictionary": "common words, names or passwords",
+}
 _NAME_RE = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 # Checked when the name is unknown, so a wrong name costs as much time as a wrong password.
 _DUMMY_HASH = generate_password_hash("tidemq-no-such-user")
@@ -32,8 +45,10 @@ def _common_passwords() -> frozenset[str]:
 
 def check_password(password: str, name: str = "") -> None:
     """Raise ValidationError naming the rule ``password`` breaks: at least 12 characters, not a
-    common password (also with digits or symbols added before or after, like
-    ``Password1234!``, or repeated, like ``monkeymonkey``), not the user name, and not one character or one short run repeated."""
+    common password (also with digits or symbols added before or after, like ``Password1234!``,
+    or repeated, like ``monkeymonkey``), not containing the user name, and hard to guess: zxcvbn
+    must estimate at least ``MIN_GUESSES`` guesses, which refuses runs of letters or digits,
+    keyboard walks, repeats, dates and a common word with a few digits."""
     password = password or ""
     if len(password) < MIN_PASSWORD_LENGTH:
         raise ValidationError(f"password must be at least {MIN_PASSWORD_LENGTH} characters long")
@@ -45,14 +60,16 @@ def check_password(password: str, name: str = "") -> None:
         raise ValidationError("password is a common password (or one with digits or symbols added); choose another")
     if name and name.lower() in lower:
         raise ValidationError("password must not contain the user name")
-    if re.fullmatch(r"(.{1,4})\1+", lower) or re.fullmatch(r"\d+", lower) and _is_run(lower):
-        raise ValidationError("password must not be one character or one short run repeated, or a run of digits")
+    from zxcvbn import zxcvbn
 
-
-def _is_run(digits: str) -> bool:
-    """True for a run of digits going up or down by one, like 123456789012."""
-    steps = {(int(b) - int(a)) % 10 for a, b in zip(digits, digits[1:])}
-    return steps in ({1}, {9})
+    # zxcvbn takes at most 72 characters: a longer password is judged by its start.
+    estimate = zxcvbn(password[:72], user_inputs=[name] if name else [])
+    if estimate["guesses"] < MIN_GUESSES:
+        parts = [_PATTERNS[m["pattern"]] for m in estimate["sequence"] if m["pattern"] in _PATTERNS]
+        made_of = ", ".join(dict.fromkeys(parts)) or "too few characters of too few kinds"
+        raise ValidationError(
+            f"password is easy to guess ({made_of}): zxcvbn estimates {estimate['guesses']:.0e} guesses, "
+            f"and at least {MIN_GUESSES:.0e} are needed; add an uncommon word or two")
 
 
 def check_user(name: str, password: str, role: str) -> None:
@@ -61,7 +78,7 @@ def check_user(name: str, password: str, role: str) -> None:
         raise ValidationError("user name must be 1 to 64 characters of [A-Za-z0-9._@-]")
     check_password(password, name)
     if role not in ROLES:
-        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {quote(role)}")
 
 
 def add_user(store: AdminSqlStore, name: str, password: str, role: str) -> bool:

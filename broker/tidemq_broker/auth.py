@@ -20,11 +20,12 @@ import secrets
 import threading
 import time
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import grpc
 
-from .errors import AuthenticationError, PermissionDeniedError, RetriableError, ValidationError
+from .errors import (AuthenticationError, MalformedRequestError, PermissionDeniedError, RetriableError,
+                     ValidationError, quote)
 from .storages.principals import Principal, PrincipalStore
 
 __all__ = ["CALLER", "ROLES", "Principals", "TokenInterceptor", "authorize", "checks_topics", "new_token",
@@ -62,13 +63,13 @@ def token_hash(token: str) -> str:
 def check_name(name: str) -> str:
     """A principal name: 1-64 of [A-Za-z0-9._-]."""
     if not _NAME.fullmatch(name or ""):
-        raise ValidationError(f"a principal name is 1-64 of A-Z a-z 0-9 . _ -, got {name!r}")
+        raise ValidationError(f"a principal name is 1-64 of A-Z a-z 0-9 . _ -, got {quote(name)}")
     return name
 
 
 def check_role(role: str) -> str:
     if role not in ROLES:
-        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {quote(role)}")
     return role
 
 
@@ -80,7 +81,7 @@ def parse_patterns(text: str) -> tuple[str, ...]:
     for pattern in patterns:
         if not _PATTERN.fullmatch(pattern):
             raise ValidationError(
-                f"topic pattern {pattern!r} may hold only topic characters [A-Za-z0-9._:-] and * (1-255 of them)")
+                f"topic pattern {quote(pattern)} may hold only topic characters [A-Za-z0-9._:-] and * (1-255 of them)")
     if len(",".join(patterns)) > 1024:
         raise ValidationError("topic patterns take at most 1024 characters in all")
     return patterns
@@ -104,11 +105,11 @@ def authorize(method: str, topics: Iterable[str] = ()) -> None:
     if principal is None:
         return
     if method not in _ALLOWED.get(principal.role, ()):
-        raise PermissionDeniedError(f"principal {principal.name!r} ({principal.role}) may not call {method}")
+        raise PermissionDeniedError(f"principal {quote(principal.name)} ({principal.role}) may not call {method}")
     for topic in sorted(set(topics)):
         if not covers(principal, topic):
             raise PermissionDeniedError(
-                f"principal {principal.name!r} ({principal.role}) may not call {method} on topic {topic!r}")
+                f"principal {quote(principal.name)} ({principal.role}) may not call {method} on topic {quote(topic)}")
 
 
 class Principals:
@@ -158,7 +159,13 @@ def bearer_token(metadata: Iterable[tuple[str, Any]]) -> str:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuses calls without the token of an active principal; runs the others as it."""
+    """Refuses calls without the token of an active principal; runs the others as it.
+
+    The token is checked before the request is read. grpc reads a unary request whole before
+    its handler runs, so each method is served as a client-streaming one whose single message is
+    taken only once the caller is known: an anonymous call is refused having cost the broker no
+    more than what HTTP/2 flow control let its client send ahead (see ``server.py``), not a
+    request of up to the receive limit. On the wire the call stays unary."""
 
     def __init__(self, principals: Principals, error_key: str) -> None:
         self._principals = principals
@@ -171,7 +178,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
         inner = handler.unary_unary
         principals, error_key = self._principals, self._error_key
 
-        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+        def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
             token = bearer_token(context.invocation_metadata())
             try:
                 principal = principals.lookup(token) if token else None
@@ -183,11 +190,15 @@ class TokenInterceptor(grpc.ServerInterceptor):
                 context.set_trailing_metadata(((error_key, AuthenticationError.__name__),))
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, f"this broker authenticates callers: the call "
                               f"carried {reason}; set TIDEMQ_TOKEN to a token from `tidemq auth add`")
+            request = next(requests, None)
+            if request is None:  # the client closed its side without sending the request
+                context.set_trailing_metadata(((error_key, MalformedRequestError.__name__),))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
             reset = CALLER.set(principal)
             try:
                 return inner(request, context)
             finally:
                 CALLER.reset(reset)
 
-        return grpc.unary_unary_rpc_method_handler(checked, request_deserializer=handler.request_deserializer,
-                                                   response_serializer=handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(checked, request_deserializer=handler.request_deserializer,
+                                                    response_serializer=handler.response_serializer)

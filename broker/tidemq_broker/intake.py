@@ -23,7 +23,7 @@ from tidemq.validation import (
 
 from tidemq import clock
 from tidemq.tracing import check_traceparent
-from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError
+from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .storage import NewRow
 from .topics import TopicCache
 
@@ -119,14 +119,14 @@ def check_lease_ttr(seconds: float) -> int:
 def check_request_id(request_id: str) -> str:
     """A Produce call's request id: empty (no deduplication) or 1-64 of [A-Za-z0-9_-]."""
     if request_id and not _REQUEST_ID.fullmatch(request_id):
-        raise MalformedRequestError(f"request_id must be 1-64 characters of A-Z a-z 0-9 _ -, got {request_id[:80]!r}")
+        raise MalformedRequestError(f"request_id must be 1-64 characters of A-Z a-z 0-9 _ -, got {quote(request_id)}")
     return request_id
 
 
 def check_lease_token(token: str) -> str:
     """A caller-chosen lease token must be 32 lowercase hex characters (like uuid4().hex)."""
     if not _TOKEN.fullmatch(token):
-        raise MalformedRequestError(f"lease_token must be 32 lowercase hex characters, got {token[:40]!r}")
+        raise MalformedRequestError(f"lease_token must be 32 lowercase hex characters, got {quote(token)}")
     return token
 
 

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
-from tidemq.errors import InvalidScheduleError
+from tidemq.errors import InvalidScheduleError, quote
 from tidemq.validation import MAX_RETRIES, check_data_text, check_topic, encode_data
 
 from .storage import Schedule
@@ -58,14 +58,14 @@ def check_schedule(name: Any, topic: Any, cron: Any, data: Any = None, timezone_
 
     ``data`` is any JSON value, or JSON text with ``data_is_json``."""
     if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH or not _NAME.fullmatch(name):
-        raise InvalidScheduleError(f"a schedule name is 1-{NAME_MAX_LENGTH} of A-Z a-z 0-9 . _ : -, got {name!r}")
+        raise InvalidScheduleError(f"a schedule name is 1-{NAME_MAX_LENGTH} of A-Z a-z 0-9 . _ : -, got {quote(name)}")
     topic = check_topic(topic)
     cron = check_cron(cron)
     zone = check_timezone(timezone_name)
     if missed not in MISSED_POLICIES:
-        raise InvalidScheduleError(f"missed must be 'once' (produce the latest missed tick) or 'skip', got {missed!r}")
+        raise InvalidScheduleError(f"missed must be 'once' (produce the latest missed tick) or 'skip', got {quote(missed)}")
     if retry is not None and not (isinstance(retry, int) and 0 <= retry <= MAX_RETRIES):
-        raise InvalidScheduleError(f"retry must be between 0 and {MAX_RETRIES} (or None: the topic's), got {retry!r}")
+        raise InvalidScheduleError(f"retry must be between 0 and {MAX_RETRIES} (or None: the topic's), got {quote(retry)}")
     text = check_data_text(data) if data_is_json else encode_data(data)
     return Schedule(name=name, topic=topic, cron=cron, timezone=zone, data=text, retry=retry, missed=missed)
 
@@ -75,23 +75,24 @@ def check_cron(cron: Any) -> str:
     text = " ".join(cron.split()) if isinstance(cron, str) else ""
     fields = len(text.split())
     if not text or not (fields in (5, 6) or (fields == 1 and text.startswith("@"))) or len(text) > 255:
-        raise InvalidScheduleError(f"cron must be {_CRON_FORM}; got {cron!r}")
+        raise InvalidScheduleError(f"cron must be {_CRON_FORM}; got {quote(cron)}")
     try:
         croniter(text, datetime(2000, 1, 1, tzinfo=timezone.utc), second_at_beginning=True).get_next(datetime)
     except (CroniterError, ValueError, KeyError) as exc:
-        raise InvalidScheduleError(f"cron {text!r} is not valid ({exc}); expected {_CRON_FORM}") from None
+        reason = str(exc).replace(f"[{text}] ", "")  # croniter repeats the expression, quoted already
+        raise InvalidScheduleError(f"cron {quote(text)} is not valid ({reason}); expected {_CRON_FORM}") from None
     return text
 
 
 def check_timezone(name: Any) -> str:
     """An IANA time zone name (``UTC``, ``Europe/Berlin``); else InvalidScheduleError."""
     if not isinstance(name, str) or not name or len(name) > 64:
-        raise InvalidScheduleError(f"timezone must be an IANA name such as 'UTC' or 'Europe/Berlin', got {name!r}")
+        raise InvalidScheduleError(f"timezone must be an IANA name such as 'UTC' or 'Europe/Berlin', got {quote(name)}")
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise InvalidScheduleError(
-            f"timezone {name!r} is not an IANA time zone name (such as 'UTC' or 'Europe/Berlin')") from None
+            f"timezone {quote(name)} is not an IANA time zone name (such as 'UTC' or 'Europe/Berlin')") from None
     return name
 
 

@@ -38,7 +38,7 @@ from .writer import GroupCommitWriter
 __all__ = ["BrokerServer", "MAX_MESSAGE_BYTES"]
 
 log = logging.getLogger(__name__)
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # largest gRPC request: a big batch of large messages
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # largest reply: a pull of many large messages
 
 
 class BrokerServer:
@@ -69,14 +69,21 @@ class BrokerServer:
                                                            settings.zk_session_timeout, auth=settings.zk_auth)
         self._own_coordinator = coordinator is None
         interceptors = []
+        options = [("grpc.max_receive_message_length", settings.max_request_bytes),
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.so_reuseport", 0)]
         if settings.auth == "token":
             interceptors.append(TokenInterceptor(Principals(PrincipalStore(self.storage.db)), ERROR_KEY))
+            # The interceptor reads a request only once its token is accepted. Until then a call
+            # may send ahead what its HTTP/2 stream window allows: 64 KiB, unless bandwidth
+            # probing grows the window of a busy connection (to megabytes per stream, measured
+            # on loopback), which would let anonymous streams park that much each. A read still
+            # opens the window to the message it takes, so large authenticated requests flow.
+            options.append(("grpc.http2.bdp_probe", 0))
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidemq-rpc"),
             interceptors=interceptors,
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.so_reuseport", 0)],
+            options=options,
             maximum_concurrent_rpcs=workers * 4,
         )
         if credentials is None:

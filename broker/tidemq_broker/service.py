@@ -47,6 +47,10 @@ ERROR_KEY = "tidemq-error"  # trailing metadata: the class name of the tidemq er
 #: takes a session timeout to say so. A live consumer takes its own within milliseconds, and
 #: fills its batch with its own first, so under load the shards stay apart.
 STRANDED_AFTER = 1.0
+#: The longest error text a reply carries. It travels in the grpc-message trailer, where every
+#: byte outside printable ASCII takes three; clients refuse trailers beyond 8 KiB, and a refused
+#: reply would reach the caller as RESOURCE_EXHAUSTED instead of its error.
+MAX_DETAILS_BYTES = 2048
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -71,7 +75,16 @@ def _rpc(method: F) -> F:
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, exc: Exception) -> None:
     context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
-    context.abort(code, str(exc))
+    context.abort(code, _details(exc))
+
+
+def _details(exc: Exception) -> str:
+    """The error's text, at most MAX_DETAILS_BYTES of UTF-8. Messages quote input through
+    ``tidemq.errors.quote`` already; this holds for any other text too, such as a library's."""
+    data = str(exc).encode("utf-8")
+    if len(data) <= MAX_DETAILS_BYTES:
+        return str(exc)
+    return data[:MAX_DETAILS_BYTES].decode("utf-8", "ignore") + "..."
 
 
 class BrokerService(pb_grpc.BrokerServicer):

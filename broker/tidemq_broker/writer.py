@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 from tidemq import clock, tracing
 from tidemq.coalesce import Coalescer, Request
 from . import metrics
-from .errors import StorageUnavailableError, TidemqError, ValidationError
+from .errors import StorageUnavailableError, TidemqError, ValidationError, quote
 from .storage import NewRow, RequestRef, Storage
 from .topics import TopicCache
 
@@ -67,7 +67,10 @@ class GroupCommitWriter:
             if len(batch) == 1:
                 if not isinstance(exc, ValidationError):  # the caller's input: its error says it all
                     log.exception("produce failed")
-                batch[0].error = exc if isinstance(exc, TidemqError) else TidemqError(f"produce failed: {exc!r}")
+                # A database error's own text, never SQLAlchemy's, which carries the statement
+                # and with it the rows' data (the log above has the whole of it).
+                reason = quote(getattr(exc, "orig", None) or exc, limit=200)
+                batch[0].error = exc if isinstance(exc, TidemqError) else TidemqError(f"produce failed: {reason}")
                 return
             # One request's rows broke the shared transaction: commit each request on its own
             # so the others are not refused for it.

@@ -7,14 +7,17 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, quote
 from .logs import LOG_FORMATS
 from .validation import DEFAULT_MAX_DATA_BYTES
 
-__all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT", "has_password", "masked_url"]
+__all__ = ["Settings", "DEFAULT_DB_URL", "DEFAULT_ZK_ROOT", "MAX_REQUEST_BYTES", "has_password", "masked_url"]
 
 DEFAULT_DB_URL = "sqlite:///tidemq-dev.sqlite3"
 DEFAULT_ZK_ROOT = "/tidemq"
+#: The largest request a broker reads by default and a client sends: a big produce_many batch.
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MIN_REQUEST_BYTES = 64 * 1024
 AUTH_MODES = ("none", "token")
 _TOKEN = re.compile(r"tmq_[A-Za-z0-9_-]{20,200}")
 
@@ -29,6 +32,9 @@ class Settings:
     zk_root: the ZooKeeper path under which tidemq keeps its nodes (TIDEMQ_ZK_ROOT).
     brokers: static broker addresses (TIDEMQ_BROKERS) used instead of ZooKeeper discovery.
     max_data_bytes: the largest message data a broker accepts (TIDEMQ_MAX_DATA_BYTES).
+    max_request_bytes: the largest request a broker reads, a whole produce_many batch
+    (TIDEMQ_MAX_REQUEST_BYTES, 64 KiB to 64 MiB). With ``auth="token"`` a broker reads none of
+    it before the caller's token is accepted.
     zk_session_timeout: seconds before ZooKeeper drops a silent process's nodes
     (TIDEMQ_ZK_SESSION_TIMEOUT): lower means faster takeover of a dead worker's share.
     produce_in_flight: Produce RPCs a client keeps open at once (TIDEMQ_PRODUCE_IN_FLIGHT);
@@ -60,6 +66,7 @@ class Settings:
     admin_user: str = ""
     admin_password: str = field(default="", repr=False)
     max_data_bytes: int = DEFAULT_MAX_DATA_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES
     rpc_timeout: float = 10.0
     zk_session_timeout: float = 10.0
     produce_in_flight: int = 2
@@ -89,14 +96,15 @@ class Settings:
         env = os.environ if env is None else env
         try:
             max_bytes = int(env.get("TIDEMQ_MAX_DATA_BYTES", DEFAULT_MAX_DATA_BYTES))
+            max_request = int(env.get("TIDEMQ_MAX_REQUEST_BYTES", "") or MAX_REQUEST_BYTES)
             rpc_timeout = float(env.get("TIDEMQ_RPC_TIMEOUT", 10.0))
             session_timeout = float(env.get("TIDEMQ_ZK_SESSION_TIMEOUT", 10.0))
             in_flight = int(env.get("TIDEMQ_PRODUCE_IN_FLIGHT", 2))
             metrics_port = int(env.get("TIDEMQ_METRICS_PORT", "") or 0)
         except ValueError as exc:
             raise ConfigurationError(
-                "TIDEMQ_MAX_DATA_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT / TIDEMQ_PRODUCE_IN_FLIGHT "
-                "/ TIDEMQ_METRICS_PORT "
+                "TIDEMQ_MAX_DATA_BYTES / TIDEMQ_MAX_REQUEST_BYTES / TIDEMQ_RPC_TIMEOUT / TIDEMQ_ZK_SESSION_TIMEOUT "
+                "/ TIDEMQ_PRODUCE_IN_FLIGHT / TIDEMQ_METRICS_PORT "
                 f"must be numbers: {exc}") from None
         settings = cls(
             db_url=(env.get("TIDEMQ_DB_URL", "") or _first_line(env.get("TIDEMQ_DB_URL_FILE", ""), "TIDEMQ_DB_URL_FILE")
@@ -107,6 +115,7 @@ class Settings:
             admin_user=env.get("TIDEMQ_ADMIN_USER", ""),
             admin_password=env.get("TIDEMQ_ADMIN_PASSWORD", ""),
             max_data_bytes=max_bytes,
+            max_request_bytes=max_request,
             rpc_timeout=rpc_timeout,
             zk_session_timeout=session_timeout,
             produce_in_flight=in_flight,
@@ -131,7 +140,7 @@ class Settings:
     def check(self) -> None:
         """Raise ConfigurationError for values that cannot work."""
         if not self.zk_root.startswith("/") or self.zk_root.endswith("/") and self.zk_root != "/":
-            raise ConfigurationError(f"TIDEMQ_ZK_ROOT must be an absolute path like /tidemq, got {self.zk_root!r}")
+            raise ConfigurationError(f"TIDEMQ_ZK_ROOT must be an absolute path like /tidemq, got {quote(self.zk_root)}")
         if not 1 <= self.zk_session_timeout <= 600:
             raise ConfigurationError(
                 f"TIDEMQ_ZK_SESSION_TIMEOUT must be between 1 and 600 seconds, got {self.zk_session_timeout}")
@@ -141,10 +150,10 @@ class Settings:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigurationError("TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together: set both files or neither")
         if self.auth not in AUTH_MODES:
-            raise ConfigurationError(f"TIDEMQ_AUTH must be one of {', '.join(AUTH_MODES)}, got {self.auth!r}")
+            raise ConfigurationError(f"TIDEMQ_AUTH must be one of {', '.join(AUTH_MODES)}, got {quote(self.auth)}")
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(
-                f"TIDEMQ_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+                f"TIDEMQ_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {quote(self.log_format)}")
         if self.token and not _TOKEN.fullmatch(self.token):
             # The value is never echoed: it is a secret, even when malformed.
             raise ConfigurationError(
@@ -153,6 +162,10 @@ class Settings:
             raise ConfigurationError(
                 f"TIDEMQ_MAX_DATA_BYTES must be between 1 and 16777215 (the column's limit), got {self.max_data_bytes}"
             )
+        if not MIN_REQUEST_BYTES <= self.max_request_bytes <= MAX_REQUEST_BYTES:
+            raise ConfigurationError(
+                f"TIDEMQ_MAX_REQUEST_BYTES must be between {MIN_REQUEST_BYTES} and {MAX_REQUEST_BYTES} (64 MiB, "
+                f"what clients send at most), got {self.max_request_bytes}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError(
                 f"TIDEMQ_METRICS_PORT must be a TCP port (1-65535), or 0 or empty for no metrics, got {self.metrics_port}")

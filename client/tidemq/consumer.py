@@ -6,7 +6,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Union
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, quote
 from .message import Message, MessageType
 from .validation import check_topic
 
@@ -98,7 +98,7 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
     if kind is MessageType.SERIAL_QUEUE:
         threads, batch = 1, 1
     if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
-        raise ConfigurationError(f"schedule must be a cron expression such as '*/5 * * * *', got {schedule!r}")
+        raise ConfigurationError(f"schedule must be a cron expression such as '*/5 * * * *', got {quote(schedule)}")
     if schedule is not None and kind is MessageType.TOPIC:
         raise ConfigurationError("schedule produces messages; TOPIC consumers receive broadcasts, which it cannot send")
 

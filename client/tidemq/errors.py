@@ -7,6 +7,9 @@ form. Errors a caller may retry derive from :class:`RetriableError`.
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 __all__ = [
     "TidemqError",
     "ConfigurationError",
@@ -28,7 +31,17 @@ __all__ = [
     "AuthenticationError",
     "PermissionDeniedError",
     "error_from_name",
+    "quote",
+    "QUOTE_CHARS",
 ]
+
+#: How much of a value an error message quotes. Messages travel back to callers in gRPC trailing
+#: metadata, which clients refuse beyond 8 KiB: an echoed value must never decide the size.
+QUOTE_CHARS = 60
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = QUOTE_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
+_REPR.maxlevel = 3
 
 
 class TidemqError(Exception):
@@ -115,3 +128,16 @@ def error_from_name(name: str, message: str) -> TidemqError:
     if isinstance(cls, type) and issubclass(cls, TidemqError):
         return cls(message)
     return TidemqError(message)
+
+
+def quote(value: Any, limit: int = QUOTE_CHARS) -> str:
+    """``value`` as an error message quotes it: its ``repr``, cut to about ``limit`` characters,
+    with the full length said when a string or bytes value was cut.
+
+    Every message that echoes input goes through here, so a 10,000-character field comes back as
+    its first characters and its length, never in full."""
+    if isinstance(value, (str, bytes, bytearray)) and len(value) > limit:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit]!r}... ({len(value):,} {unit})"
+    text = _REPR.repr(value)
+    return text if len(text) <= 2 * limit else text[:2 * limit] + "..."

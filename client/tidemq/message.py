@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Optional
 
-from .errors import InvalidMessageTypeError
+from .errors import InvalidMessageTypeError, quote
 from .lifecycle import MessageStatus
 
 __all__ = ["MessageType", "MessageStatus", "Message"]
@@ -37,7 +37,7 @@ class MessageType(str, enum.Enum):
         except ValueError:
             choices = ", ".join(m.value for m in cls)
             raise InvalidMessageTypeError(
-                f"unknown message type {value!r}: expected one of {choices}"
+                f"unknown message type {quote(value)}: expected one of {choices}"
             ) from None
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
 from typing import Any, Callable, Optional
 
 import grpc
 
+from .config import MAX_REQUEST_BYTES
 from .coordinator import Coordinator
-from .errors import BrokerUnavailableError, PullCancelledError, TidemqError, error_from_name
+from .errors import BrokerUnavailableError, MalformedRequestError, PullCancelledError, TidemqError, error_from_name
 from .link import PullHandle
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
@@ -19,7 +21,7 @@ __all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES", "CHANNEL_OPTIONS", "r
 
 log = logging.getLogger(__name__)
 ERROR_KEY = "tidemq-error"
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_MESSAGE_BYTES = MAX_REQUEST_BYTES  # what a client sends and reads at most per call
 _QUARANTINE = 2.0  # seconds a broker that failed a call is passed over
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -30,7 +32,10 @@ CHANNEL_OPTIONS = [
 ]
 #: Codes that mean the broker (not the request) failed: the call moves to another broker.
 _FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
-                   grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED)
+                   grpc.StatusCode.INTERNAL)
+#: grpc's answer, before anything runs, from a server already running its maximum_concurrent_rpcs.
+_BUSY = "Concurrent RPC limit exceeded"
+_TOO_LARGE = re.compile(r"message larger than max \((\d+) vs\. (\d+)\)")
 
 
 class BrokerPool:
@@ -180,9 +185,32 @@ def rpc_failure(exc: grpc.RpcError, method: str, address: str, timeout: float) -
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return BrokerUnavailableError(f"{method} on {address} did not finish within {timeout:.1f} s")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return _exhausted(exc.details() or "", method, address)
     if code not in _FAILOVER_CODES:
         return TidemqError(f"{method} on {address} failed: {code.name}: {exc.details()}")
     return None
+
+
+def _exhausted(details: str, method: str, address: str) -> Optional[TidemqError]:
+    """The error of a RESOURCE_EXHAUSTED call, or None for a busy broker.
+
+    A broker that answered is alive: a request or reply over a size limit, or an answer whose
+    trailers this client refused as too large, is an error of this call, and every other broker
+    would answer it alike. Only a broker at its limit of concurrent calls ran nothing and may be
+    replaced by another."""
+    if _BUSY in details:
+        return None
+    size = _TOO_LARGE.search(details)
+    if size:
+        return MalformedRequestError(
+            f"{method} on {address}: a message of {int(size[1]):,} bytes is over the limit of {int(size[2]):,} "
+            "bytes per call (a broker reads requests up to TIDEMQ_MAX_REQUEST_BYTES, a client sends and reads "
+            "up to 64 MiB): send or pull fewer or smaller messages per call")
+    if "metadata" in details:
+        return TidemqError(f"{method} on {address}: the broker answered, but its reply's trailers were over the "
+                           f"size this client accepts, so its error is unknown (RESOURCE_EXHAUSTED: {details})")
+    return TidemqError(f"{method} on {address} failed: RESOURCE_EXHAUSTED: {details}")
 
 
 def _tidemq_error(exc: grpc.RpcError) -> Optional[TidemqError]:

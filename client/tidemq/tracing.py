@@ -20,6 +20,8 @@ import re
 import time
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
+from .errors import quote
+
 __all__ = ["available", "current_traceparent", "produce_span", "rpc_span", "commit_span", "record_lock",
            "handler_span", "set_message_ids", "now_ns", "trace_id_of", "current_trace_id", "check_traceparent", "TRACEPARENT_MAX"]
 
@@ -66,7 +68,7 @@ def check_traceparent(value: str) -> str:
     """``value`` if it is a W3C traceparent of at most TRACEPARENT_MAX characters, else ValueError."""
     if value and (len(value) > TRACEPARENT_MAX or not _TRACEPARENT.fullmatch(value)):
         raise ValueError(f"trace_context must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), "
-                         f"at most {TRACEPARENT_MAX} characters, got {value[:80]!r}")
+                         f"at most {TRACEPARENT_MAX} characters, got {quote(value)}")
     return value
 
 

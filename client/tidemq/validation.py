@@ -18,6 +18,7 @@ from .errors import (
     InvalidRetryError,
     InvalidTopicError,
     MalformedRequestError,
+    quote,
 )
 
 __all__ = [
@@ -65,14 +66,14 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0
 def check_topic(topic: Any) -> str:
     """Return ``topic`` if it is a valid topic name, else raise InvalidTopicError."""
     if not isinstance(topic, str) or not topic:
-        raise InvalidTopicError(f"topic must be a non-empty string, got {topic!r}")
+        raise InvalidTopicError(f"topic must be a non-empty string, got {quote(topic)}")
     if len(topic) > TOPIC_MAX_LENGTH:
         raise InvalidTopicError(
             f"topic is {len(topic)} characters long; the limit is {TOPIC_MAX_LENGTH}"
         )
     if not _TOPIC_RE.fullmatch(topic):
         raise InvalidTopicError(
-            f"topic {topic[:80]!r} has characters outside [A-Za-z0-9._:-]"
+            f"topic {quote(topic)} has characters outside [A-Za-z0-9._:-]"
         )
     return topic
 
@@ -141,9 +142,9 @@ def check_delay(delay: Any) -> float:
     if isinstance(delay, timedelta):
         delay = delay.total_seconds()
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-        raise InvalidDelayError(f"delay must be a number of seconds, got {delay!r}")
+        raise InvalidDelayError(f"delay must be a number of seconds, got {quote(delay)}")
     if not math.isfinite(delay) or delay < 0:
-        raise InvalidDelayError(f"delay must be between 0 and {MAX_DELAY_SECONDS} seconds (10 years), got {delay!r}")
+        raise InvalidDelayError(f"delay must be between 0 and {MAX_DELAY_SECONDS} seconds (10 years), got {quote(delay)}")
     if delay > MAX_DELAY_SECONDS:
         raise InvalidDelayError(
             f"delay of {delay:.0f} s is more than the limit of {MAX_DELAY_SECONDS} s (10 years)"
@@ -158,7 +159,7 @@ def check_effect_time(effect_time: Any, now: Optional[datetime] = None) -> datet
     is accepted: the message is due at once.
     """
     if not isinstance(effect_time, datetime):
-        raise InvalidDelayError(f"effect_time must be a datetime, got {effect_time!r}")
+        raise InvalidDelayError(f"effect_time must be a datetime, got {quote(effect_time)}")
     aware = effect_time.astimezone(timezone.utc)
     now = now or datetime.now(timezone.utc)
     if (aware - now).total_seconds() > MAX_DELAY_SECONDS:
@@ -171,17 +172,17 @@ def check_effect_time(effect_time: Any, now: Optional[datetime] = None) -> datet
 def parse_duration(value: Any) -> float:
     """Parse one retry delay: seconds as a number, or a string like "500ms", "30s", "2m", "1h", "1d"."""
     if isinstance(value, bool):
-        raise InvalidRetryError(f"retry delay must be seconds or a string like '2m', got {value!r}")
+        raise InvalidRetryError(f"retry delay must be seconds or a string like '2m', got {quote(value)}")
     if isinstance(value, (int, float)):
         seconds = float(value)
     elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
         seconds = float(m.group(1)) * _UNITS[m.group(2)]
     else:
         raise InvalidRetryError(
-            f"retry delay {value!r} is not of the form 10, 2.5, '500ms', '30s', '2m', '1h' or '1d'"
+            f"retry delay {quote(value)} is not of the form 10, 2.5, '500ms', '30s', '2m', '1h' or '1d'"
         )
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_DELAY_SECONDS:
-        raise InvalidRetryError(f"retry delay must be between 0 and {MAX_DELAY_SECONDS} s, got {value!r}")
+        raise InvalidRetryError(f"retry delay must be between 0 and {MAX_DELAY_SECONDS} s, got {quote(value)}")
     return seconds
 
 
@@ -194,7 +195,7 @@ def parse_retry(retry: Union[None, int, Sequence[Any]]) -> tuple[int, Optional[l
     if retry is None:
         return -1, None
     if isinstance(retry, bool):
-        raise InvalidRetryError(f"retry must be a count or a list of delays, got {retry!r}")
+        raise InvalidRetryError(f"retry must be a count or a list of delays, got {quote(retry)}")
     if isinstance(retry, int):
         if not 0 <= retry <= MAX_RETRIES:
             raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES}, got {retry}")
@@ -245,5 +246,5 @@ def check_priority(priority: Any) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int) \
             or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise MalformedRequestError(
-            f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (higher first), got {priority!r}")
+            f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (higher first), got {quote(priority)}")
     return priority

@@ -131,7 +131,7 @@ def test_first_admin_comes_from_settings_and_keeps_its_password(app, settings):
 def test_cli_user_add_creates_a_viewer_that_cannot_change(app, settings, monkeypatch, capsys):
     from tidemq_cli.main import main
 
-    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret-enough\n"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret-violet-kettle\n"))
     code = main(["--db-url", settings.db_url, "admin", "user", "add", "carol", "--role", "viewer", "--password-stdin"])
     assert code == 0
     assert "created with role viewer" in capsys.readouterr().out
@@ -139,7 +139,7 @@ def test_cli_user_add_creates_a_viewer_that_cannot_change(app, settings, monkeyp
     assert carol.role == "viewer" and "s3cret" not in carol.password_hash
     client = app.test_client()
     token = csrf_of(client.get("/login").get_data(as_text=True))
-    assert client.post("/login", data={"csrf_token": token, "name": "carol", "password": "s3cret-enough"}).status_code == 302
+    assert client.post("/login", data={"csrf_token": token, "name": "carol", "password": "s3cret-violet-kettle"}).status_code == 302
 
 
 def test_cli_user_add_rejects_short_password_naming_the_limit(settings, monkeypatch, capsys):

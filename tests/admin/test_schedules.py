@@ -60,3 +60,19 @@ def test_changes_need_the_csrf_token(admin, storage):
     storage.put_schedule(check_schedule("hourly", "t.hourly", "0 * * * *"), clock.now())
     assert admin.post("/schedules/hourly/delete", csrf=False).status_code == 400
     assert storage.get_schedule("hourly") is not None
+
+
+def test_a_huge_field_is_named_with_a_short_message(admin, storage):
+    import re
+
+    for field in ("cron", "timezone", "name", "missed"):
+        form = {"name": "s2", "topic": "t.ok", "cron": "* * * * *", "timezone": "UTC", "missed": "once"}
+        form[field] = "x" * 10_000
+        resp = admin.post("/schedules/new", form)
+        assert resp.status_code == 400
+        shown = re.search(rf'id="err-{field}">([^<]*)<', resp.get_data(as_text=True))
+        assert shown, f"{field}: no error shown"
+        assert len(shown.group(1)) < 400 and "x" * 61 not in shown.group(1), shown.group(1)
+    missing = admin.get("/schedules/" + "y" * 5000 + "/edit")
+    assert missing.status_code == 404 and "y" * 61 not in missing.get_data(as_text=True)
+    assert storage.get_schedule("s2") is None

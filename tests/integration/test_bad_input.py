@@ -115,6 +115,25 @@ def test_broker_enforces_its_own_data_limit(settings, mysql_url):
         server.stop(grace=1)
 
 
+def test_a_request_over_the_brokers_receive_limit_is_an_input_error_naming_it(settings, mysql_url):
+    from dataclasses import replace
+
+    from tidemq import Client
+    from tidemq.errors import MalformedRequestError
+    from tidemq_broker.server import BrokerServer
+
+    server = BrokerServer(replace(settings, max_request_bytes=1 << 20)).start()
+    client = Client(replace(settings, zk_hosts="", brokers=(server.address,), rpc_timeout=5))
+    try:
+        with pytest.raises(MalformedRequestError, match=r"over the limit of 1,048,576 bytes per call"):
+            client.produce_many("t.limit", ["x" * 600_000, "y" * 600_000])
+        assert stored(server) == 0
+        assert len(client.produce_many("t.limit", ["x" * 400_000, "y" * 400_000])) == 2  # the same broker, at once
+    finally:
+        client.close()
+        server.stop(grace=1)
+
+
 @pytest.mark.parametrize("call, request_, words", [
     ("Produce", pb.ProduceRequest(), "at least one"),
     ("Produce", pb.ProduceRequest(messages=[pb.NewMessage(topic="t", data="1")] * 10001), "limit is 10000"),
@@ -203,3 +222,26 @@ def test_the_client_refuses_nan_and_deep_data_before_sending(client):
         deep = [deep]
     with pytest.raises(InvalidDataError, match="deeper than 64 levels"):
         client.produce("bad.client", deep)
+
+
+@pytest.mark.parametrize("field", ["name", "topic", "cron", "timezone", "missed", "data"])
+def test_a_huge_schedule_field_is_invalid_argument_every_time_with_a_short_message(stub, broker, field):
+    """A default gRPC client refuses replies with more than 8 KiB of trailers, at random between
+    8 and 16 KiB: an error that echoed a 10,000-character field arrived as RESOURCE_EXHAUSTED."""
+    fields = {"name": "huge", "topic": "t.huge", "cron": "* * * * *", "timezone": "UTC", "missed": "once",
+              "data": "null"}
+    fields[field] = "x" * 10_000
+    for _ in range(10):
+        with pytest.raises(grpc.RpcError) as info:
+            stub.PutSchedule(pb.PutScheduleRequest(retry=-1, **fields), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        details = info.value.details()
+        assert len(details) < 400 and "x" * 61 not in details, details
+    assert broker.storage.get_schedule("huge") is None
+
+
+def test_a_huge_request_id_is_quoted_with_its_length(stub, broker):
+    details = _invalid(stub.Produce, pb.ProduceRequest(
+        messages=[pb.NewMessage(topic="t", data="1")], request_id="y" * 10_000), "MalformedRequestError")
+    assert len(details) < 400 and "(10,000 characters)" in details
+    assert stored(broker) == 0

@@ -175,6 +175,23 @@ def test_every_rpc_without_a_token_with_a_wrong_one_and_with_a_revoked_one_is_un
             client.close()
 
 
+def test_a_call_with_a_token_and_no_request_message_is_refused_naming_it(auth_broker, store):
+    import grpc
+
+    from tidemq.rpc import tidemq_pb2 as pb
+
+    token = _principal(store, "empty", "admin", ["*"])
+    channel = grpc.insecure_channel(auth_broker.address)
+    try:
+        empty = channel.stream_unary("/tidemq.v1.Broker/Produce", request_serializer=pb.ProduceRequest.SerializeToString,
+                                     response_deserializer=pb.ProduceReply.FromString)
+        with pytest.raises(grpc.RpcError) as info:
+            empty(iter(()), timeout=10, metadata=(("authorization", f"Bearer {token}"),))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "no request" in info.value.details()
+    finally:
+        channel.close()
+
+
 ALLOWED = {
     "producer": {"Produce", "Cancel", "Requeue", "PutSchedule"},
     "consumer": {"Pull", "Ack", "Touch", "Extend", "Release"},
@@ -334,3 +351,90 @@ def test_a_worker_process_consumes_through_tls_with_a_token(settings, pki, store
     finally:
         producer.close()
         broker.stop(grace=1)
+
+
+# -- memory before authentication ---------------------------------------------------------------
+
+def _peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MiB."""
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM")) / 1024
+
+
+def test_large_anonymous_requests_cost_the_broker_no_memory_while_a_client_keeps_producing(
+        settings, store, spawn, tmp_path):
+    """grpc reads a unary request whole before its handler runs: 96 anonymous 12 MiB Produce calls,
+    24 at a time, made the broker hold up to 24 of them before the token check refused each one.
+    The broker now reads a request only after its token is accepted."""
+    import threading
+
+    import grpc
+
+    from tests.processes import process_env, start_broker_process
+    from tidemq import Settings
+    from tidemq.rpc import tidemq_pb2 as pb
+
+    token = _principal(store, "steady", "producer", ["steady.*"])
+    proc, address = start_broker_process(spawn, tmp_path, process_env(settings, TIDEMQ_AUTH="token"))
+    client = Client(Settings.from_env({}, brokers=(address,), token=token, rpc_timeout=30))
+    stop, produced, errors = threading.Event(), [], []
+
+    def keep_producing() -> None:
+        while not stop.is_set():
+            try:
+                produced.append(client.produce("steady.t", {"n": len(produced)}))
+            except Exception as exc:  # every failure is reported below
+                errors.append(exc)
+
+    big = pb.ProduceRequest(messages=[pb.NewMessage(topic="steady.t", data='"' + "x" * (12 << 20) + '"')])
+    payload = big.SerializeToString()
+    shared = grpc.insecure_channel(address)  # many streams on one connection, and one per caller
+    codes: list[str] = []
+
+    def anonymous(own_channel: bool) -> None:
+        channel = grpc.insecure_channel(address) if own_channel else shared
+        try:
+            channel.unary_unary("/tidemq.v1.Broker/Produce", request_serializer=None,
+                                response_deserializer=None)(payload, timeout=60)
+            codes.append("OK")
+        except grpc.RpcError as exc:
+            codes.append(exc.code().name)
+        finally:
+            if own_channel:
+                channel.close()
+
+    producer = threading.Thread(target=keep_producing)
+    try:
+        for _ in range(20):  # the producer's path warmed up before the baseline is read
+            client.produce("steady.t", {"warm": True})
+        producer.start()
+        wait_until(lambda: len(produced) >= 20, 30, what="the steady producer's first messages")
+        before, during = _peak_rss_mib(proc.pid), len(produced)
+        for _ in range(4):
+            burst = [threading.Thread(target=anonymous, args=(i % 2 == 0,)) for i in range(24)]
+            for t in burst:
+                t.start()
+            for t in burst:
+                t.join(120)
+        grown = _peak_rss_mib(proc.pid) - before
+        during = len(produced) - during
+        print(f"\nbroker peak RSS grew {grown:.1f} MiB under 96 anonymous 12 MiB requests; "
+              f"{during} messages produced meanwhile")
+        assert codes == ["UNAUTHENTICATED"] * 96
+        assert grown < 24, f"the broker's peak memory grew {grown:.0f} MiB (two requests are 24 MiB)"
+        assert during > 0 and not errors, errors[:3]
+        stop.set()
+        producer.join(30)
+        # A valid caller still sends the largest batches: 60 messages of ~1 MB (60 MB in one
+        # request, under the 64 MiB limit), and 10,000 small ones.
+        assert len(client.produce_many("steady.bulk", ["y" * 999_990] * 60, timeout=120)) == 60
+        assert len(client.produce_many("steady.many", [{"i": i} for i in range(10_000)], timeout=120)) == 10_000
+        counts = store.count_by_status()
+        assert counts["steady.bulk"] == {"NEW": 60} and counts["steady.many"] == {"NEW": 10_000}
+        assert counts["steady.t"] == {"NEW": 20 + len(produced)}
+    finally:
+        stop.set()
+        if producer.is_alive():
+            producer.join(30)
+        shared.close()
+        client.close()

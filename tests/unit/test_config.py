@@ -26,10 +26,17 @@ def test_environment_and_overrides():
     ({"TIDEMQ_MAX_DATA_BYTES": "0"}, "between 1 and"),
     ({"TIDEMQ_PRODUCE_IN_FLIGHT": "0"}, "TIDEMQ_PRODUCE_IN_FLIGHT must be between 1 and 64"),
     ({"TIDEMQ_PRODUCE_IN_FLIGHT": "two"}, "must be numbers"),
+    ({"TIDEMQ_MAX_REQUEST_BYTES": "1000"}, "TIDEMQ_MAX_REQUEST_BYTES must be between 65536 and 67108864"),
+    ({"TIDEMQ_MAX_REQUEST_BYTES": str(128 << 20)}, "what clients send at most"),
 ])
 def test_bad_settings_name_the_variable(env, words):
     with pytest.raises(ConfigurationError, match=words):
         Settings.from_env(env)
+
+
+def test_the_request_limit_is_read_from_the_environment():
+    assert Settings.from_env({}).max_request_bytes == 64 << 20
+    assert Settings.from_env({"TIDEMQ_MAX_REQUEST_BYTES": str(4 << 20)}).max_request_bytes == 4 << 20
 
 
 def test_produce_in_flight_is_read_from_the_environment():

@@ -116,3 +116,72 @@ def test_unique_keys_and_batches():
 
 def test_every_input_error_is_a_value_error():
     assert issubclass(InvalidTopicError, ValidationError) and issubclass(ValidationError, ValueError)
+
+
+LONG = "x" * 10_000
+
+
+def _echoing_checks():
+    """Every check that quotes the value it refuses, each given a 10,000-character one."""
+    from tidemq.config import Settings
+    from tidemq.tracing import check_traceparent
+    from tidemq.validation import check_priority
+    from tidemq_admin.accounts import check_user
+    from tidemq_broker import auth, flow, schedules
+    from tidemq_broker.intake import check_lease_token, check_request_id
+
+    return {
+        "topic (not a string)": lambda: check_topic([LONG]),
+        "topic (characters)": lambda: check_topic("a b" * 80),
+        "delay": lambda: check_delay(LONG),
+        "effect_time": lambda: check_effect_time(LONG),
+        "retry delay": lambda: parse_duration(LONG),
+        "retry": lambda: parse_retry({LONG: 1}),
+        "priority": lambda: check_priority(LONG),
+        "message type": lambda: MessageType.parse(LONG),
+        "traceparent": lambda: check_traceparent(LONG),
+        "request_id": lambda: check_request_id(LONG),
+        "lease_token": lambda: check_lease_token(LONG),
+        "schedule name": lambda: schedules.check_schedule(LONG, "t", "* * * * *"),
+        "schedule cron": lambda: schedules.check_schedule("s", "t", LONG),
+        "schedule cron fields": lambda: schedules.check_cron("x " * 5),
+        "schedule timezone": lambda: schedules.check_schedule("s", "t", "* * * * *", timezone_name=LONG),
+        "schedule missed": lambda: schedules.check_schedule("s", "t", "* * * * *", missed=LONG),
+        "schedule retry": lambda: schedules.check_schedule("s", "t", "* * * * *", retry=LONG),
+        "principal name": lambda: auth.check_name(LONG),
+        "principal role": lambda: auth.check_role(LONG),
+        "topic pattern": lambda: auth.parse_patterns("a b" * 80),
+        "flow limit": lambda: flow.check_limits(LONG, None, None),
+        "flow rate": lambda: flow.check_limits(None, LONG, None),
+        "flow limit as typed": lambda: flow.parse_limit(LONG),
+        "console role": lambda: check_user("ops", "correct-horse-9", LONG),
+        "TIDEMQ_ZK_ROOT": lambda: Settings(zk_root=LONG).check(),
+        "TIDEMQ_AUTH": lambda: Settings(auth=LONG).check(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_echoing_checks()))
+def test_an_error_quotes_only_the_start_of_a_long_value(name):
+    from tidemq.errors import TidemqError
+
+    with pytest.raises((TidemqError, ValueError)) as info:
+        _echoing_checks()[name]()
+    text = str(info.value)
+    assert len(text) < 400, f"{name}: {len(text)} characters"
+    assert "x" * 61 not in text  # at most QUOTE_CHARS of the value itself
+
+
+def test_quote_cuts_long_values_and_says_how_long_they_were():
+    from tidemq.errors import QUOTE_CHARS, quote
+
+    assert quote("abc") == "'abc'" and quote(2.5) == "2.5" and quote(None) == "None"
+    assert quote(LONG) == repr("x" * QUOTE_CHARS) + "... (10,000 characters)"
+    assert quote(b"y" * 100).endswith("... (100 bytes)")
+    assert len(quote(list(range(100_000)))) < 2 * QUOTE_CHARS + 4
+    assert len(quote({"k": [LONG] * 50})) < 2 * QUOTE_CHARS + 4
+
+    class Loud:
+        def __repr__(self) -> str:
+            return "!" * 100_000
+
+    assert len(quote(Loud())) < 2 * QUOTE_CHARS + 4

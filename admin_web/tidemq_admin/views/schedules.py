@@ -8,6 +8,7 @@ from typing import Optional
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, url_for
 
 from tidemq import clock
+from tidemq.errors import quote
 from tidemq_broker.schedules import NAME_MAX_LENGTH, next_tick
 from tidemq_broker.storage import Schedule
 
@@ -40,7 +41,7 @@ def edit(name: str):  # type: ignore[no-untyped-def]
 def _existing(name: str) -> Schedule:
     found = console().storage.get_schedule(name) if len(name) <= NAME_MAX_LENGTH else None
     if found is None:
-        abort(404, description=f"There is no schedule named {name!r}.")
+        abort(404, description=f"There is no schedule named {quote(name)}.")
     return found
 
 
@@ -52,7 +53,7 @@ def _form(current: Optional[Schedule]):  # type: ignore[no-untyped-def]
         return render_template("schedule_edit.html", schedule=current, form=request.form, errors=parsed.errors), 400
     storage = console().storage
     if current is None and storage.get_schedule(parsed.value.name) is not None:
-        errors = {"name": f"a schedule named {parsed.value.name!r} exists; edit it instead"}
+        errors = {"name": f"a schedule named {quote(parsed.value.name)} exists; edit it instead"}
         return render_template("schedule_edit.html", schedule=None, form=request.form, errors=errors), 400
     now = clock.now()
     storage.put_schedule(parsed.value, now)

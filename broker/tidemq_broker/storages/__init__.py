@@ -8,7 +8,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from tidemq.config import masked_url
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, quote
 from .database import SqlDatabase
 from .dialect import SqlDialect
 from .sql import SqlStorage
@@ -27,7 +27,7 @@ def _dialect_for(url: str) -> SqlDialect:
         return SqliteDialect()
     raise ConfigurationError(
         "TIDEMQ_DB_URL is not supported: use mysql+pymysql://user:pw@host:3306/db or sqlite:///file "
-        f"(got a URL starting {url.split(':', 1)[0]!r})")
+        f"(got a URL starting {quote(url.split(':', 1)[0])})")
 
 
 def open_database(url: str, **options: Any) -> SqlDatabase:

@@ -55,6 +55,11 @@ class SqlDialect(abc.ABC):
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         """Insert topic rows, skipping names already present."""
 
+    @abc.abstractmethod
+    def insert_failure_keys(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        """Insert sign-in failure rows whose key is not stored yet, and hold a write lock on the
+        row of every key in ``values`` (new or not) until the transaction ends."""
+
     def lock_index_hint(self, stmt: Any) -> Any:
         """``stmt`` (a SELECT of message rows) made to read the lock index, where the dialect
         needs telling."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, quote
 
 __all__ = ["Addresses", "mark_not_serving_as_disconnect", "split_addresses"]
 
@@ -50,7 +50,7 @@ def split_addresses(url: str, default_port: int = 3306) -> tuple[str, list[tuple
         host, _, port = part.strip().partition(":")
         if not host or (port and not port.isdigit()) or (port and not 0 < int(port) < 65536):
             raise ConfigurationError(
-                f"TIDEMQ_DB_URL names an address {part.strip()!r} that is not host or host:port "
+                f"TIDEMQ_DB_URL names an address {quote(part.strip())} that is not host or host:port "
                 "(expected mysql+pymysql://user:pw@host1:3306,host2:3306/db)")
         addresses.append((host, int(port) if port else default_port))
     first = f"{addresses[0][0]}:{addresses[0][1]}"

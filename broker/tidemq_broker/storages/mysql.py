@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from tidemq.tables import MESSAGE as M
 from tidemq.tables import PRODUCE_REQUEST
 
-from ..schema import message, topic
+from ..schema import login_failure, message, topic
 from .dialect import SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
 from .writes import INSERT_COLUMNS
@@ -214,6 +214,12 @@ class MySqlDialect(SqlDialect):
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         stmt = mysql_insert(topic).values(values)
         conn.execute(stmt.on_duplicate_key_update(name=stmt.inserted.name))
+
+    def insert_failure_keys(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        # ON DUPLICATE KEY UPDATE takes an exclusive lock on a row that exists (a plain INSERT
+        # would take a shared one, and two attempts upgrading it would deadlock).
+        stmt = mysql_insert(login_failure).values(values)
+        conn.execute(stmt.on_duplicate_key_update(key_hash=stmt.inserted.key_hash))
 
     def lock_index_hint(self, stmt: Any) -> Any:
         # With the console's (topic, status, lease_expire) index present, the optimizer may pick

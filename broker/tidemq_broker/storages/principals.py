@@ -9,7 +9,7 @@ from typing import Optional
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import ValidationError
+from ..errors import ValidationError, quote
 from ..schema import principal as p
 from .database import SqlDatabase
 
@@ -46,7 +46,7 @@ class PrincipalStore:
         def work(conn: Connection) -> None:
             row = conn.execute(select(p.c.revoked).where(p.c.name == name).with_for_update()).first()
             if row is not None and row.revoked is None:
-                raise ValidationError(f"principal {name!r} exists; revoke it first to issue a new token")
+                raise ValidationError(f"principal {quote(name)} exists; revoke it first to issue a new token")
             values = {"role": role, "topics": ",".join(topics), "token_hash": token_hash, "created": now,
                       "revoked": None}
             if row is None:
@@ -57,7 +57,7 @@ class PrincipalStore:
         try:
             self._db.tx(work)
         except IntegrityError:
-            raise ValidationError(f"principal {name!r} was added meanwhile") from None
+            raise ValidationError(f"principal {quote(name)} was added meanwhile") from None
 
     def revoke(self, name: str, now: datetime) -> bool:
         """Revoke ``name``; False when there is no active principal of that name."""

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Callable, Optional, Sequence
 
 from sqlalchemy import Connection, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from ..schema import admin_session as s
 from ..schema import admin_user as u
@@ -100,27 +99,26 @@ class SessionStore:
         """Count a sign-in attempt as a failure of each of ``keys`` before its password is
         checked, unless ``wait_for(failures so far)`` says to wait: then return that wait and
         count nothing. One transaction holding the keys' rows: parallel attempts are counted one
-        after another, so sending guesses at once gets no more of them through."""
+        after another, so sending guesses at once gets no more of them through.
+
+        The rows are inserted first (with no failures) when missing: a locking read of a row that
+        does not exist yet locks nothing under READ COMMITTED, so the first attempts of a new key
+        would each have read no failures and gone ahead together."""
+        hashes = sorted(_digest(k) for k in keys)  # one order: no deadlock between processes
         by_hash = {_digest(k): k for k in keys}
 
         def work(conn: Connection) -> float:
+            self._db.dialect.insert_failure_keys(
+                conn, [{"key_hash": key, "failures": 0, "last_failure": now} for key in hashes])
             rows = conn.execute(select(f.c.key_hash, f.c.failures, f.c.last_failure)
-                                .where(f.c.key_hash.in_(sorted(by_hash))).with_for_update()).all()
-            wait = wait_for({by_hash[r.key_hash]: (r.failures, r.last_failure) for r in rows})
+                                .where(f.c.key_hash.in_(hashes)).with_for_update()).all()
+            wait = wait_for({by_hash[r.key_hash]: (r.failures, r.last_failure) for r in rows if r.failures})
             if wait > 0:
                 return wait
-            for key in sorted(by_hash):  # one order: no deadlock between processes
-                bumped = conn.execute(update(f).where(f.c.key_hash == key)
-                                      .values(failures=f.c.failures + 1, last_failure=now)).rowcount
-                if not bumped:
-                    conn.execute(insert(f).values(key_hash=key, failures=1, last_failure=now))
+            conn.execute(update(f).where(f.c.key_hash.in_(hashes)).values(failures=f.c.failures + 1, last_failure=now))
             return 0.0
 
-        # Two attempts inserting the same new key: the loser's retry finds the row and waits on it.
-        try:
-            return self._db.tx(work)
-        except IntegrityError:
-            return self._db.tx(work)
+        return self._db.tx(work)
 
     def attempt_succeeded(self, clear: Sequence[str], undo: Sequence[str]) -> None:
         """The password was right: forget the failures of ``clear``, and take back the attempt

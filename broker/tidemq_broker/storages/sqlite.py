@@ -9,6 +9,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, insert, make_ur
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 
+from ..schema import login_failure
 from ..schema import message as m
 from ..schema import topic as t
 from ..errors import ConfigurationError
@@ -53,6 +54,10 @@ class SqliteDialect(SqlDialect):
 
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
+
+    def insert_failure_keys(self, conn: Connection, values: list[dict[str, Any]]) -> None:
+        # The process lock already serialises every transaction: inserting is all there is to do.
+        conn.execute(sqlite_insert(login_failure).values(values).on_conflict_do_nothing(index_elements=["key_hash"]))
 
     def lock_topic_row(self, conn: Connection, topic: str) -> bool:
         """Nothing to lock: the database object's process lock already serialises every transaction."""

@@ -16,7 +16,7 @@ from tidemq import lifecycle
 from tidemq.lifecycle import Change, Event, MessageStatus
 from tidemq.tables import MESSAGE as M
 
-from ..errors import MalformedRequestError
+from ..errors import MalformedRequestError, quote
 from ..schema import message as m
 from ..schema import produce_request as r
 from ..storage import MessageEdit, NewRow, RequestRef, StoredMessage
@@ -204,7 +204,7 @@ class _Claims:
             size = len(earlier) if earlier is not None else first[ref.request_id].count if ref.request_id in first \
                 else ref.count
             if size != ref.count:
-                raise MalformedRequestError(f"request_id {ref.request_id!r} was already used for a Produce call of "
+                raise MalformedRequestError(f"request_id {quote(ref.request_id)} was already used for a Produce call of "
                                             f"{size} messages, not {ref.count}")
             if earlier is not None:
                 claims.answered[ref] = earlier
