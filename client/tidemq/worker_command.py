@@ -14,11 +14,12 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from . import tracing_env
 from .client import Client
 from .config import Settings
+from .consumer import ConsumerSpec
 from .metrics import serve_metrics
 from .worker import Worker
 
@@ -52,13 +53,13 @@ def _positive_seconds(text: str) -> float:
 
 def run_worker(settings: Settings, modules: Iterable[str] = (), *, drain_timeout: float = 30.0,
                concurrency: Optional[int] = None, max_idle: Optional[float] = None,
-               service_name: str = "tidemq-worker") -> int:
+               service_name: str = "tidemq-worker", specs: Optional[Sequence[ConsumerSpec]] = None) -> int:
     """Import ``modules`` (their ``@mq_consumer`` declarations register), then run every declared
     consumer until SIGTERM/SIGINT or ``max_idle`` seconds without work; return the exit status.
 
     ``settings.metrics_port`` serves metrics; ``OTEL_*`` variables configure span export
-    (``service_name`` unless ``OTEL_SERVICE_NAME`` names another). Modules already imported
-    (Django's consumers) may be left out of ``modules``.
+    (``service_name`` unless ``OTEL_SERVICE_NAME`` names another). ``specs``: the consumers to
+    run, when not every registered one as declared (Django's command wraps their handlers).
     """
     serve_metrics(settings, "worker")
     sys.path.insert(0, ".")
@@ -67,7 +68,7 @@ def run_worker(settings: Settings, modules: Iterable[str] = (), *, drain_timeout
     # After the imports: a provider one of the modules installed is kept (tracing_env says so).
     provider = tracing_env.configure(settings, service_name)
     try:
-        worker = Worker(client=Client(settings), drain_timeout=drain_timeout, concurrency=concurrency,
+        worker = Worker(specs, client=Client(settings), drain_timeout=drain_timeout, concurrency=concurrency,
                         max_idle=max_idle)
         worker.run()
         return 0
