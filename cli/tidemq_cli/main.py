@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 from tidemq.config import Settings, has_password, masked_url
 from tidemq.errors import ConfigurationError, TidemqError
 from tidemq.logs import configure_logging
+from tidemq.worker_command import add_worker_options, run_worker
 
 from .principals import register as register_auth
 from .topics import register as register_topic
@@ -61,10 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="run the consumers declared in modules")
     worker.add_argument("modules", nargs="+", help="modules to import, e.g. myapp.consumers")
-    worker.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to let handlers finish on SIGTERM")
-    worker.add_argument("--concurrency", type=int,
-                        help="async def handlers running at once per consumer that sets none (default 16)")
-    add_metrics_port(worker)
+    add_worker_options(worker)
 
     db = sub.add_parser("db", help="schema management")
     db.add_argument("action", choices=["init", "upgrade"], help="init: create the schema; upgrade: migrate it")
@@ -156,35 +154,33 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 def _broker(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq_broker.server import BrokerServer
 
+    from tidemq import tracing_env
     from tidemq.metrics import serve_metrics
 
-    server = BrokerServer(settings, host=args.host, port=args.port, advertise=args.advertise, workers=args.workers,
-                          insecure=args.insecure)
-    serve_metrics(settings, "broker")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    if args.port_file:
-        with open(args.port_file + ".tmp", "w") as fh:
-            fh.write(str(server.port))
-        os.replace(args.port_file + ".tmp", args.port_file)
-    print(f"tidemq broker serving on {server.address}", flush=True)
-    stop.wait()
-    server.stop()
-    return 0
+    provider = tracing_env.configure(settings, "tidemq-broker")
+    try:
+        server = BrokerServer(settings, host=args.host, port=args.port, advertise=args.advertise,
+                              workers=args.workers, insecure=args.insecure)
+        serve_metrics(settings, "broker")
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        server.start()
+        if args.port_file:
+            with open(args.port_file + ".tmp", "w") as fh:
+                fh.write(str(server.port))
+            os.replace(args.port_file + ".tmp", args.port_file)
+        print(f"tidemq broker serving on {server.address}", flush=True)
+        stop.wait()
+        server.stop()
+        return 0
+    finally:
+        tracing_env.shutdown(provider)  # the last spans leave before the process does
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
-    from tidemq import Client, Worker
-    from tidemq.metrics import serve_metrics
-
-    serve_metrics(settings, "worker")
-    sys.path.insert(0, ".")
-    for module in args.modules:
-        importlib.import_module(module)
-    Worker(client=Client(settings), drain_timeout=args.drain_timeout, concurrency=args.concurrency).run()
-    return 0
+    return run_worker(settings, args.modules, drain_timeout=args.drain_timeout, concurrency=args.concurrency,
+                      max_idle=args.max_idle)
 
 
 def _db(args: argparse.Namespace, settings: Settings) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
+from . import tracing
 from .errors import MalformedRequestError
 from .link import AckItem, AckOutcome, BrokerLink, Delivery
 from .message import Message
@@ -34,6 +36,11 @@ class BatchConsumer:
     >>> consumer.ack(succeeded=[m.id for m in batch])
 
     ``client`` is any BrokerLink: the process-wide Client by default, a StubBroker in tests.
+
+    With OpenTelemetry set up, each pulled message has a ``process <topic>`` span, a child of
+    its producer's span as a worker's handler run is, from the pull to its ack (status ERROR
+    when acknowledged as failed); ``with consumer.processing(message):`` makes it current, so
+    spans made while working on that message join the message's trace.
     """
 
     def __init__(self, topic: str, ttr: float = 60.0, client: Optional[BrokerLink] = None,
@@ -55,6 +62,10 @@ class BatchConsumer:
         items = self._leases.items(succeeded, failed)
         return self._leases.result(items, self.client.ack(self.topic, self.name, items))
 
+    def processing(self, message: Message) -> "contextlib.AbstractContextManager[Any]":
+        """Make ``message``'s ``process`` span current for a block (see the class)."""
+        return self._leases.processing(message.id)
+
 
 class PulledLeases:
     """The lease tokens of the messages a batch consumer pulled and has not acknowledged yet
@@ -62,11 +73,27 @@ class PulledLeases:
 
     def __init__(self) -> None:
         self._tokens: dict[int, str] = {}
+        self._spans: dict[int, Any] = {}  # message id -> its process span, ended by the ack
         self._lock = threading.Lock()
 
     def remember(self, deliveries: Sequence[Delivery]) -> None:
+        spans = {d.id: tracing.start_process_span(d.topic, d.id, d.attempt, d.trace_context) for d in deliveries}
         with self._lock:
             self._tokens.update((d.id, d.lease_token) for d in deliveries)
+            # A message pulled again (its earlier lease expired unacknowledged) ends its old span.
+            replaced = [self._spans[i] for i in spans if i in self._spans]
+            self._spans.update((i, span) for i, span in spans.items() if span is not None)
+        for span in replaced:
+            tracing.end_process_span(span, "the lease expired before an ack", "abandoned")
+
+    @contextlib.contextmanager
+    def processing(self, msg_id: int) -> Iterator[Any]:
+        """The message's process span, current for the block."""
+        self.token(msg_id)  # a message pulled elsewhere is an error, as for ack
+        with self._lock:
+            span = self._spans.get(msg_id)
+        with tracing.use_span(span):
+            yield span
 
     def token(self, msg_id: int) -> str:
         """The lease token of a pulled message; MalformedRequestError when it was not pulled here."""
@@ -90,6 +117,10 @@ class PulledLeases:
         with self._lock:
             for item in items:
                 self._tokens.pop(item.id, None)
+            spans = [(self._spans.pop(item.id, None), item, outcome) for item, outcome in zip(items, outcomes)]
+        for span, item, outcome in spans:
+            tracing.end_process_span(span, None if item.success else (item.error or "failed"),
+                                     "applied" if outcome is AckOutcome.APPLIED else "stale")
         applied = [it.id for it, o in zip(items, outcomes) if o is AckOutcome.APPLIED]
         stale = [it.id for it, o in zip(items, outcomes) if o is not AckOutcome.APPLIED]
         return AckResult(applied, stale)

@@ -57,6 +57,17 @@ class Settings:
     metrics_host: interface that endpoint listens on (TIDEMQ_METRICS_HOST, default 127.0.0.1).
     log_format: how the command line's processes write log lines (TIDEMQ_LOG_FORMAT): "text",
     or "json" for one JSON object per line (``tidemq.logs``).
+    otel_exporters: where ``tidemq broker`` and ``tidemq worker`` send spans
+    (``tidemq.tracing_env``), from OpenTelemetry's standard variables: OTEL_TRACES_EXPORTER
+    ("otlp", "console", a comma list of them, or "none"); when it is unset, "otlp" if
+    OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, else none;
+    OTEL_SDK_DISABLED=true turns it off. The SDK reads the rest itself (OTEL_SERVICE_NAME,
+    OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and _ARG, the exporter's endpoint and headers).
+    otel_protocol: the OTLP transport (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
+    OTEL_EXPORTER_OTLP_PROTOCOL): "grpc" (the default, which the otel extra installs) or
+    "http/protobuf" (needs opentelemetry-exporter-otlp-proto-http).
+    Both are checked only where spans are exported (``tidemq.tracing_env.configure``): an
+    application that sets up its own SDK may name exporters tidemq does not know.
     """
 
     db_url: str = field(default=DEFAULT_DB_URL, repr=False)
@@ -80,6 +91,8 @@ class Settings:
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_format: str = "text"
+    otel_exporters: tuple[str, ...] = field(default_factory=tuple)
+    otel_protocol: str = "grpc"
 
     def __repr__(self) -> str:
         # Secrets are left out (repr=False) or masked: the URL and ZooKeeper credentials show
@@ -129,6 +142,9 @@ class Settings:
             metrics_port=metrics_port,
             metrics_host=env.get("TIDEMQ_METRICS_HOST", "") or "127.0.0.1",
             log_format=(env.get("TIDEMQ_LOG_FORMAT", "") or "text").strip().lower(),
+            otel_exporters=_otel_exporters(env),
+            otel_protocol=(env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+                           or "grpc").strip().lower(),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -203,6 +219,18 @@ def _first_line(path: str, setting: str) -> str:
             return fh.readline().strip()
     except OSError as exc:
         raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+
+
+def _otel_exporters(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The span exporters OpenTelemetry's variables ask for (see ``Settings.otel_exporters``)."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ()
+    named = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if named:
+        return tuple(name for name in _split(named) if name != "none")
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+        return ("otlp",)
+    return ()
 
 
 def _split(value: str) -> tuple[str, ...]:

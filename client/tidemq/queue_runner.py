@@ -71,6 +71,7 @@ class QueueRunner:
         self._min_pull = 1 if self.serial else max(1, spec.batch // 2)
         self._cond = threading.Condition()
         self._inflight = 0  # leased and not yet acked: what the prefetch bound counts
+        self._changed_at = time.monotonic()  # when _inflight last changed (for idle_since)
         self._nodes: list[str] = []
         self._connected = True
         self._pull: Optional[PullHandle] = None  # the long-poll in flight, cancelled on SUSPENDED
@@ -145,6 +146,12 @@ class QueueRunner:
         self._unwatch()
         if self.registration is not None:
             self.coordinator.unregister_consumer(self.registration)
+
+    def idle_since(self) -> Optional[float]:
+        """``time.monotonic()`` of the moment the last held message was done (or of the start),
+        or None while any message is leased and not yet acknowledged."""
+        with self._cond:
+            return None if self._inflight else self._changed_at
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -230,6 +237,7 @@ class QueueRunner:
                 continue
             with self._cond:
                 self._inflight += len(deliveries)
+                self._changed_at = time.monotonic()
             with self._leases_lock:
                 self._held.update(LeaseRef(d.id, d.lease_token) for d in deliveries)
             self._due.add(deliveries)
@@ -330,6 +338,7 @@ class QueueRunner:
     def _release(self, n: int) -> None:
         with self._cond:
             self._inflight -= n
+            self._changed_at = time.monotonic()
             free = self._capacity - self._inflight
             # Wake the fetch thread when a pull just became worthwhile, and stop() when the last
             # message is done; waking it on every message made it re-check its rank thousands

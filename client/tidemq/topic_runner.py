@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Optional
 
@@ -43,6 +44,8 @@ class BroadcastRunner:
         self.registration: Optional[Registration] = None
         self._unwatch = lambda: None
         self.succeeded = self.failed = 0
+        self._busy = False
+        self._changed_at = time.monotonic()  # when the last broadcast was done (for idle_since)
         self._own_loop = EventLoopThread(f"tidemq-loop-{spec.topic}") if spec.is_async and loop is None else None
         # Only an async def handler runs on an event loop: a def handler in a worker that also
         # has async consumers still runs on the broadcast thread.
@@ -71,6 +74,12 @@ class BroadcastRunner:
         if self.registration is not None:
             self.coordinator.unregister_consumer(self.registration)
 
+    def idle_since(self) -> Optional[float]:
+        """``time.monotonic()`` of the end of the last broadcast handled (or of the start), or
+        None while one is being handled."""
+        with self._cond:
+            return None if self._busy else self._changed_at
+
     def _on_sequences(self, sequences: list[int]) -> None:
         with self._cond:
             self._latest = sequences
@@ -94,7 +103,13 @@ class BroadcastRunner:
                     log.info("reading broadcast %d of %s failed (%s); retrying", seq, self.spec.topic, exc)
                     self._stopping.wait(0.5)
                     break
-                self._run(seq, payload)
+                with self._cond:
+                    self._busy = True
+                try:
+                    self._run(seq, payload)
+                finally:
+                    with self._cond:
+                        self._busy, self._changed_at = False, time.monotonic()
                 self._cursor = seq
 
     def _run(self, seq: int, payload: Optional[bytes]) -> None:

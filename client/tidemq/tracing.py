@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from .errors import quote
 
 __all__ = ["available", "current_traceparent", "produce_span", "rpc_span", "commit_span", "record_lock",
-           "handler_span", "set_message_ids", "now_ns", "trace_id_of", "current_trace_id", "check_traceparent", "TRACEPARENT_MAX"]
+           "handler_span", "start_process_span", "end_process_span", "use_span", "set_message_ids", "now_ns", "trace_id_of", "current_trace_id", "check_traceparent", "TRACEPARENT_MAX"]
 
 SYSTEM = "tidemq"
 MAX_LINKS = 128  # the SDK's default limit of links per span
@@ -231,8 +231,47 @@ def handler_span(topic: str, msg_id: int, attempt: int, traceparent: str) -> Ite
     if _active() is None:
         yield None
         return
-    attributes = _attributes(topic, "process", **{"messaging.operation.name": "process",
-                                                  "messaging.message.id": str(msg_id),
-                                                  "tidemq.message.attempt": attempt})
-    with _span(f"process {topic}", "CONSUMER", attributes, _context(traceparent)) as span:
+    with _span(f"process {topic}", "CONSUMER", _process_attributes(topic, msg_id, attempt),
+               _context(traceparent)) as span:
+        yield span
+
+
+def _process_attributes(topic: str, msg_id: int, attempt: int) -> dict[str, Any]:
+    return _attributes(topic, "process", **{"messaging.operation.name": "process", "messaging.message.id": str(msg_id),
+                                            "tidemq.message.attempt": attempt})
+
+
+def start_process_span(topic: str, msg_id: int, attempt: int, traceparent: str) -> Any:
+    """The ``process <topic>`` span of a message handed to code that is not a handler of ours
+    (a BatchConsumer's batch): started now, a child of the producer's span, not made current;
+    :func:`end_process_span` ends it with the outcome. None when no spans are made."""
+    api = _active()
+    if api is None:
+        return None
+    return api[0].get_tracer(TRACER_NAME).start_span(f"process {topic}", context=_context(traceparent),
+                                                     kind=api[0].SpanKind.CONSUMER,
+                                                     attributes=_process_attributes(topic, msg_id, attempt))
+
+
+def end_process_span(span: Any, error: Optional[str] = None, outcome: str = "applied") -> None:
+    """End a span of :func:`start_process_span`: status ERROR with ``error`` for a failure, and
+    the ack's ``outcome`` (``applied``; ``stale`` when the lease was lost; ``abandoned``)."""
+    if span is None:
+        return
+    api = _otel()
+    span.set_attribute("tidemq.ack.outcome", outcome)
+    if error is not None and api is not None:
+        span.set_status(api[0].Status(api[0].StatusCode.ERROR, error))
+    span.end()
+
+
+@contextlib.contextmanager
+def use_span(span: Any) -> Iterator[Any]:
+    """Make ``span`` current for the block (spans made inside are its children), without ending
+    it; an exception is recorded on it. Does nothing for None."""
+    api = _otel()
+    if span is None or api is None:
+        yield span
+        return
+    with api[0].use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
         yield span

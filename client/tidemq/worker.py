@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from .consumer import MAX_CONCURRENCY, ConsumerSpec, registered_consumers
@@ -42,12 +43,18 @@ class Worker:
 
     ``async def`` handlers of every consumer run on one event loop thread of this worker;
     ``concurrency`` is how many run at once per consumer that does not set its own.
+
+    ``max_idle`` (seconds): :meth:`run` drains and returns once no consumer has held a message
+    for that long (``tidemq worker --max-idle``), so a process manager that starts workers on
+    backlog gets idle ones back. A SERIAL_QUEUE consumer standing by (not rank 0) is idle.
     """
 
     def __init__(self, specs: Optional[Sequence[ConsumerSpec]] = None, client: Optional["Client"] = None,
                  instance: Optional[str] = None, drain_timeout: float = 30.0, *,
                  link: Optional[BrokerLink] = None, coordinator: Optional[Coordinator] = None,
-                 concurrency: Optional[int] = None) -> None:
+                 concurrency: Optional[int] = None, max_idle: Optional[float] = None) -> None:
+        if max_idle is not None and not max_idle > 0:
+            raise ConfigurationError(f"max_idle must be a number of seconds above 0, got {max_idle}")
         if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:  # before a Client is made
             raise ConfigurationError(f"concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
         if client is None and link is None:
@@ -70,6 +77,8 @@ class Worker:
         self._loop = EventLoopThread("tidemq-loop") if any(s.is_async for s in self.specs) else None
         self.instance = instance or default_instance()
         self.drain_timeout = drain_timeout
+        self.max_idle = max_idle
+        self.idle_exit = False  # run() returned because of max_idle
         self.runners: list[Runner] = []
         self._stop = threading.Event()
 
@@ -105,6 +114,15 @@ class Worker:
             self.client.schedule(spec.topic, spec.topic, spec.schedule, timezone=spec.schedule_timezone)
             log.info("schedule %s (%s, %s) declared", spec.topic, spec.schedule, spec.schedule_timezone)
 
+    def _idle_for(self) -> float:
+        """Seconds since any consumer last held a message (0 while one holds any)."""
+        if not self.runners:
+            return 0.0
+        since = [runner.idle_since() for runner in self.runners]
+        if any(s is None for s in since):
+            return 0.0
+        return time.monotonic() - max(s for s in since if s is not None)
+
     def stop(self) -> None:
         """Stop every consumer, letting running handlers finish and their acks reach a broker."""
         self._stop.set()
@@ -125,7 +143,10 @@ class Worker:
             try:
                 self.start()
                 while not self._stop.wait(0.5):
-                    pass
+                    if self._idle_for() >= (self.max_idle or float("inf")):
+                        self.idle_exit = True
+                        log.info("no message held for %.0f s (--max-idle): stopping", self.max_idle)
+                        break
                 log.info("draining %d consumer(s)", len(self.runners))
             finally:  # also when a consumer failed to start: drain the ones that did
                 self.stop()

@@ -89,3 +89,41 @@ def test_a_message_produced_outside_any_span_still_starts_a_trace(client, broker
     msg_id = client.produce("traced.root", {})
     [delivery] = client.pull("traced.root", "c1", max_messages=1, wait=1)
     assert delivery.id == msg_id and tracing.trace_id_of(delivery.trace_context)
+
+
+def test_a_batch_consumer_makes_a_process_span_per_message_from_pull_to_ack(client, broker):
+    from tidemq import BatchConsumer
+
+    spans = exporter()
+    spans.clear()
+    tracer = trace.get_tracer("app")
+    sends = {}
+    for n in range(2):
+        with tracer.start_as_current_span(f"request-{n}") as request:
+            sends[client.produce("traced.batchjob", {"n": n})] = request.get_span_context().trace_id
+    consumer = BatchConsumer("traced.batchjob", ttr=30, client=client)
+    batch = consumer.pull(max_messages=10, wait=2)
+    assert sorted(m.id for m in batch) == sorted(sends)
+    good, bad = sorted(batch, key=lambda m: m.id)
+    with consumer.processing(good):
+        with tracer.start_as_current_span("render"):
+            pass
+    assert not [s for s in spans.get_finished_spans() if s.name == "process traced.batchjob"], \
+        "a process span ended before its ack"
+    result = consumer.ack(succeeded=[good.id], failed={bad.id: "ValueError: no such customer"})
+    assert sorted(result.applied) == sorted(sends)
+
+    finished = spans.get_finished_spans()
+    send_of = {s.attributes["messaging.message.id"]: s for s in finished if s.name == "send traced.batchjob"}
+    processed = {s.attributes["messaging.message.id"]: s for s in finished if s.name == "process traced.batchjob"}
+    assert set(processed) == {str(good.id), str(bad.id)}
+    for msg_id, span in processed.items():
+        assert span.kind is trace.SpanKind.CONSUMER
+        assert span.parent.span_id == send_of[msg_id].context.span_id  # the producer's trace, as a handler's
+        assert span.context.trace_id == sends[int(msg_id)]
+        assert span.attributes["tidemq.ack.outcome"] == "applied"
+    assert processed[str(good.id)].status.status_code is trace.StatusCode.UNSET
+    assert processed[str(bad.id)].status.status_code is trace.StatusCode.ERROR
+    assert processed[str(bad.id)].status.description == "ValueError: no such customer"
+    [render] = [s for s in finished if s.name == "render"]
+    assert render.parent.span_id == processed[str(good.id)].context.span_id

@@ -40,6 +40,30 @@ def test_no_package_imports_against_the_direction():
 
 
 
+def test_only_contrib_imports_the_frameworks_it_integrates():
+    """``tidemq.contrib.<framework>`` is an optional extra: the rest of the client package imports
+    neither the framework nor contrib, so the base install never needs Django."""
+    violations = []
+    for path in (ROOT / "client/tidemq").rglob("*.py"):
+        if "contrib" in path.relative_to(ROOT / "client/tidemq").parts:
+            continue
+        names = _imports(path) | {n for n in _dotted_imports(path) if n.startswith("tidemq.contrib")}
+        bad = names & {"django", "fastapi", "starlette"} | {n for n in names if n.startswith("tidemq.contrib")}
+        if bad:
+            violations.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
+    assert not violations, "\n".join(violations)
+
+
+def _dotted_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(("tidemq." if node.level else "") + node.module)
+    return names
+
+
 def _module_names(path: Path, packages: set[str]) -> set[str]:
     """String constants in ``path`` that are a module path of one of ``packages`` (what
     importlib.import_module would be given), docstrings and prose aside."""

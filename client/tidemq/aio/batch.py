@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
+import contextlib
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ..batch import AckResult, PulledLeases
 from ..errors import ConfigurationError
@@ -30,6 +31,8 @@ class BatchConsumer:
     >>> await consumer.ack(succeeded=[m.id for m in batch])           # doctest: +SKIP
 
     ``client`` defaults to this event loop's :class:`AsyncClient` (``tidemq.aio.client()``).
+    Each pulled message has a ``process`` span from pull to ack, as with the threaded one;
+    ``with consumer.processing(message):`` makes it current.
     """
 
     def __init__(self, topic: str, ttr: float = 60.0, client: Optional["AsyncClient"] = None,
@@ -59,6 +62,10 @@ class BatchConsumer:
         """Record successes and failures (optionally {id: error text}) in one transaction."""
         items = self._leases.items(succeeded, failed)
         return self._leases.result(items, await self.client.ack(self.topic, self.name, items))
+
+    def processing(self, message: Message) -> "contextlib.AbstractContextManager[Any]":
+        """Make ``message``'s ``process`` span current for a block (a ``with``, not ``async with``)."""
+        return self._leases.processing(message.id)
 
     async def touch(self, message: Message, ttr: Optional[float] = None) -> bool:
         """Extend ``message``'s lease by ``ttr`` seconds from now (default: this consumer's ttr);
