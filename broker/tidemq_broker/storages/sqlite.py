@@ -8,7 +8,6 @@ from typing import Any, Optional
 from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-
 from ..schema import login_failure
 from ..schema import message as m
 from ..schema import topic as t
