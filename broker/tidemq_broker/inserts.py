@@ -35,6 +35,7 @@ import time
 from datetime import datetime
 from typing import Optional, Sequence
 
+from .hints import Arrival, arrivals
 from .storage import Storage
 
 __all__ = ["InsertWatch"]
@@ -75,8 +76,8 @@ class InsertWatch:
         """How many ids the watch is waiting to see committed."""
         return len(self._gaps)
 
-    def look(self) -> Optional[dict[str, datetime]]:
-        """{topic: earliest effect_time} of the messages committed elsewhere since the last look.
+    def look(self) -> Optional[dict[str, Arrival]]:
+        """{topic: Arrival} of the messages committed elsewhere since the last look.
 
         None means "assume anything": the first look, more rows arrived than one look reads
         (the watch then skips to the newest id), or the ids went backwards. The caller wakes
@@ -89,17 +90,17 @@ class InsertWatch:
         now = time.monotonic()
         if probe.top < self._mark:
             return self._restart(probe.top)
-        earliest: dict[str, datetime] = {}
+        found: list[tuple[str, int, datetime]] = []
         fresh: list[int] = []
         with self._lock:
-            for id, topic, when in probe.rows:
+            for id, topic, when, priority in probe.rows:
                 self._gaps.pop(id, None)
                 if id > self._mark:
                     fresh.append(id)
                 if id in self._own:
                     self._own.discard(id)
-                elif topic not in earliest or when < earliest[topic]:
-                    earliest[topic] = when
+                else:
+                    found.append((topic, priority, when))
         if len(probe.rows) >= self._limit:
             # Rows arrive faster than one look reads: wake everyone and move on to the newest.
             self._mark = max([self._mark, probe.top, *fresh])
@@ -115,7 +116,7 @@ class InsertWatch:
             previous = id
         self._mark = previous
         self._forget(now)
-        return earliest
+        return arrivals(found)
 
     def _restart(self, top: int) -> None:
         """The table's highest id fell below the mark: ids went backwards (a TRUNCATE reset the

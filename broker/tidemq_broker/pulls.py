@@ -20,10 +20,10 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from tidemq import clock
-from .floors import Floors
+from .hints import Arrival, LockHints
 from .inserts import InsertWatch
 from .storage import LeasedMessage, Storage
 
@@ -53,7 +53,7 @@ class PullHub:
     """Where waiting pulls sleep and commits wake them."""
 
     def __init__(self, storage: Storage, probe_interval: float = 0.02, recheck: float = 10.0,
-                 blocked_recheck: float = 0.5, earliest_every: int = 50) -> None:
+                 blocked_recheck: float = 0.5, earliest_every: int = 25) -> None:
         self._storage = storage
         self._probe_interval = probe_interval
         self.recheck = recheck
@@ -61,9 +61,10 @@ class PullHub:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = {}
         self._inserts = InsertWatch(storage)
-        self.floors = Floors()  # where each topic's lock starts reading (``floors.py``)
+        self.hints = LockHints()  # where each topic's locks read (``hints.py``)
         self._earliest: dict[str, datetime] = {}
         self._earliest_every = earliest_every
+        self._next_probe = 0.0  # monotonic time before which the earliest-due probe waits
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True)
 
@@ -78,7 +79,7 @@ class PullHub:
     def wake_all(self, topics: Optional[Sequence[str]] = None) -> None:
         """Wake every waiter to look again: messages of ``topics`` (None: of any) became NEW at
         times not known here (leases expired, something changed in bulk)."""
-        self.floors.forget(topics)
+        self.hints.forget(topics)
         self._wake(lambda w: True)
 
     @property
@@ -100,20 +101,22 @@ class PullHub:
                 if not group:
                     del self._waiters[waiter.topic]
 
-    def notify(self, topic: str, earliest: datetime) -> None:
-        """Messages of ``topic`` became NEW with the earliest effect_time ``earliest``."""
-        self.floors.lower(topic, earliest)
+    def notify(self, topic: str, earliest: datetime, priorities: Optional[Iterable[int]] = None) -> None:
+        """Messages of ``topic`` (of ``priorities``; None: not known) became NEW with the earliest
+        effect_time ``earliest``, or a serial topic's head was freed."""
+        self.hints.lower(topic, earliest, priorities)
         with self._lock:
             waiters = list(self._waiters.get(topic, ()))
         for waiter in waiters:
             if earliest <= waiter.wake_at:
                 waiter.event.set()
 
-    def notify_commit(self, earliest: dict[str, datetime], ids: Sequence[int]) -> None:
-        """Called by the writer after each commit of ``ids``."""
+    def notify_commit(self, arrived: dict[str, Arrival], ids: Sequence[int]) -> None:
+        """Called by the writer after each commit of ``ids``: {topic: (earliest effect_time,
+        priorities)} of what it stored."""
         self._inserts.committed_here(ids)
-        for topic, when in earliest.items():
-            self.notify(topic, when)
+        for topic, (when, priorities) in arrived.items():
+            self.notify(topic, when, priorities)
 
     def sleep(self, waiter: Waiter, seconds: float) -> None:
         """Sleep up to ``seconds`` unless notified (or notified already since registering)."""
@@ -137,8 +140,9 @@ class PullHub:
         # since the last tick, every tick, and the earliest NEW effect_time of each waited-on
         # topic every few ticks. A waiter is woken only when its topic got something due sooner
         # than before.
-        # The earliest-due probe also keeps the topics' floors (``floors.py``), for every topic
-        # pulled lately, waited on or not: a busy consumer's locks need them most.
+        # The earliest-due probe also audits the topics' lock hints (``hints.py``), for every
+        # topic pulled lately, waited on or not: a busy consumer's locks need them most. Its
+        # period grows with its own cost (it reads what the hints let the locks skip).
         tick, warned = 0, float("-inf")
         while not self._stopped.wait(self._probe_interval):
             tick += 1
@@ -150,10 +154,12 @@ class PullHub:
                     if inserted is None:
                         self.wake_all()
                     else:
-                        for topic, when in inserted.items():
-                            self.notify(topic, when)
-                if tick % self._earliest_every == 0:
+                        for topic, (when, priorities) in inserted.items():
+                            self.notify(topic, when, priorities)
+                if tick % self._earliest_every == 0 and time.monotonic() >= self._next_probe:
+                    began = time.monotonic()
                     self._probe_earliest(topics)
+                    self._next_probe = began + self.hints.next_probe(time.monotonic() - began)
             except Exception:
                 # A database outage fails every probe: say so once a minute, not 50 times a second.
                 if time.monotonic() - warned > 60:
@@ -161,14 +167,17 @@ class PullHub:
                     log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)
 
     def _probe_earliest(self, waited: list[str]) -> None:
-        floored = self.floors.active()
-        topics = sorted(set(waited) | set(floored))
+        hinted = self.hints.active()
+        topics = sorted(set(waited) | set(hinted))
         if not topics:
             return
-        versions, probed_at = self.floors.versions(floored), clock.now()
-        earliest = self._storage.earliest_new(topics)
-        self.floors.learn(versions, earliest, probed_at)
+        versions, probed_at = self.hints.versions(hinted), clock.now()
+        found = self._storage.earliest_new(topics)
+        stranded = self.hints.learn(versions, found, probed_at)
+        earliest = {topic: min(by_priority.values()) for topic, by_priority in found.items()}
         self._wake_sooner({topic: when for topic, when in earliest.items() if topic in waited})
+        if stranded:  # other shards' messages wait past the grace: every consumer may take them
+            self._wake(lambda w: w.topic in stranded)
 
     def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
         with self._lock:

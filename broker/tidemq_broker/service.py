@@ -42,11 +42,6 @@ __all__ = ["BrokerService", "ERROR_KEY"]
 
 log = logging.getLogger(__name__)
 ERROR_KEY = "tidemq-error"  # trailing metadata: the class name of the tidemq error
-#: A QUEUE message due this many seconds and still not taken by its shard's consumer may be
-#: taken by any consumer of the topic: its consumer stopped pulling (killed, hung), and ZooKeeper
-#: takes a session timeout to say so. A live consumer takes its own within milliseconds, and
-#: fills its batch with its own first, so under load the shards stay apart.
-STRANDED_AFTER = 1.0
 #: The longest error text a reply carries. It travels in the grpc-message trailer, where every
 #: byte outside printable ASCII takes three; clients refuse trailers beyond 8 KiB, and a refused
 #: reply would reach the caller as RESOURCE_EXHAUSTED instead of its error.
@@ -138,14 +133,14 @@ class BrokerService(pb_grpc.BrokerServicer):
                 else:
                     found = self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now,
                                                     token, self.name, ahead, self.topics.get(topic).limits,
-                                                    STRANDED_AFTER, self.hub.floors.get(topic))
+                                                    self.hub.hints.get(topic))
             tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
             return found
 
         def next_due() -> Any:
             if request.serial:
                 return self.storage.serial_head_due(topic)
-            return self.storage.next_due(topic, rank, total, STRANDED_AFTER, self.hub.floors.get(topic))
+            return self.storage.next_due(topic, rank, total, self.hub.hints.get(topic))
 
         found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings))
         if found and not context.is_active():
@@ -153,7 +148,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             # locked: hand the messages back now instead of letting their lease run out.
             now = clock.now()
             self.storage.release(found[0].lease_token or "", now, consumer, self.name)
-            self.hub.notify(topic, min(m.effect_time for m in found))
+            self.hub.notify(topic, min(m.effect_time for m in found), {m.priority for m in found})
             return pb.PullReply()
         metrics.DELIVERED.labels(topic).inc(len(found))
         return pb.PullReply(messages=[_delivery(m) for m in found])
@@ -182,8 +177,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         if stale:
             log.info("refused %d stale ack(s) from %s", stale, request.consumer)
         if request.topic:
-            # A success frees a serial topic's head; a failure may make a retry due soon.
-            self.hub.notify(request.topic, clock.now())
+            # A success frees a serial topic's head; a failure may make a retry due soon (of a
+            # priority not known here).
+            retried = any(not item.success for item in request.items)
+            self.hub.notify(request.topic, clock.now(), None if retried else ())
         return pb.AckReply(outcomes=[pb.APPLIED if o is AckOutcome.APPLIED else pb.STALE for o in outcomes])
 
     @_rpc

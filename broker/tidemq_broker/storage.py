@@ -22,6 +22,7 @@ __all__ = [
     "NewRow",
     "RequestRef",
     "RecentInserts",
+    "LockHint",
     "StoredMessage",
     "LeasedMessage",
     "TopicSettings",
@@ -51,10 +52,25 @@ class NewRow:
     flow_key: Optional[str] = None  # counted by the topic's max_running_per_key
 
 
-class RecentInserts(NamedTuple):
-    """What ``Storage.recent_inserts`` read: the rows, and the highest id in the table then."""
+@dataclass(frozen=True)
+class LockHint:
+    """What the broker knows of a topic that lets a lock read less (``tidemq_broker.hints``).
 
-    rows: list[tuple[int, str, datetime]]
+    ``floor``: no NEW message of the topic is due before it. ``priorities``: the priorities its
+    NEW messages have (None: any). ``stranded`` > 0: also take other shards' messages due for
+    longer than that many seconds, once the shard's own are taken. The default reads everything.
+    """
+
+    floor: Optional[datetime] = None
+    priorities: Optional[frozenset[int]] = None
+    stranded: float = 0.0
+
+
+class RecentInserts(NamedTuple):
+    """What ``Storage.recent_inserts`` read: the rows ``(id, topic, effect_time, priority)``, and
+    the highest id in the table then."""
+
+    rows: list[tuple[int, str, datetime, int]]
     top: int
 
 
@@ -111,6 +127,7 @@ class LeasedMessage:
     lease_token: str
     consumer: Optional[str]
     trace_context: Optional[str] = None
+    priority: int = 0
 
 
 @dataclass
@@ -264,11 +281,10 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
-                   limits: Optional[FlowLimits] = None, stranded: float = 0.0,
-                   floor: Optional[datetime] = None) -> list[LeasedMessage]:
+                   limits: Optional[FlowLimits] = None, hint: LockHint = LockHint()) -> list[LeasedMessage]:
         """Lease up to ``limit`` NEW messages with ``MOD(id, total) = rank`` due by ``now + ahead``,
-        higher priority first, then oldest due first; with ``stranded`` > 0 (seconds), fill what
-        is left with other shards' messages due for longer than that (their consumer stopped
+        higher priority first, then oldest due first; with ``hint.stranded`` > 0 (seconds), fill
+        what is left with other shards' messages due for longer than that (their consumer stopped
         pulling: it died, and ZooKeeper has not ended its session yet).
 
         Never waits for a row another transaction holds, never locks an index range
@@ -276,8 +292,7 @@ class Storage(abc.ABC):
         ``lease_expire = now + ahead + ttr``) goes to the rows locked by key.
         ``limits`` (the topic's, as the caller last read them): the lock first locks the topic's
         row and takes only what its stored limits allow, so they hold across brokers.
-        ``floor``: no NEW message of the topic is due before it (``tidemq_broker.floors``); the
-        lock reads from there, past the entries of messages consumed before.
+        ``hint``: where the messages can be (``LockHint``); the lock reads only there.
         """
 
     @abc.abstractmethod
@@ -338,18 +353,16 @@ class Storage(abc.ABC):
 
     # -- probes of the pull hub --------------------------------------------------------------
     @abc.abstractmethod
-    def next_due(self, topic: str, rank: int, total: int, stranded: float = 0.0,
-                 floor: Optional[datetime] = None) -> Optional[datetime]:
-        """The earliest effect_time of NEW messages of ``topic`` in the shard (None when none);
-        with ``stranded`` (seconds), also other shards' earliest plus that much: when a lock
-        that takes stranded messages (``lock_batch(..., stranded=)``) would take it. ``floor``
-        as for ``lock_batch``."""
+    def next_due(self, topic: str, rank: int, total: int, hint: LockHint = LockHint()) -> Optional[datetime]:
+        """The earliest effect_time of NEW messages of ``topic`` in the shard (None when none),
+        read where ``hint`` says they can be; with ``hint.stranded``, also other shards' earliest
+        plus that much: when a lock that takes stranded messages would take it."""
 
     @abc.abstractmethod
-    def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
-        """{topic: earliest effect_time of its NEW messages} for the topics that have any.
-
-        One grouped query for all topics: the pull hub's shared probe."""
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, dict[int, datetime]]:
+        """{topic: {priority: earliest effect_time of its NEW messages of that priority}} for the
+        topics that have any, read without hints: the pull hub's shared probe and the audit of
+        its lock hints."""
 
     @abc.abstractmethod
     def serial_head_due(self, topic: str) -> Optional[datetime]:
@@ -367,9 +380,9 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> RecentInserts:
-        """``(id, topic, effect_time)`` of the stored messages whose id is above ``after`` or in
-        ``missing``, in id order, at most ``limit``, and the highest id stored: the pull hub's
-        probe of messages committed elsewhere (``tidemq_broker.inserts``)."""
+        """``(id, topic, effect_time, priority)`` of the stored messages whose id is above ``after``
+        or in ``missing``, in id order, at most ``limit``, and the highest id stored: the pull
+        hub's probe of messages committed elsewhere (``tidemq_broker.inserts``)."""
 
     # -- topics and reads --------------------------------------------------------------------
     @abc.abstractmethod

@@ -10,13 +10,13 @@ hand-off, and the busier the broker, the larger each commit.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Callable, Optional, Sequence
 
 from tidemq import clock, tracing
 from tidemq.coalesce import Coalescer, Request
 from . import metrics
 from .errors import StorageUnavailableError, TidemqError, ValidationError, quote
+from .hints import Arrival, arrivals
 from .storage import NewRow, RequestRef, Storage
 from .topics import TopicCache
 
@@ -32,7 +32,7 @@ class GroupCommitWriter:
     """Batches concurrent produce requests into shared transactions (``slots`` at a time)."""
 
     def __init__(self, storage: Storage, topics: TopicCache, broker: str,
-                 on_commit: Callable[[dict[str, datetime], list[int]], None], max_rows: int = 5000,
+                 on_commit: Callable[[dict[str, Arrival], list[int]], None], max_rows: int = 5000,
                  slots: int = 2) -> None:
         self._storage = storage
         self._topics = topics
@@ -93,12 +93,8 @@ class GroupCommitWriter:
         for request in batch:
             request.result = ids[start : start + request.items]
             start += request.items
-        earliest: dict[str, datetime] = {}
-        for row in all_rows:
-            if row.topic not in earliest or row.effect_time < earliest[row.topic]:
-                earliest[row.topic] = row.effect_time
         try:
-            self._on_commit(earliest, ids)
+            self._on_commit(arrivals((row.topic, row.priority, row.effect_time) for row in all_rows), ids)
         except Exception:  # committed and answered: a failed wake-up must not undo that
             log.exception("commit notification failed")
 

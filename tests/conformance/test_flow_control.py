@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tidemq import clock
-from tidemq_broker.storage import AckItem, FlowLimits, NewRow, TopicSettings
+from tidemq_broker.storage import LockHint, AckItem, FlowLimits, NewRow, TopicSettings
 
 
 @pytest.fixture
@@ -51,14 +51,17 @@ def test_next_due_and_earliest_new_look_at_every_priority(storage):
                              NewRow("f.due", "2", clock.after(now, 20), 0, priority=0),
                              NewRow("f.due", "3", clock.after(now, 30), 0, priority=4)], now)
     assert storage.next_due("f.due", 0, 1) == clock.after(now, 20)
-    assert storage.earliest_new(["f.due", "f.none"]) == {"f.due": clock.after(now, 20)}
+    both = {"f.due": {0: clock.after(now, 20), 4: clock.after(now, 30), 9: clock.after(now, 50)}}
+    assert storage.earliest_new(["f.due", "f.none"]) == both
     # One topic alone (the usual case of a hub with one waiting topic), and many (in chunks).
-    assert storage.earliest_new(["f.due"]) == {"f.due": clock.after(now, 20)}
+    assert storage.earliest_new(["f.due"]) == both
     assert storage.earliest_new(["f.none"]) == {}
     many = [f"f.many.{i}" for i in range(45)]
     storage.insert_messages([NewRow(topic, "1", clock.after(now, i), 0) for i, topic in enumerate(many)], now)
-    assert storage.earliest_new(["f.due", *many]) == {"f.due": clock.after(now, 20),
-                                                       **{t: clock.after(now, i) for i, t in enumerate(many)}}
+    assert storage.earliest_new(["f.due", *many]) == {**both, **{t: {0: clock.after(now, i)} for i, t in enumerate(many)}}
+    # A lock and the next-due probe read only the priorities a hint names.
+    assert storage.next_due("f.due", 0, 1, LockHint(priorities=frozenset({4, 9}))) == clock.after(now, 30)
+    assert storage.next_due("f.due", 0, 1, LockHint(priorities=frozenset())) is None
 
 
 def test_limits_round_trip_through_topic_settings(storage):

@@ -11,7 +11,7 @@ from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
 from tidemq import clock, trace
 from tidemq.lifecycle import next_delay
-from tidemq_broker.storage import AckItem, AckOutcome, MessageFilter, NewRow, RequestRef, TopicSettings
+from tidemq_broker.storage import AckItem, LockHint, AckOutcome, MessageFilter, NewRow, RequestRef, TopicSettings
 from tidemq_broker.storages import open_storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
@@ -227,24 +227,24 @@ def test_a_lock_takes_other_shards_messages_once_stranded_and_its_own_first(stor
         return [i for i in ids if (i // step) % 2 == rank]
 
     # Stranded: due for longer than 2 s. The fresh ones of shard 1 are not; its old ones are.
-    got = storage.lock_batch("t.str", 0, 2, 100, 30, "c0", clock.now(), stranded=2.0)
+    got = storage.lock_batch("t.str", 0, 2, 100, 30, "c0", clock.now(), hint=LockHint(stranded=2.0))
     assert sorted(m.id for m in got) == sorted(shard(old, 0) + shard(fresh, 0) + shard(old, 1))
     assert [m.id for m in got] == sorted(old)[: len(shard(old, 0)) + len(shard(old, 1))] + shard(fresh, 0)  # oldest first
     assert shard(old, 0) and shard(old, 1)
     # With no room left after its own, a lock takes no stranded message.
     storage.insert_messages([NewRow("t.str", f'"late{i}"', clock.after(now, -5), 0) for i in range(6)], now)
-    again = storage.lock_batch("t.str", 1, 2, 2, 30, "c1", clock.now(), stranded=2.0)
+    again = storage.lock_batch("t.str", 1, 2, 2, 30, "c1", clock.now(), hint=LockHint(stranded=2.0))
     assert len(again) == 2 and all((m.id // step) % 2 == 1 for m in again)
     # A lock fills its batch with its own shard first, whatever the others' times.
     # The next due time counts another shard's message from when it becomes stranded.
     storage.insert_messages([NewRow("t.str2", '"x"', clock.after(now, 10), 0) for _ in range(2 * step)], now)
-    due = {rank: storage.next_due("t.str2", rank, 2, stranded=3.0) for rank in range(2)}
+    due = {rank: storage.next_due("t.str2", rank, 2, LockHint(stranded=3.0)) for rank in range(2)}
     plain = {rank: storage.next_due("t.str2", rank, 2) for rank in range(2)}
     assert plain[0] == plain[1] == clock.after(now, 10) and due == plain  # both shards have one
     lone = storage.insert_messages([NewRow("t.str3", '"x"', clock.after(now, 10), 0)], now)[0]
     other = 1 - (lone // step) % 2
     assert storage.next_due("t.str3", other, 2) is None
-    assert storage.next_due("t.str3", other, 2, stranded=3.0) == clock.after(now, 13)
+    assert storage.next_due("t.str3", other, 2, LockHint(stranded=3.0)) == clock.after(now, 13)
 
 
 def test_a_lock_and_the_next_due_probe_read_from_the_floor(storage):
@@ -252,9 +252,11 @@ def test_a_lock_and_the_next_due_probe_read_from_the_floor(storage):
     early = storage.insert_messages([NewRow("t.floor", '"early"', clock.after(now, -60), 0)], now)
     late = storage.insert_messages([NewRow("t.floor", '"late"', clock.after(now, -1), 0)], now)
     floor = clock.after(now, -30)
-    assert storage.next_due("t.floor", 0, 1, floor=floor) == clock.after(now, -1)
+    assert storage.next_due("t.floor", 0, 1, LockHint(floor=floor)) == clock.after(now, -1)
     assert storage.next_due("t.floor", 0, 1) == clock.after(now, -60)
-    got = storage.lock_batch("t.floor", 0, 1, 10, 30, "c", clock.now(), floor=floor)
+    got = storage.lock_batch("t.floor", 0, 1, 10, 30, "c", clock.now(), hint=LockHint(floor=floor))
+    none = storage.lock_batch("t.floor", 0, 1, 10, 30, "c", clock.now(), hint=LockHint(priorities=frozenset({5})))
+    assert none == []  # a priority the hint does not name is not read
     assert [m.id for m in got] == late  # the floor promised nothing earlier: the lock believes it
     assert [m.id for m in lock(storage, "t.floor")] == early
 
@@ -427,6 +429,7 @@ def test_recent_inserts_reads_above_the_mark_and_the_missing_ids(storage):
     got = storage.recent_inserts(ids[1], [ids[0], 10**12], 10)
     assert [row[0] for row in got.rows] == [ids[0]] + ids[2:] and got.top == max(ids)
     assert {row[1] for row in got.rows} == {"t.recent"} and all(row[2] > clock.now() for row in got.rows)
+    assert {row[3] for row in got.rows} == {0}  # the priority
     assert [row[0] for row in storage.recent_inserts(0, [], 2).rows] == ids[:2]
     # The highest id comes with every look, also one above it: how the watch sees ids go back.
     assert storage.recent_inserts(max(ids) + 1000, [], 10) == ([], max(ids))

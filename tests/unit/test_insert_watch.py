@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tidemq import clock
+from tidemq_broker.hints import Arrival
 from tidemq_broker.inserts import InsertWatch
 from tidemq_broker.storage import RecentInserts
 
@@ -14,12 +15,12 @@ class Table:
     """Committed rows by id; ``recent_inserts`` and ``max_id`` as the storage answers them."""
 
     def __init__(self, step: int = 1) -> None:
-        self.rows: dict[int, tuple[str, datetime]] = {}
+        self.rows: dict[int, tuple[str, datetime, int]] = {}
         self.reads: list[tuple[int, list[int]]] = []
         self.step = step
 
-    def commit(self, id: int, topic: str = "t", when: datetime | None = None) -> None:
-        self.rows[id] = (topic, when or clock.now())
+    def commit(self, id: int, topic: str = "t", when: datetime | None = None, priority: int = 0) -> None:
+        self.rows[id] = (topic, when or clock.now(), priority)
 
     def max_id(self) -> int:
         return max(self.rows, default=0)
@@ -41,7 +42,10 @@ def test_the_first_look_wakes_everyone_then_only_new_commits_count():
     assert watch.look() == {}
     when = clock.now()
     table.commit(2, "t.a", when)
-    assert watch.look() == {"t.a": when}
+    assert watch.look() == {"t.a": Arrival(when, frozenset({0}))}
+    table.commit(3, "t.a", clock.after(when, 5), priority=7)
+    table.commit(4, "t.a", clock.after(when, -5), priority=2)
+    assert watch.look() == {"t.a": Arrival(clock.after(when, -5), frozenset({2, 7}))}
     assert watch.look() == {}
 
 

@@ -31,15 +31,16 @@ keeps it busy takes nothing of others (no contention under load).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import Connection, literal, not_, select, union_all
 
+from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
-from ..storage import LeasedMessage
+from ..storage import LeasedMessage, LockHint
 from .changes import apply
 from .dialect import SqlDialect
 from .ids import ids_in
@@ -53,31 +54,37 @@ _LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.a
 
 
 def due_candidates(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, limit: int,
-                   due_by: datetime, stranded_before: Optional[datetime] = None, floor: Optional[datetime] = None,
+                   due_by: datetime, now: datetime, hint: LockHint = LockHint(),
                    columns: Sequence[Any] = ()) -> list[Any]:
     """Up to ``limit`` NEW messages of ``topic`` due by ``due_by`` in the lock's order (``id``,
     ``priority``, ``effect_time`` and ``columns`` of each), by a non-locking read of the lock
-    index: first the shard's own, then (``stranded_before`` given, several shards) other
-    shards' messages due by then. ``floor``: where each priority's range starts (no NEW message
-    of the topic is due before it, ``tidemq_broker.floors``), past the entries of consumed ones."""
-    since = [m.c.effect_time >= floor] if floor is not None else []
-    def due(label: Sequence[Any], *where: Any) -> Any:
-        return (dialect.lock_index_hint(select(m.c.id, m.c.priority, m.c.effect_time, *columns, *label))
-                .where(m.c.topic == topic, m.c.status == _NEW, m.c.priority.in_(PRIORITIES_DESC),
+    index where ``hint`` says they can be: first the shard's own, then (``hint.stranded``,
+    several shards) other shards' messages due for longer than that.
+
+    One range per priority, each read in index order from the hint's floor (a union of
+    ``ORDER BY effect_time, id LIMIT`` per priority, one statement), merged here.
+    """
+    priorities = sorted(hint.priorities, reverse=True) if hint.priorities is not None else PRIORITIES_DESC
+    if not priorities:
+        return []
+    since = [m.c.effect_time >= hint.floor] if hint.floor is not None else []
+
+    def due(part: int, *where: Any) -> list[Any]:
+        return [dialect.lock_index_hint(select(m.c.id, m.c.priority, m.c.effect_time, *columns,
+                                               literal(part).label("part")))
+                .where(m.c.topic == topic, m.c.status == _NEW, m.c.priority == priority,
                        m.c.effect_time <= due_by, *since, *where)
-                .order_by(m.c.priority.desc(), m.c.effect_time, m.c.id).limit(limit))
+                .order_by(m.c.effect_time, m.c.id).limit(limit).subquery() for priority in priorities]
 
     if total <= 1:
-        return list(conn.execute(due(())).all())
-    own = dialect.shard_clause(m.c.id, total, rank)
-    if stranded_before is None:
-        return list(conn.execute(due((), own)).all())
-    # One round trip: the shard's own candidates, then other shards' stranded ones, each in lock
-    # order; the own come first whatever their times.
-    mine = due([literal(0).label("stranded")], own).subquery()
-    theirs = due([literal(1).label("stranded")], not_(own), m.c.effect_time <= stranded_before).subquery()
-    rows = conn.execute(union_all(select(mine), select(theirs))).all()
-    rows.sort(key=lambda row: (row.stranded, -row.priority, row.effect_time, row.id))
+        parts = due(0)
+    else:
+        own = dialect.shard_clause(m.c.id, total, rank)
+        parts = due(0, own)
+        if hint.stranded > 0:
+            parts += due(1, not_(own), m.c.effect_time <= clock.after(now, -hint.stranded))
+    rows = conn.execute(union_all(*[select(part) for part in parts])).all()
+    rows.sort(key=lambda row: (row.part, -row.priority, row.effect_time, row.id))
     return rows[:limit]
 
 
@@ -96,4 +103,4 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     sets = change.values
     return [LeasedMessage(row.id, topic, row.data, change.target.value if change.target else _NEW, row.effect_time,
                           row.retry_remaining, row.attempt + change.attempt_delta, sets["ttr"], sets["lease_token"],
-                          sets["consumer"], row.trace_context) for row in rows]
+                          sets["consumer"], row.trace_context, row.priority) for row in rows]

@@ -22,7 +22,7 @@ from tidemq.lifecycle import Change, MessageStatus
 
 from ..schema import message as m
 from ..schema import topic as t
-from ..storage import FlowLimits, LeasedMessage
+from ..storage import FlowLimits, LeasedMessage, LockHint
 from .claims import due_candidates, lease_rows
 from .dialect import SqlDialect
 
@@ -53,10 +53,9 @@ def refill(tokens: Optional[float], at: Optional[datetime], rate: float, now: da
 
 
 def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, limit: int,
-                 change: Change, due_by: datetime, now: datetime, stranded_before: Optional[datetime] = None,
-                 floor: Optional[datetime] = None) -> list[LeasedMessage]:
-    """Lease up to ``limit`` due messages of the shard (and, ``stranded_before`` given, other
-    shards' messages due by then) as the topic's stored limits allow."""
+                 change: Change, due_by: datetime, now: datetime, hint: LockHint = LockHint()) -> list[LeasedMessage]:
+    """Lease up to ``limit`` due messages of the shard (and stranded ones of other shards, as
+    ``hint`` allows) as the topic's stored limits allow."""
     row = conn.execute(select(t.c.max_running, t.c.rate_per_second, t.c.max_running_per_key, t.c.rate_tokens,
                               t.c.rate_at).where(t.c.name == topic).with_for_update()).first()
     stored = FlowLimits(row.max_running, row.rate_per_second, row.max_running_per_key) if row else FlowLimits()
@@ -72,11 +71,9 @@ def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, t
     if allowed <= 0:
         return []
     if stored.max_running_per_key is not None:
-        ids = _per_key(conn, dialect, topic, rank, total, allowed, stored.max_running_per_key, due_by,
-                       stranded_before, floor)
+        ids = _per_key(conn, dialect, topic, rank, total, allowed, stored.max_running_per_key, due_by, now, hint)
     else:
-        ids = [c.id for c in due_candidates(conn, dialect, topic, rank, total, allowed, due_by, stranded_before,
-                                            floor)]
+        ids = [c.id for c in due_candidates(conn, dialect, topic, rank, total, allowed, due_by, now, hint)]
     taken = lease_rows(conn, topic, ids, change)
     if stored.rate_per_second is not None and taken:
         # rate_at is the last start: a gap since longer than CATCH_UP_SECONDS is idleness.
@@ -85,12 +82,11 @@ def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, t
 
 
 def _per_key(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, allowed: int,
-             per_key: int, due_by: datetime, stranded_before: Optional[datetime],
-             floor: Optional[datetime]) -> list[int]:
+             per_key: int, due_by: datetime, now: datetime, hint: LockHint) -> list[int]:
     """Due messages in the lock's order, skipping those whose key already has ``per_key``
     RUNNING (counting what this lock takes). Messages without a key are not limited by it."""
-    candidates = due_candidates(conn, dialect, topic, rank, total, allowed * _KEY_WINDOW, due_by, stranded_before,
-                                floor, columns=[m.c.flow_key])
+    candidates = due_candidates(conn, dialect, topic, rank, total, allowed * _KEY_WINDOW, due_by, now, hint,
+                                columns=[m.c.flow_key])
     keys = sorted({c.flow_key for c in candidates if c.flow_key is not None})
     held: dict[str, int] = {}
     if keys:

@@ -11,14 +11,14 @@ import uuid
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
 
-from sqlalchemy import Connection, Select, func, not_, null, or_, select, union_all
+from sqlalchemy import Connection, Select, func, literal, not_, null, or_, select, union_all
 
 from tidemq import clock, lifecycle
 from tidemq.lifecycle import Event, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
-from ..storage import FlowLimits, LeasedMessage, RecentInserts, TopicSettings
+from ..storage import FlowLimits, LeasedMessage, LockHint, RecentInserts, TopicSettings
 from .changes import apply
 from .database import SqlDatabase
 from .claims import due_candidates, lease_rows
@@ -44,20 +44,17 @@ class Leases:
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
-                   limits: Optional[FlowLimits] = None, stranded: float = 0.0,
-                   floor: Optional[datetime] = None) -> list[LeasedMessage]:
+                   limits: Optional[FlowLimits] = None, hint: LockHint = LockHint()) -> list[LeasedMessage]:
         change = lifecycle.lease(now, ttr, consumer, lease_token or new_lease_token(), ahead, rank=f"{rank}/{total}",
                                  broker=broker or None)
         due_by = clock.after(now, ahead)
-        stranded_before = clock.after(now, -stranded) if stranded > 0 and total > 1 else None
 
         def work(conn: Connection) -> list[LeasedMessage]:
             if limits is not None and limits.any:
                 # The stored limits decide (the caller's may be seconds old); see storages/flow.py.
-                return lock_limited(conn, self._db.dialect, topic, rank, total, limit, change, due_by, now,
-                                    stranded_before, floor)
-            ids = [row.id for row in due_candidates(conn, self._db.dialect, topic, rank, total, limit, due_by,
-                                                    stranded_before, floor)]
+                return lock_limited(conn, self._db.dialect, topic, rank, total, limit, change, due_by, now, hint)
+            ids = [row.id for row in due_candidates(conn, self._db.dialect, topic, rank, total, limit, due_by, now,
+                                                    hint)]
             return lease_rows(conn, topic, ids, change)
 
         return self._db.tx(work)
@@ -158,36 +155,31 @@ class Leases:
         return moved
 
     # -- probes ------------------------------------------------------------------------------
-    def next_due(self, topic: str, rank: int, total: int, stranded: float = 0.0,
-                 floor: Optional[datetime] = None) -> Optional[datetime]:
-        after = [m.c.effect_time >= floor] if floor is not None else []
-        if total <= 1:
-            return self._db.tx(lambda conn: conn.execute(_earliest_new([topic], *after)).scalar())
-        own = self._db.dialect.shard_clause(m.c.id, total, rank)
-        if stranded <= 0:
-            return self._db.tx(lambda conn: conn.execute(_earliest_new([topic], own, *after)).scalar())
-        # One statement: the shard's earliest, and the other shards' (taken once stranded).
-        both = select(_earliest_new([topic], own, *after).scalar_subquery(),
-                      _earliest_new([topic], not_(own), *after).scalar_subquery())
-        mine, theirs = self._db.tx(lambda conn: conn.execute(both).one())
-        if theirs is not None:
-            theirs = clock.after(theirs, stranded)
-        return min((t for t in (mine, theirs) if t is not None), default=None)
+    def next_due(self, topic: str, rank: int, total: int, hint: LockHint = LockHint()) -> Optional[datetime]:
+        priorities = sorted(hint.priorities, reverse=True) if hint.priorities is not None else PRIORITIES_DESC
+        if not priorities:
+            return None
+        after = [m.c.effect_time >= hint.floor] if hint.floor is not None else []
+        parts = [_firsts([topic], priorities, *after, label=0)]
+        if total > 1:
+            own = self._db.dialect.shard_clause(m.c.id, total, rank)
+            parts = [_firsts([topic], priorities, own, *after, label=0)]
+            if hint.stranded > 0:  # other shards' messages, taken once stranded
+                parts.append(_firsts([topic], priorities, not_(own), *after, label=1))
+        rows = self._db.tx(lambda conn: conn.execute(union_all(*parts)).all())
+        times = [clock.after(row.due, hint.stranded) if row.part else row.due for row in rows]
+        return min(times, default=None)
 
-    def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, dict[int, datetime]]:
         names = list(topics)
 
-        def work(conn: Connection) -> dict[str, datetime]:
-            found: dict[str, datetime] = {}
+        def work(conn: Connection) -> dict[str, dict[int, datetime]]:
+            found: dict[str, dict[int, datetime]] = {}
             # A bounded statement per chunk of topics (each topic is one index dive per priority).
             for start in range(0, len(names), _PROBE_TOPICS):
                 chunk = names[start:start + _PROBE_TOPICS]
-                if len(chunk) == 1:  # the one-topic statement selects the time alone
-                    when = conn.execute(_earliest_new(chunk)).scalar()
-                    if when is not None:
-                        found[chunk[0]] = when
-                else:
-                    found.update((name, when) for name, when in conn.execute(_earliest_new(chunk)).all())
+                for row in conn.execute(_firsts(chunk, PRIORITIES_DESC, label=0)).all():
+                    found.setdefault(row.topic, {})[row.priority] = row.due
             return found
 
         return self._db.tx(work) if names else {}
@@ -216,15 +208,16 @@ class Leases:
         where = m.c.id > after
         if missing:
             where = or_(where, m.c.id.in_(list(missing)))
-        fresh = select(m.c.id, m.c.topic, m.c.effect_time).where(where).order_by(m.c.id).limit(limit).subquery()
-        stmt = union_all(select(fresh.c.id, fresh.c.topic, fresh.c.effect_time),
-                         select(func.max(m.c.id), null(), null()))
+        fresh = (select(m.c.id, m.c.topic, m.c.effect_time, m.c.priority).where(where).order_by(m.c.id)
+                 .limit(limit).subquery())
+        stmt = union_all(select(fresh.c.id, fresh.c.topic, fresh.c.effect_time, fresh.c.priority),
+                         select(func.max(m.c.id), null(), null(), null()))
         rows, top = [], 0
         for row in self._db.autocommit_read(stmt):
             if row[1] is None:  # the MAX row: a topic is never NULL
                 top = row[0] or 0
             else:
-                rows.append((row[0], row[1], row[2]))
+                rows.append((row[0], row[1], row[2], row[3]))
         rows.sort()
         return RecentInserts(rows, top)
 
@@ -232,22 +225,20 @@ class Leases:
 _PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
 
 
-def _earliest_new(topics: Sequence[str], *where: Any) -> Select[Any]:
-    """{topic: earliest effect_time of its NEW messages matching ``where``} as one statement.
+def _firsts(topics: Sequence[str], priorities: Sequence[int], *where: Any, label: int) -> Select[Any]:
+    """The earliest NEW message matching ``where`` of each topic and priority: rows
+    ``(topic, priority, due, part=label)``, a topic and priority without one absent.
 
-    The lock index orders each (topic, NEW) range by priority first, so the earliest effect_time
-    is the least of one index dive per priority: a union of ``ORDER BY effect_time LIMIT 1``
-    per topic and priority (a MIN over the whole range would read every NEW row of the topic).
-    With one topic it selects that topic's earliest time alone.
+    The lock index orders each (topic, NEW) range by priority first, so each is one index dive:
+    a union of ``ORDER BY effect_time LIMIT 1`` per topic and priority (a MIN over the whole
+    range would read every NEW row of the topic).
     """
-    firsts = [select(m.c.topic.label("topic"), m.c.effect_time.label("due"))
+    firsts = [select(m.c.topic.label("topic"), m.c.priority.label("priority"), m.c.effect_time.label("due"))
               .where(m.c.topic == name, m.c.status == _NEW, m.c.priority == priority, *where)
               .order_by(m.c.effect_time).limit(1).subquery()
-              for name in topics for priority in PRIORITIES_DESC]
-    each = union_all(*[select(first.c.topic, first.c.due) for first in firsts]).subquery()
-    if len(topics) == 1:
-        return select(func.min(each.c.due))
-    return select(each.c.topic, func.min(each.c.due)).group_by(each.c.topic)
+              for name in topics for priority in priorities]
+    each = union_all(*[select(first.c.topic, first.c.priority, first.c.due) for first in firsts]).subquery()
+    return select(each.c.topic, each.c.priority, each.c.due, literal(label).label("part"))
 
 
 def _tally(counts: dict[str, int], topic: str, n: int) -> None:

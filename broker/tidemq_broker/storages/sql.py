@@ -16,8 +16,8 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import (Backlog, FlowLimits, LeasedMessage, MessageEdit, NewRow, RecentInserts, RequestRef, Schedule,
-                       Storage, StoredMessage, TopicSettings)
+from ..storage import (Backlog, FlowLimits, LeasedMessage, LockHint, MessageEdit, NewRow, RecentInserts, RequestRef,
+                       Schedule, Storage, StoredMessage, TopicSettings)
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
@@ -67,10 +67,9 @@ class SqlStorage(Storage):
 
     def lock_batch(self, topic: str, rank: int, total: int, limit: int, ttr: int, consumer: str, now: datetime,
                    lease_token: Optional[str] = None, broker: str = "", ahead: float = 0.0,
-                   limits: Optional[FlowLimits] = None, stranded: float = 0.0,
-                   floor: Optional[datetime] = None) -> list[LeasedMessage]:
+                   limits: Optional[FlowLimits] = None, hint: LockHint = LockHint()) -> list[LeasedMessage]:
         return self._leases.lock_batch(topic, rank, total, limit, ttr, consumer, now, lease_token, broker, ahead,
-                                       limits, stranded, floor)
+                                       limits, hint)
 
     def lock_serial(self, topic: str, ttr: int, consumer: str, now: datetime, lease_token: Optional[str] = None,
                     broker: str = "", ahead: float = 0.0) -> list[LeasedMessage]:
@@ -108,11 +107,10 @@ class SqlStorage(Storage):
         return self._writes.delete_finished(topic, before, limit)
 
     # -- probes ------------------------------------------------------------------------------
-    def next_due(self, topic: str, rank: int, total: int, stranded: float = 0.0,
-                 floor: Optional[datetime] = None) -> Optional[datetime]:
-        return self._leases.next_due(topic, rank, total, stranded, floor)
+    def next_due(self, topic: str, rank: int, total: int, hint: LockHint = LockHint()) -> Optional[datetime]:
+        return self._leases.next_due(topic, rank, total, hint)
 
-    def earliest_new(self, topics: Sequence[str]) -> dict[str, datetime]:
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, dict[int, datetime]]:
         return self._leases.earliest_new(topics)
 
     def serial_head_due(self, topic: str) -> Optional[datetime]:

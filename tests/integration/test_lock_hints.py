@@ -1,4 +1,4 @@
-"""The lock's floor (``tidemq_broker.floors``) on a real broker: it never strands a message.
+"""The lock hints (``tidemq_broker.hints``) on a real broker: they never strand a message.
 
 A message can become NEW below the floor without this broker seeing it (another broker's release
 or retry, the console's requeue); the broker's once-a-second probe must find it.
@@ -25,7 +25,7 @@ def test_a_message_released_elsewhere_below_the_floor_is_still_delivered(client,
     pull = InThread(lambda: consumer.pull(max_messages=1, wait=30.0))
     wait_until(lambda: broker.hub._waiters.get("t.floor.audit"), 10, what="a waiting pull")
     # The probe sees nothing pending and raises the floor past the message's effect time.
-    wait_until(lambda: (broker.hub.floors.get("t.floor.audit") or leased.effect_time) > leased.effect_time, 10,
+    wait_until(lambda: (broker.hub.hints.get("t.floor.audit").floor or leased.effect_time) > leased.effect_time, 10,
                what="the floor to pass the leased message")
     broker.storage.release(leased.lease_token, clock.now(), "elsewhere")
     released = time.monotonic()

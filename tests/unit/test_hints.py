@@ -1,0 +1,95 @@
+"""A topic's lock hints: raised by the probe, lowered by what this broker sees become NEW,
+forgotten where it cannot know, and never raised over a lowering the probe may have missed."""
+
+from __future__ import annotations
+
+from tidemq import clock
+from tidemq_broker.hints import MARGIN, Arrival, LockHints, arrivals
+from tidemq_broker.storage import LockHint
+
+
+def _probe(hints: LockHints, found: dict, at=None) -> set:
+    return hints.learn(hints.versions(hints.active()), found, at or clock.now())
+
+
+def test_a_topic_reads_everything_until_a_probe_says_where_its_messages_are():
+    hints = LockHints(stranded_after=1.0)
+    assert hints.get("t") == LockHint(None, None, 1.0) and hints.active() == ["t"]
+    now = clock.now()
+    due = clock.after(now, -30)
+    assert _probe(hints, {"t": {0: due, 4: clock.after(now, 60)}}, now) == set()  # stranded from the start
+    assert hints.get("t") == LockHint(clock.after(due, -MARGIN), frozenset({0, 4}), 1.0)
+    _probe(hints, {"t": {0: clock.after(now, -0.5)}}, now)  # due, but not past the grace
+    assert hints.get("t") == LockHint(clock.after(now, -0.5 - MARGIN), frozenset({0}), 0.0)
+
+
+def test_nothing_pending_sets_the_floor_at_the_probe_time_and_reads_no_range():
+    hints = LockHints()
+    hints.get("t")
+    now = clock.now()
+    _probe(hints, {}, now)
+    assert hints.get("t") == LockHint(clock.after(now, -MARGIN), frozenset(), 0.0)
+    _probe(hints, {"t": {9: clock.after(now, 3600)}}, now)  # delayed only: the floor stays at the probe
+    assert hints.get("t").floor == clock.after(now, -MARGIN)
+
+
+def test_what_becomes_new_lowers_the_floor_and_adds_its_priority_or_forgets_what_is_unknown():
+    hints = LockHints()
+    hints.get("t")
+    now = clock.now()
+    _probe(hints, {}, now)
+    earlier = clock.after(now, -60)
+    hints.lower("t", earlier, {3})
+    assert hints.get("t").floor == earlier and hints.get("t").priorities == {3}
+    hints.lower("t", now, ())  # later than the floor, no priority: a serial head freed
+    assert hints.get("t").floor == earlier and hints.get("t").priorities == {3}
+    hints.lower("t", now, None)  # a retry of a priority not known here
+    assert hints.get("t").priorities is None and hints.get("t").floor == earlier
+    hints.forget(["t"])
+    assert hints.get("t") == LockHint(None, None, hints.stranded_after)
+
+
+def test_a_probe_that_ran_across_a_lowering_does_not_raise_over_it():
+    hints = LockHints()
+    hints.get("t")
+    now = clock.now()
+    _probe(hints, {}, clock.after(now, -600))
+    versions = hints.versions(["t"])  # a probe starts ...
+    hints.lower("t", clock.after(now, -700), {0})  # ... a commit it cannot see lowers the floor ...
+    hints.learn(versions, {}, now)  # ... and the probe's answer, without that message, is dropped
+    assert hints.get("t").floor == clock.after(now, -700)
+    _probe(hints, {"t": {0: clock.after(now, -700)}}, now)
+    assert hints.get("t").floor == clock.after(now, -700 - MARGIN)
+
+
+def test_a_probe_names_the_topics_whose_messages_just_became_stranded():
+    hints = LockHints(stranded_after=1.0)
+    hints.get("t")
+    now = clock.now()
+    _probe(hints, {"t": {0: now}}, now)
+    assert hints.get("t").stranded == 0.0
+    assert _probe(hints, {"t": {0: now}}, clock.after(now, 2)) == {"t"}
+    assert hints.get("t").stranded == 1.0
+
+
+def test_the_probe_takes_a_bounded_share_of_the_time():
+    assert LockHints.next_probe(0.001) == 0.5
+    assert LockHints.next_probe(0.2) == 0.2 / 0.05
+
+
+def test_arrivals_name_the_earliest_time_and_every_priority_of_each_topic():
+    now = clock.now()
+    rows = [("a", 0, now), ("a", 5, clock.after(now, -1)), ("b", 2, clock.after(now, 3))]
+    assert arrivals(rows) == {"a": Arrival(clock.after(now, -1), frozenset({0, 5})),
+                              "b": Arrival(clock.after(now, 3), frozenset({2}))}
+
+
+def test_topics_not_pulled_for_a_while_are_dropped(monkeypatch):
+    hints = LockHints()
+    hints.get("old")
+    import tidemq_broker.hints as module
+
+    real = module.time.monotonic
+    monkeypatch.setattr(module.time, "monotonic", lambda: real() + 60)
+    assert hints.active() == []
+    assert hints.versions(["old"]) == {}
