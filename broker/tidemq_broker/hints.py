@@ -24,7 +24,7 @@ They must never hide a NEW message for long:
   priorities become those found. A message made NEW in a way this broker did not see (another
   broker's retry, release or lease expiry, the console's requeue, a commit the insert watch had
   given up on) is found by the next probe. The probe reads what the locks skip, so its period
-  grows with its cost: at most ``DUTY`` of the time, at least every ``PROBE_EVERY`` seconds.
+  grows with its cost (``DUTY`` of the time), from ``PROBE_EVERY`` to ``PROBE_AT_LEAST`` seconds.
 - Everything this broker sees make a message NEW **lowers** the floor at once and adds its
   priority: its own group commits, inserts the insert watch found (other brokers,
   ``tidemq.enqueue``). Where the effect time or priority is not known (retries of its acks,
@@ -45,7 +45,7 @@ from tidemq import clock
 
 from .storage import LockHint
 
-__all__ = ["LockHints", "Arrival", "arrivals", "MARGIN", "STRANDED_AFTER", "PROBE_EVERY", "DUTY"]
+__all__ = ["LockHints", "Arrival", "arrivals", "MARGIN", "STRANDED_AFTER", "PROBE_EVERY", "DUTY", "PROBE_AT_LEAST"]
 
 #: Seconds the floor stays below what the probe found: it covers other brokers' clocks (a retry
 #: they schedule for their "now" lands this much before ours at most) at the cost of reading a
@@ -56,11 +56,13 @@ MARGIN = 1.0
 #: a session timeout to say so. A live consumer takes its own within milliseconds, and fills its
 #: batch with its own first, so under load the shards stay apart.
 STRANDED_AFTER = 1.0
-#: The probe runs at least this often (seconds) ...
+#: The probe runs every this many seconds ...
 PROBE_EVERY = 0.5
-#: ... and takes at most this share of the time: under a long read view it reads what the locks
-#: skip, and its cost grows with the read view's age.
+#: ... or, when it takes long, so that it takes about this share of the time: under a long read
+#: view it reads what the locks skip, and its cost grows with the read view's age ...
 DUTY = 0.05
+#: ... but at least this often: stranded messages and messages made NEW elsewhere wait for it.
+PROBE_AT_LEAST = 2.0
 _ACTIVE = 30.0  # seconds a topic stays probed after its last pull
 
 
@@ -175,4 +177,4 @@ class LockHints:
     @staticmethod
     def next_probe(duration: float) -> float:
         """Seconds until the next probe, after one that took ``duration`` seconds."""
-        return max(PROBE_EVERY, duration / DUTY)
+        return min(PROBE_AT_LEAST, max(PROBE_EVERY, duration / DUTY))

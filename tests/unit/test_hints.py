@@ -74,7 +74,8 @@ def test_a_probe_names_the_topics_whose_messages_just_became_stranded():
 
 def test_the_probe_takes_a_bounded_share_of_the_time():
     assert LockHints.next_probe(0.001) == 0.5
-    assert LockHints.next_probe(0.2) == 0.2 / 0.05
+    assert LockHints.next_probe(0.05) == 0.05 / 0.05
+    assert LockHints.next_probe(3.0) == 2.0  # still often enough for stranded messages
 
 
 def test_arrivals_name_the_earliest_time_and_every_priority_of_each_topic():
