@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Optional, Sequence
 
 from tidemq import clock
+from .errors import StorageUnavailableError
 from .inserts import InsertWatch
 from .storage import LeasedMessage, Storage
 
@@ -148,8 +149,10 @@ class PullHub:
                         self.notify(topic, when)
                 if tick % self._earliest_every == 0:
                     self._wake_sooner(self._storage.earliest_new(topics))
+            except StorageUnavailableError:
+                pass  # the database logs its outage once; waiting pulls still wake on their own timers
             except Exception:
-                # A database outage fails every probe: say so once a minute, not 50 times a second.
+                # A failing probe fails every tick: say so once a minute, not 50 times a second.
                 if time.monotonic() - warned > 60:
                     warned = time.monotonic()
                     log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)
