@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import posixpath
 import threading
-import time
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient, KazooState
@@ -23,8 +22,10 @@ from ..coordinator import (
     sort_by_sequence,
 )
 from ..errors import CoordinationError
+from ..outage import Outage
 from .zk_acl import hint as _hint
 from .zk_acl import node_acl, secure_nodes
+from .zk_session import KazooLog, expire
 
 __all__ = ["ZooKeeperCoordinator"]
 
@@ -37,14 +38,17 @@ _STATES = {
 
 
 _SUBPATHS = ("brokers", "consumers", "broadcast", "leader")
-
-
 class ZooKeeperCoordinator(Coordinator):
     """Coordination through ZooKeeper; ``hosts`` may carry a chroot (``h1:2181,h2:2181/app``).
 
     ``auth`` (``user:password``, TIDEMQ_ZK_AUTH) authenticates the session by digest and gives
     every node this coordinator creates the ACL of :func:`node_acl`, so processes without the
     credentials can read tidemq's nodes but not create, change or delete them.
+
+    A lost connection is logged once (kazoo's warning per reconnection attempt is not), and so is
+    its end. Nothing on the data path waits for ZooKeeper meanwhile: brokers serve, consumers
+    pull on their last known ranks, the maintenance leader keeps leading until its session is
+    known to be lost, and the broker pool keeps the last broker list.
     """
 
     def __init__(self, hosts: str, root: str = "/tidemq", session_timeout: float = 10.0, auth: str = "") -> None:
@@ -52,6 +56,8 @@ class ZooKeeperCoordinator(Coordinator):
         self.root = root.rstrip("/") or "/"
         self._acl = node_acl(auth)
         self._secured = bool(auth)
+        self._kazoo_log = KazooLog()
+        self._outage = Outage(log, "calls to ZooKeeper")
         # default_acl covers every create: ours, ensure_path/makepath's parents and the Election's.
         self._zk = KazooClient(
             hosts=hosts,
@@ -60,6 +66,7 @@ class ZooKeeperCoordinator(Coordinator):
             command_retry=KazooRetry(max_tries=5, max_delay=1.0, deadline=10.0),
             auth_data=[("digest", auth)] if auth else None,
             default_acl=self._acl,
+            logger=self._kazoo_log,
         )
         self._listeners: list[Callable[[ConnectionState], None]] = []
         self._brokers: set[str] = set()
@@ -129,36 +136,23 @@ class ZooKeeperCoordinator(Coordinator):
         without the chroot (kazoo would check the path, and this client reconnecting can take
         the session back mid-check), and is repeated until this client holds a new session.
         """
-        client_id = self._zk.client_id
-        if client_id is None:
-            raise CoordinationError("not connected: there is no session to expire")
-        old_session = client_id[0]
-        servers = self.hosts.split("/", 1)[0]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            twin = KazooClient(hosts=servers, client_id=client_id, timeout=self._zk._session_timeout / 1000.0)
-            try:
-                twin.start(timeout=5)
-            except (KazooTimeoutError, KazooException):
-                pass  # the session moved back to this client first: try again
-            finally:
-                twin.stop()
-                twin.close()
-            renewed = time.monotonic() + 5
-            while time.monotonic() < renewed:
-                current = self._zk.client_id
-                if current is not None and current[0] != old_session:
-                    return
-                time.sleep(0.02)
-        raise CoordinationError(f"session {old_session:#x} did not expire within {timeout} s")
+        expire(self._zk, self.hosts, timeout)
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: never block here, hand work to a thread.
         if state == KazooState.LOST:
             self._session_lost = True
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            threading.Thread(target=self._restore, name="tidemq-zk-restore", daemon=True).start()
+            if not self._closed:
+                log.info("the ZooKeeper session expired: this process's nodes are made again once connected")
+        elif state == KazooState.SUSPENDED and not self._closed:
+            self._outage.failed(CoordinationError(
+                f"the connection to {self.hosts} was lost ({self._kazoo_log.reason or 'no reason given'}); brokers "
+                "go on serving and consumers pulling on their last known ranks"))
+        elif state == KazooState.CONNECTED:
+            self._outage.succeeded()
+            if self._session_lost:
+                self._session_lost = False
+                threading.Thread(target=self._restore, name="tidemq-zk-restore", daemon=True).start()
         for listener in list(self._listeners):
             try:
                 listener(_STATES[state])
@@ -352,9 +346,11 @@ class ZooKeeperCoordinator(Coordinator):
         def campaign() -> None:
             while not ended.is_set():
                 try:
-                    election.run(self._lead_while_connected, lead, ended)
+                    election.run(self._lead_while_session_lives, lead, ended)
                 except KazooException:
-                    log.warning("leader election interrupted; campaigning again", exc_info=True)
+                    # Without a connection every attempt fails alike; the outage is logged once.
+                    level = logging.WARNING if self._zk.connected else logging.DEBUG
+                    log.log(level, "leader election interrupted; campaigning again", exc_info=True)
                 ended.wait(0.5)
 
         threading.Thread(target=campaign, name="tidemq-election", daemon=True).start()
@@ -365,11 +361,17 @@ class ZooKeeperCoordinator(Coordinator):
 
         return end
 
-    def _lead_while_connected(self, lead: Callable[[threading.Event], None], ended: threading.Event) -> None:
+    def _lead_while_session_lives(self, lead: Callable[[threading.Event], None], ended: threading.Event) -> None:
+        # Leadership ends with the session (LOST), not with the connection (SUSPENDED): while the
+        # connection is away nobody else can be elected before the session expires, so the
+        # leader goes on running its jobs (lease expiry above all) through a ZooKeeper outage.
+        # A leader cut off from ZooKeeper alone learns its session expired only when it
+        # reconnects, and may run its jobs beside a newly elected one until then; each job is
+        # safe to run twice at once (guarded updates, unique keys, whole replacements).
         lost = threading.Event()
 
         def on_state(state: ConnectionState) -> None:
-            if state != ConnectionState.CONNECTED:
+            if state == ConnectionState.LOST:
                 lost.set()
 
         def watch_end() -> None:
