@@ -141,9 +141,7 @@ class ZooKeeperCoordinator(Coordinator):
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: never block here, hand work to a thread.
         if state == KazooState.LOST:
-            self._session_lost = True
-            if not self._closed:
-                log.info("the ZooKeeper session expired: this process's nodes are made again once connected")
+            self._session_lost = True  # _restore says so when it makes the nodes again
         elif state == KazooState.SUSPENDED and not self._closed:
             self._outage.failed(CoordinationError(
                 f"the connection to {self.hosts} was lost ({self._kazoo_log.reason or 'no reason given'}); brokers "
@@ -181,7 +179,8 @@ class ZooKeeperCoordinator(Coordinator):
                     if isinstance(item, Registration):
                         with self._create_lock:
                             item._replace(self._create_consumer_node(item.topic, item.instance, item))
-                        log.warning("session was lost: consumer of %s registered again as %s", item.topic, item.node)
+                        log.info("the ZooKeeper session expired: consumer of %s registered again as %s",
+                                 item.topic, item.node)
                     else:
                         self._create_broker_node(str(item))
                     break
