@@ -13,7 +13,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from tidemq.coordinator import Coordinator
 
-from ..errors import StorageUnavailableError
+from ..errors import RetriableError
 
 __all__ = ["Job", "Maintainer"]
 
@@ -61,7 +61,7 @@ class Maintainer:
                         done = job.run()
                         if done:
                             log.info("maintenance %s handled %d", job.name, done)
-                    except StorageUnavailableError as exc:  # the database logs its outage once
+                    except RetriableError as exc:  # the database or ZooKeeper away: each logs its outage once
                         log.debug("maintenance job %s failed: %s", job.name, exc)
                     except Exception:  # a failing job must not end the leadership
                         log.warning("maintenance job %s failed", job.name, exc_info=True)

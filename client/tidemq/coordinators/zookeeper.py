@@ -315,6 +315,12 @@ class ZooKeeperCoordinator(Coordinator):
         return self._children_watch(path, lambda children: callback(sorted(sequence_of(c) for c in children)))
 
     def prune_broadcasts(self, older_than: float) -> int:
+        try:
+            return self._prune(older_than)
+        except KazooException as exc:  # ZooKeeper away: said once by the connection's outage
+            raise CoordinationError(f"cannot prune broadcasts: {exc!r}") from None
+
+    def _prune(self, older_than: float) -> int:
         base = self._path("broadcast")
         pruned = 0
         cutoff_ms = None
