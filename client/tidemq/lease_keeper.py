@@ -19,10 +19,10 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from .consumer import ConsumerSpec
-from .errors import RetriableError, TidemqError
+from .errors import RetriableError, StorageUnavailableError, TidemqError
 from .link import AckItem, AckOutcome, BrokerLink, Delivery, LeaseRef
 
 __all__ = ["LeaseKeeper"]
@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 _ACK_BATCH = 500
 _RETRY_FIRST, _RETRY_MOST = 0.2, 2.0  # seconds between attempts to record outcomes: doubling, capped
 _LAST_CALL = 0.2  # seconds a call may take once the drain's deadline has passed
+# A call the brokers' database failed is sent again in halves, down to this many items: a long
+# transaction is what connections killed every 100 ms never let finish, and a batch that grows
+# while it fails would otherwise never get through (nor would the heartbeat of its leases).
+_SMALLEST = 50
 
 
 class LeaseKeeper:
@@ -143,6 +147,10 @@ class LeaseKeeper:
             extended = self.link.extend(leases, ttr, self._consumer(), timeout=self.call_timeout())
         except RetriableError as exc:  # the pool logs an outage once
             log.debug("heartbeat of %d lease(s) of %s failed (%s)", len(leases), self.spec.topic, exc)
+            if isinstance(exc, StorageUnavailableError) and len(leases) > _SMALLEST:
+                half = len(leases) // 2  # each half once, now: see _SMALLEST
+                self._beat_leases(leases[:half], ttr)
+                self._beat_leases(leases[half:], ttr)
             return
         except TidemqError as exc:
             log.info("heartbeat of %d lease(s) of %s refused (%s); next one in %.1f s",
@@ -191,15 +199,16 @@ class LeaseKeeper:
             self._held.difference_update(refs)
             self._reporting.update(refs)
         try:
-            outcomes = self._record(batch)
+            for part, outcomes in self._record(batch):
+                self._count(part, outcomes)
         finally:
             with self._lock:
                 self._reporting.difference_update(refs)
                 for lease in refs:
                     self._touched.pop(lease, None)
-        if outcomes is None:
-            return
-        for item, outcome in zip(batch, outcomes):
+
+    def _count(self, items: list[AckItem], outcomes: Optional[list[AckOutcome]]) -> None:
+        for item, outcome in zip(items, outcomes or ()):
             if outcome is AckOutcome.STALE:
                 self.stale += 1
                 log.warning("ack of message %d refused: the lease was lost (it was or will be run elsewhere)", item.id)
@@ -208,22 +217,37 @@ class LeaseKeeper:
             else:
                 self.failed += 1
 
-    def _record(self, batch: list[AckItem]) -> Optional[list[AckOutcome]]:
-        """Send ``batch`` until a broker answers; None when it was refused or given up."""
-        pause = _RETRY_FIRST
-        while True:
+    def _record(self, batch: list[AckItem]) -> Iterator[tuple[list[AckItem], Optional[list[AckOutcome]]]]:
+        """Send ``batch`` until a broker records it; yield each part sent with its outcomes (None
+        when refused or given up). A part the brokers' database failed goes again in halves."""
+        parts, pause = [batch], _RETRY_FIRST
+        while parts:
+            part = parts[0]
             try:
-                return self.link.ack(self.spec.topic, self._consumer(), batch, timeout=self.call_timeout())
+                outcomes = self.link.ack(self.spec.topic, self._consumer(), part, timeout=self.call_timeout())
             except RetriableError as exc:  # the pool logs an outage once
-                log.debug("ack of %d message(s) of %s failed (%s); trying again", len(batch), self.spec.topic, exc)
+                log.debug("ack of %d message(s) of %s failed (%s); trying again", len(part), self.spec.topic, exc)
+                if isinstance(exc, StorageUnavailableError) and len(part) > _SMALLEST:
+                    parts[0:1] = [part[:len(part) // 2], part[len(part) // 2:]]
             except TidemqError as exc:  # refused as a whole (a bug of ours): retrying cannot help
                 log.error("ack of %d message(s) of %s refused (%s): they will be delivered again",
-                          len(batch), self.spec.topic, exc)
-                return None
+                          len(part), self.spec.topic, exc)
+                parts.pop(0)
+                yield part, None
+                continue
+            else:
+                parts.pop(0)
+                pause = _RETRY_FIRST
+                yield part, outcomes
+                continue
             with self._drain:
-                if self._deadline is not None and time.monotonic() >= self._deadline:
-                    self._dropped += len(batch)
-                    return None
-                wait = pause if self._deadline is None else min(pause, self._deadline - time.monotonic())
-                self._drain.wait(max(wait, 0.0))
+                over = self._deadline is not None and time.monotonic() >= self._deadline
+                if not over:
+                    wait = pause if self._deadline is None else min(pause, self._deadline - time.monotonic())
+                    self._drain.wait(max(wait, 0.0))
+            if over:  # a stopping worker's drain ran out: what is left is given up
+                for left in parts:
+                    self._dropped += len(left)
+                    yield left, None
+                return
             pause = min(pause * 2, _RETRY_MOST)
