@@ -143,8 +143,9 @@ class Principals:
         except RetriableError:
             if self._loaded == float("-inf"):
                 raise  # nothing to go on: the call fails as retriable
-            # Keep the last view while the database is away; try again in half a second.
-            log.warning("cannot reload principals; keeping the last view", exc_info=True)
+            # Keep the last view while the database is away (which the database logs once);
+            # try again in half a second.
+            log.debug("cannot reload principals; keeping the last view", exc_info=True)
             self._loaded = time.monotonic() - self._refresh + _MISS_RELOAD_SECONDS
         finally:
             self._lock.release()

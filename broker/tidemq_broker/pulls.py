@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable, Optional, Sequence
 
 from tidemq import clock
+from .errors import StorageUnavailableError
 from .hints import Arrival, LockHints
 from .inserts import InsertWatch
 from .storage import LeasedMessage, Storage
@@ -160,8 +161,10 @@ class PullHub:
                     began = time.monotonic()
                     self._probe_earliest(topics)
                     self._next_probe = began + self.hints.next_probe(time.monotonic() - began)
+            except StorageUnavailableError:
+                pass  # the database logs its outage once; waiting pulls still wake on their own timers
             except Exception:
-                # A database outage fails every probe: say so once a minute, not 50 times a second.
+                # A failing probe fails every tick: say so once a minute, not 50 times a second.
                 if time.monotonic() - warned > 60:
                     warned = time.monotonic()
                     log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)

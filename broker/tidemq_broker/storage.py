@@ -30,6 +30,7 @@ __all__ = [
     "MessageFilter",
     "MessageEdit",
     "Backlog",
+    "OutageGrace",
     "Schedule",
     "Storage",
     "AckItem",
@@ -214,6 +215,17 @@ class Backlog:
 
 
 @dataclass(frozen=True)
+class OutageGrace:
+    """Leases that ran out while the database could not be reached, from ``since`` (the last
+    lease expiry that reached it) to ``back`` (the first one after the outage). Their holders
+    could not extend them meanwhile, however alive, so each is held until ``back`` plus its own
+    ttr: time for a heartbeat, or for an outcome the holder kept, to arrive."""
+
+    since: datetime
+    back: datetime
+
+
+@dataclass(frozen=True)
 class Schedule:
     """A periodic message (``tidemq_broker.schedules`` checks and ticks it).
 
@@ -305,7 +317,9 @@ class Storage(abc.ABC):
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
         """Apply many outcomes in one transaction, each guarded by status RUNNING and its token:
-        ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL)."""
+        ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL). An outcome that
+        lease already recorded (a SUCCESS or FAIL under the same token: an ack sent again after
+        its reply was lost) is answered APPLIED and changes nothing; any other is STALE."""
 
     @abc.abstractmethod
     def release(self, lease_token: str, now: datetime, consumer: str = "", broker: str = "") -> int:
@@ -319,10 +333,11 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int],
-                      by_topic: Optional[dict[str, int]] = None) -> int:
+                      by_topic: Optional[dict[str, int]] = None, grace: Optional[OutageGrace] = None) -> int:
         """Up to ``limit`` RUNNING messages whose lease ran out: back to NEW (due now), or to FAIL
         once delivered ``max_deliveries(topic)`` times. Returns how many moved, and adds them per
-        topic to ``by_topic`` when given (the metrics)."""
+        topic to ``by_topic`` when given (the metrics). ``grace``: leases that ran out during a
+        database outage stay held until its end plus their ttr (see :class:`OutageGrace`)."""
 
     @abc.abstractmethod
     def cancel(self, ids: Sequence[int]) -> list[bool]:

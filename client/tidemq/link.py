@@ -101,7 +101,8 @@ class PullHandle:
 class BrokerLink(Protocol):
     """The calls a consumer makes to the brokers. Every call may raise a
     :class:`tidemq.errors.TidemqError`; a :class:`~tidemq.errors.RetriableError` means the
-    call may be made again."""
+    call may be made again. ``timeout`` (seconds; None: the link's default) bounds a call a
+    stopping consumer makes within its drain."""
 
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
              max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
@@ -119,15 +120,17 @@ class BrokerLink(Protocol):
         """
         ...
 
-    def ack(self, topic: str, consumer: str, items: Sequence[AckItem]) -> list[AckOutcome]:
+    def ack(self, topic: str, consumer: str, items: Sequence[AckItem],
+            timeout: Optional[float] = None) -> list[AckOutcome]:
         """Record outcomes in one transaction; one AckOutcome per item, in order."""
         ...
 
-    def release(self, lease_token: str, consumer: str = "") -> int:
+    def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
         """Put the messages still leased under ``lease_token`` back to NEW; returns how many."""
         ...
 
-    def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "") -> list[bool]:
+    def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
+               timeout: Optional[float] = None) -> list[bool]:
         """Heartbeat: make each lease end ``ttr`` seconds from now; False where it was lost."""
         ...
 

@@ -13,8 +13,10 @@ import grpc
 
 from .config import MAX_REQUEST_BYTES
 from .coordinator import Coordinator
-from .errors import BrokerUnavailableError, MalformedRequestError, PullCancelledError, TidemqError, error_from_name
+from .errors import (BrokerUnavailableError, MalformedRequestError, PullCancelledError, RetriableError, TidemqError,
+                     error_from_name)
 from .link import PullHandle
+from .outage import Outage
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
 __all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES", "CHANNEL_OPTIONS", "rpc_failure"]
@@ -42,7 +44,13 @@ class BrokerPool:
     """Spreads calls round-robin over live brokers; a call that finds a broker dead moves on.
 
     Brokers come from a static list or from ``<root>/brokers`` in the coordinator (watched, so
-    a dead broker leaves the pool as soon as its ephemeral node goes).
+    a dead broker leaves the pool as soon as its ephemeral node goes). While the coordinator is
+    unreachable the last list it gave stays in use.
+
+    Faults are logged once, not per call: a broker that stops answering when it first fails (and
+    when it answers again), and calls that fail for every broker (none answers, or the brokers
+    report a retriable error such as their database being away) at the first such failure and
+    when a call succeeds again (:class:`tidemq.outage.Outage`).
     """
 
     def __init__(self, static: tuple[str, ...] = (), coordinator: Optional[Coordinator] = None,
@@ -54,6 +62,8 @@ class BrokerPool:
         self._addresses: list[str] = list(static)
         self._stubs: dict[str, tuple[grpc.Channel, pb_grpc.BrokerStub]] = {}
         self._failed_at: dict[str, float] = {}
+        self._failing: dict[str, float] = {}  # address -> when it first failed, until it answers
+        self.outage = Outage(log, "calls to tidemq's brokers")
         self._turn = itertools.count()
         self._closed = False
         if not static and coordinator is not None:
@@ -65,6 +75,8 @@ class BrokerPool:
             for gone in set(self._stubs) - set(addresses):
                 channel, _ = self._stubs.pop(gone)
                 self._close_channel(channel)
+            for gone in set(self._failing) - set(addresses):
+                del self._failing[gone]
             self._lock.notify_all()
 
     def _close_channel(self, channel: Any) -> None:
@@ -114,6 +126,16 @@ class BrokerPool:
         cancel each attempt while it is in flight; a cancelled call raises PullCancelledError
         and is not retried.
         """
+        try:
+            reply = self._call(method, request, timeout, on_attempt, track)
+        except RetriableError as exc:
+            self.outage.failed(exc)
+            raise
+        self.outage.succeeded()
+        return reply
+
+    def _call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]],
+              track: Optional[PullHandle]) -> Any:
         deadline = time.monotonic() + timeout
         tried: set[str] = set()
         last_error = "no broker is registered"
@@ -125,35 +147,62 @@ class BrokerPool:
             if on_attempt is not None:
                 on_attempt(address)
             try:
-                if track is None:
-                    return getattr(self._stub(address), method)(request, timeout=remaining, metadata=self._metadata)
-                if track.cancelled:
-                    raise PullCancelledError(f"{method} was cancelled before it was sent")
-                future = getattr(self._stub(address), method).future(request, timeout=remaining,
-                                                                     metadata=self._metadata)
-                track.bind(future.cancel)
-                try:
-                    return future.result()
-                except grpc.FutureCancelledError:
-                    raise PullCancelledError(f"{method} on {address} was cancelled") from None
-                finally:
-                    track.bind(None)
+                reply = self._attempt(address, method, request, remaining, track)
             except grpc.RpcError as exc:
                 if (exc.code() == grpc.StatusCode.CANCELLED and _tidemq_error(exc) is None
                         and track is not None and track.cancelled):
                     raise PullCancelledError(f"{method} on {address} was cancelled") from None
                 error = rpc_failure(exc, method, address, timeout)
                 if error is not None:
+                    self._answered(address)
                     raise error from None
                 last_error = self._failed(exc, method, address)
                 tried.add(address)
+                continue
+            self._answered(address)
+            return reply
+
+    def _attempt(self, address: str, method: str, request: Any, remaining: float,
+                 track: Optional[PullHandle]) -> Any:
+        if track is None:
+            return getattr(self._stub(address), method)(request, timeout=remaining, metadata=self._metadata)
+        if track.cancelled:
+            raise PullCancelledError(f"{method} was cancelled before it was sent")
+        future = getattr(self._stub(address), method).future(request, timeout=remaining, metadata=self._metadata)
+        track.bind(future.cancel)
+        try:
+            return future.result()
+        except grpc.FutureCancelledError:
+            raise PullCancelledError(f"{method} on {address} was cancelled") from None
+        finally:
+            track.bind(None)
+
+    def _answered(self, address: str) -> None:
+        """``address`` answered a call: if it had been failing, say that it is back."""
+        if address not in self._failing:  # the common case, without the lock
+            return
+        with self._lock:
+            since = self._failing.pop(address, None)
+            self._failed_at.pop(address, None)
+        if since is not None:
+            log.info("broker %s answers again after %.1f s", address, time.monotonic() - since)
 
     def _failed(self, exc: grpc.RpcError, method: str, address: str) -> str:
-        """Quarantine ``address`` after a transport failure; returns what to report if every broker fails."""
+        """Quarantine ``address`` after a transport failure; returns what to report if every broker fails.
+
+        The first failure of a broker is logged; the next ones are not until it has answered again."""
         code = exc.code()
-        log.info("broker %s failed %s (%s); trying another", address, method, code.name)
+        now = time.monotonic()
         with self._lock:
-            self._failed_at[address] = time.monotonic()
+            self._failed_at[address] = now
+            first = address not in self._failing
+            if first:
+                self._failing[address] = now
+        if first:
+            log.warning("broker %s does not answer (%s on %s: %s); calls go to other brokers until it does",
+                        address, code.name, method, exc.details())
+        else:
+            log.debug("broker %s failed %s (%s); trying another", address, method, code.name)
         return f"{address}: {code.name} {exc.details()}{self._hint(exc.details() or '')}"
 
     def _hint(self, details: str) -> str:

@@ -11,7 +11,8 @@ It keeps the broker's rules that consumers rely on: leases with tokens and a ttr
 acks refused as STALE once the lease is lost, retries back to NEW, long-polls that wake on
 produce, ack, release and expiry and honour cancellation. Leases expire only when a test calls
 :meth:`StubBroker.expire_leases`; times come from ``clock`` (seconds), so a test may inject its
-own. Long-poll waits are real seconds.
+own. Long-poll waits are real seconds. A call named in ``failing`` fails as it would while the
+brokers' database is away (``StorageUnavailableError``), after being counted in ``calls``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from .errors import PullCancelledError
+from .errors import PullCancelledError, StorageUnavailableError
 from .lifecycle import Event, MessageStatus
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 
@@ -86,6 +87,9 @@ class StubBroker:
     messages of each topic at once).
     """
 
+    #: The BrokerLink calls, the names ``calls`` counts and ``failing`` takes.
+    CALLS = ("pull", "ack", "release", "extend", "touch")
+
     def __init__(self, clock: Callable[[], float] = time.time, default_ttr: float = 60.0,
                  retry_delay: float = 0.0) -> None:
         self.clock = clock
@@ -100,6 +104,7 @@ class StubBroker:
         self.history: list[tuple[str, int]] = []
         self.calls: Counter[str] = Counter()
         self.peak_running: Counter[str] = Counter()
+        self.failing: set[str] = set()  # calls that fail now, e.g. set(StubBroker.CALLS): an outage
 
     # -- test helpers ------------------------------------------------------------------------
     def produce(self, topic: str, data: Any = None, delay: float = 0.0, retry: int = 0,
@@ -160,7 +165,7 @@ class StubBroker:
 
         deadline = time.monotonic() + wait
         with self._cond:
-            self.calls["pull"] += 1
+            self._call("pull")
             token = lease_token or uuid.uuid4().hex
             record = PullRecord(consumer, rank, total, serial, token, len(self._running(topic)))
             self.pulls.append(record)
@@ -183,9 +188,10 @@ class StubBroker:
                 if track is not None:
                     track.bind(None)
 
-    def ack(self, topic: str, consumer: str, items: Sequence[AckItem]) -> list[AckOutcome]:
+    def ack(self, topic: str, consumer: str, items: Sequence[AckItem],
+            timeout: Optional[float] = None) -> list[AckOutcome]:
         with self._cond:
-            self.calls["ack"] += 1
+            self._call("ack")
             now, outcomes = self.clock(), []
             for item in items:
                 m = self._held(item.id, item.lease_token)
@@ -206,9 +212,9 @@ class StubBroker:
             self._cond.notify_all()
             return outcomes
 
-    def release(self, lease_token: str, consumer: str = "") -> int:
+    def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
         with self._cond:
-            self.calls["release"] += 1
+            self._call("release")
             held = [m for m in self._messages.values()
                     if m.status is MessageStatus.RUNNING and m.lease_token == lease_token]
             for m in held:
@@ -218,18 +224,24 @@ class StubBroker:
             self._cond.notify_all()
             return len(held)
 
-    def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "") -> list[bool]:
+    def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
+               timeout: Optional[float] = None) -> list[bool]:
         with self._cond:
-            self.calls["extend"] += 1
+            self._call("extend")
             self.extend_calls.append(tuple(leases))
             return [self._extend(lease.id, lease.lease_token, ttr) for lease in leases]
 
     def touch(self, msg_id: int, lease_token: str, ttr: float) -> bool:
         with self._cond:
-            self.calls["touch"] += 1
+            self._call("touch")
             return self._extend(msg_id, lease_token, ttr)
 
     # -- internals (called with the lock held) -----------------------------------------------
+    def _call(self, method: str) -> None:
+        self.calls[method] += 1
+        if method in self.failing:
+            raise StorageUnavailableError(f"{method}: the database is unavailable (StubBroker.failing)")
+
     def _running(self, topic: str) -> list[StubMessage]:
         return [m for m in self._messages.values() if m.topic == topic and m.status is MessageStatus.RUNNING]
 

@@ -124,13 +124,19 @@ class Worker:
         return time.monotonic() - max(s for s in since if s is not None)
 
     def stop(self) -> None:
-        """Stop every consumer, letting running handlers finish and their acks reach a broker."""
+        """Stop every consumer, letting running handlers finish and their acks reach a broker,
+        all within ``drain_timeout``: what is not done by then is left to its lease (its message
+        runs again once the lease expires), so a worker whose brokers are gone still exits."""
+        deadline = time.monotonic() + self.drain_timeout
         self._stop.set()
         runners, self.runners = self.runners, []
+        for runner in runners:  # every consumer stops taking messages at once
+            if isinstance(runner, QueueRunner):
+                runner.stop_pulling()
         for runner in runners:
-            runner.stop(self.drain_timeout)
+            runner.stop(max(deadline - time.monotonic(), 0.0))
         if self._loop is not None:
-            self._loop.stop(self.drain_timeout)
+            self._loop.stop(max(deadline - time.monotonic(), 0.0))
         if self._own_client and self.client is not None:
             self.client.close()
 

@@ -11,7 +11,7 @@ from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
 from tidemq import clock, trace
 from tidemq.lifecycle import next_delay
-from tidemq_broker.storage import AckItem, LockHint, AckOutcome, MessageFilter, NewRow, RequestRef, TopicSettings
+from tidemq_broker.storage import AckItem, AckOutcome, LockHint, MessageFilter, NewRow, OutageGrace, RequestRef, TopicSettings
 from tidemq_broker.storages import open_storage
 from tidemq_broker.storages.admin_sql import AdminSqlStore
 
@@ -287,10 +287,25 @@ def test_ack_success_is_applied_once_and_stale_tokens_are_refused(storage):
     [msg] = lock(storage, "t.ack")
     assert ack(storage, [AckItem(msg_id, "wrong-token", True)]) == [AckOutcome.STALE]
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.APPLIED]
+    stored = storage.get_message(msg_id)
+    # The same ack again (its reply was lost with a connection) is answered as recorded and
+    # changes nothing; another outcome under that lease, or another lease's, is refused.
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.APPLIED]
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "late")]) == [AckOutcome.STALE]
+    assert ack(storage, [AckItem(msg_id, "wrong-token", True)]) == [AckOutcome.STALE]
+    again = storage.get_message(msg_id)
+    assert again.status == "SUCCESS" and again.finish_time is not None
+    assert again.trace.count("SUCCESS") == 1 and (again.version, again.trace) == (stored.version, stored.trace)
+
+
+def test_a_repeated_failure_ack_is_answered_once_it_ended_in_fail(storage):
+    [msg_id] = insert(storage, "t.ackfail", 1, retry=0)
+    [msg] = lock(storage, "t.ackfail")
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
+    assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.STALE]
     stored = storage.get_message(msg_id)
-    assert stored.status == "SUCCESS" and stored.finish_time is not None
-    assert stored.trace.count("SUCCESS") == 1
+    assert stored.status == "FAIL" and stored.trace.count("FAIL") == 1
 
 
 def test_ack_failure_retries_on_schedule_then_fails(storage):
@@ -378,6 +393,24 @@ def test_expired_leases_return_to_new_and_name_the_lost_consumer(storage):
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.STALE]
     [again] = lock(storage, "t.lease")
     assert again.attempt == 2
+
+
+def test_leases_that_ran_out_during_a_database_outage_are_held_for_their_ttr_after_it(storage):
+    """Grace for holders that could not reach the database: a lease that ran out after ``since``
+    expires only once ``back`` is its ttr behind; one that ran out before ``since`` expires now."""
+    insert(storage, "t.grace", 3, delay=-60)
+    start = clock.now()
+    [before] = storage.lock_batch("t.grace", 0, 1, 1, 1, "c1", clock.after(start, -10))  # ran out at -9
+    [short] = storage.lock_batch("t.grace", 0, 1, 1, 2, "c1", start)  # runs out at +2, in the outage
+    [long] = storage.lock_batch("t.grace", 0, 1, 1, 20, "c1", start)  # runs out at +20, in the outage
+    grace = OutageGrace(since=clock.after(start, -5), back=clock.after(start, 30))
+    expire = lambda at: storage.expire_leases(clock.after(start, at), 100, "b1", lambda topic: 10,  # noqa: E731
+                                              grace=grace)
+    assert expire(30) == 1 and storage.get_message(before.id).status == "NEW"
+    assert expire(31.5) == 0  # back + 2 s is not reached yet
+    assert expire(32.5) == 1 and storage.get_message(short.id).status == "NEW"
+    assert expire(49) == 0 and storage.get_message(long.id).status == "RUNNING"
+    assert expire(51) == 1 and storage.get_message(long.id).status == "NEW"
 
 
 def test_requeue_moves_dead_letters_back(storage):

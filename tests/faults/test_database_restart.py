@@ -1,82 +1,58 @@
-"""MariaDB crashes (kill -9) and comes back under load: produce fails fast with a retriable error
-during the outage, the broker recovers by itself, and no acknowledged message is lost."""
+"""MariaDB stops under load for longer than the consumers' ttr and starts again: produce fails
+fast with a retriable error meanwhile, nothing acknowledged is lost, no message runs twice (an
+outcome a worker could not report during the outage is reported afterwards, and lease expiry
+gives holders a full ttr after the database returns), no process exits, each names the outage
+once, and consumption resumes by itself."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-from tests.observe import all_messages, handler_runs
-from tests.processes import TIDEMQ, process_env, start_broker_process
+from tests.faults.load import ProduceLoad, check_calls, check_outcome
+from tests.faults.stack import Stack, reruns, successes
+from tests.processes import process_env
 from tests.servers import wait_until
 from tidemq import Client
-from tidemq.errors import RetriableError, TidemqError
 from tidemq_broker.storages import open_storage
 
 TOPIC = "fault.database"
-CALL_TIMEOUT = 3.0
+TTR = 3.0
+OUTAGE = 3 * TTR  # every lease held when the database went away runs out during the outage
 
 
-def test_database_crash_and_restart_under_load(settings, spawn, tmp_path, mariadb):
+def test_database_stopped_longer_than_ttr_and_restarted(settings, spawn, tmp_path, mariadb, record_property):
     log = tmp_path / "runs.log"
-    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=TOPIC, FAULT_TTR="5")
-    start_broker_process(spawn, tmp_path, env)
-    spawn("worker", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=TOPIC, FAULT_TTR=str(TTR), FAULT_SLEEP="0.002")
+    stack = Stack(spawn, tmp_path, env, brokers=1, workers=2)
     client = Client(settings)
-    acked: list[int] = []
-    calls: list[tuple[float, float, object]] = []  # (start, duration, error or None)
-    stop = threading.Event()
-
-    def produce_loop():
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                acked.extend(client.produce_many(TOPIC, [{"t": started}] * 20, timeout=CALL_TIMEOUT))
-                calls.append((started, time.monotonic() - started, None))
-            except TidemqError as exc:
-                calls.append((started, time.monotonic() - started, exc))
-                stop.wait(0.05)
-
-    producer = threading.Thread(target=produce_loop)
+    load = ProduceLoad(client, TOPIC, timeout=3.0, every=0.1)  # up to 500 messages/s
+    storage = open_storage(settings.db_url)
     try:
-        wait_until(lambda: client.coordinator.consumers(TOPIC), 30, what="worker registered")
-        producer.start()
-        wait_until(lambda: len(acked) >= 1000, 60, what="load before the crash")
-        mariadb.kill()
-        crashed_at = time.monotonic()
-        wait_until(lambda: any(err is not None and s > crashed_at for s, _, err in calls), 30,
-                   what="a produce call to fail during the outage")
-        time.sleep(2.0)  # the outage itself: the database stays down for a while
+        wait_until(lambda: len(client.coordinator.consumers(TOPIC)) == 2, 30, what="two workers registered")
+        load.start()
+        wait_until(lambda: successes(storage, TOPIC) >= 1000, 60, what="consumption before the outage")
+        stopped_at = time.monotonic()
+        mariadb.stop()
+        wait_until(lambda: load.failed_since(stopped_at), 30, what="a produce call to fail during the outage")
+        time.sleep(max(0.0, stopped_at + OUTAGE - time.monotonic()))  # the outage itself
         mariadb.start()
         restarted_at = time.monotonic()
-        wait_until(lambda: any(err is None and s > restarted_at for s, _, err in calls), 60, 0.1,
-                   "the broker to recover by itself")
-        recovered_after = min(s + d for s, d, err in calls if err is None and s > restarted_at) - restarted_at
-        count_before = len(acked)
-        wait_until(lambda: len(acked) >= count_before + 500, 60, what="load after recovery")
-        stop.set()
-        producer.join(30)
+        wait_until(lambda: load.succeeded_since(restarted_at), 30, 0.1, "produce to succeed again")
+        produce_back = min(c.start + c.duration for c in load.calls if c.error is None and c.start > restarted_at)
+        before = successes(storage, TOPIC)
+        wait_until(lambda: successes(storage, TOPIC) >= before + 500, 30, 0.1, "consumption after the restart")
+        load.stop()
 
-        errors = [err for _, _, err in calls if err is not None]
-        slowest = max(d for _, d, _ in calls)
-        assert errors, "the outage should have failed some calls"
-        assert all(isinstance(err, RetriableError) for err in errors), {type(e).__name__ for e in errors}
-        # No call hangs past its timeout (plus scheduling slack on a loaded 2-core machine).
-        assert slowest < CALL_TIMEOUT + 2.0, f"a produce call took {slowest:.1f} s"
-
-        storage = open_storage(settings.db_url)
-        try:
-            wait_until(lambda: storage.count_by_status(TOPIC).get(TOPIC, {}).get("SUCCESS", 0) >= len(set(acked)),
-                       120, 0.2, "acknowledged messages to be consumed")
-            stored = {m.id for m in all_messages(storage, TOPIC)}
-        finally:
-            storage.close()
-        lost = set(acked) - stored
-        assert not lost, f"{len(lost)} acknowledged messages lost"
-        assert set(handler_runs(log)) >= set(acked)
-        print(f"\ndatabase crash: {len(errors)} calls failed fast (slowest call {slowest:.2f} s, "
-              f"{ {type(e).__name__ for e in errors} }), recovered {recovered_after:.2f} s after restart, "
-              f"acked {len(acked)}, lost {len(lost)}")
+        stack.assert_alive()
+        figures = check_calls(load) + ", " + check_outcome(storage, TOPIC, load.acked, log)
+        twice = reruns(log)
+        assert not twice, f"{len(twice)} messages ran twice, none of their workers died: {sorted(twice)[:5]}"
+        named = stack.assert_fault_named_once(r"database|mysql|mariadb")
+        figures += (f", outage {OUTAGE:.0f} s (ttr {TTR:.0f} s), produce back {produce_back - restarted_at:.2f} s "
+                    f"after the restart, records naming it: {named}")
+        record_property("figures", figures)
+        print(f"\ndatabase outage: {figures}")
     finally:
-        stop.set()
+        load.stop()
         client.close()
+        storage.close()

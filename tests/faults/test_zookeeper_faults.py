@@ -1,17 +1,26 @@
-"""A consumer's ZooKeeper session expires, then the ensemble's leader is killed, while a
-SERIAL_QUEUE topic runs: consumers re-register and never run two messages of it at once."""
+"""ZooKeeper faults. A consumer's session expires, then the ensemble's leader is killed, while a
+SERIAL_QUEUE topic runs: consumers re-register and never run two messages of it at once. And
+ZooKeeper stops for longer than the session timeout under QUEUE load: consumption goes on."""
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 
-from tests.servers import wait_until
+from kazoo.client import KazooClient
+
+from tests.faults.load import ProduceLoad, check_calls, check_outcome
+from tests.faults.stack import Stack, reruns, successes
+from tests.processes import process_env
+from tests.servers import ZooKeeper, wait_until
 from tidemq import Client, Message, MessageType, Settings, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq_broker.server import BrokerServer
+from tidemq_broker.storages import open_storage
 
 TOPIC = "fault.zk.serial"
+TOPIC_Q = "fault.zk.queue"
 
 
 def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemble, ensemble_chroot, mysql_url):
@@ -71,3 +80,66 @@ def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemb
     assert all(a[2] <= b[1] for a, b in zip(ordered, ordered[1:])), "handler intervals overlap"
     print(f"\nzookeeper faults: {len(ids)} serial messages, workers used {sorted({iv[3] for iv in intervals})}, "
           f"overlaps {overlaps[0]}")
+
+
+def test_zookeeper_stopped_longer_than_the_session_timeout(mysql_url, spawn, tmp_path, record_property):
+    """ZooKeeper (its own server here, so stopping it touches no other test) stops under load for
+    three session timeouts and starts again: workers keep consuming on their last known ranks
+    and producers keep producing meanwhile, nothing is lost or run twice, no process exits, each
+    names the outage once, and every process is registered again afterwards."""
+    server = ZooKeeper().start()
+    session = 2.0
+    try:
+        hosts = server.hosts + _chroot(server.hosts)
+        settings = Settings.from_env({"TIDEMQ_ZK_SESSION_TIMEOUT": str(session)}, db_url=mysql_url, zk_hosts=hosts)
+        log = tmp_path / "runs.log"
+        env = process_env(settings, TIDEMQ_ZK_SESSION_TIMEOUT=str(session), FAULT_LOG=str(log), FAULT_TOPIC=TOPIC_Q,
+                          FAULT_TTR="3", FAULT_SLEEP="0.002")
+        stack = Stack(spawn, tmp_path, env, brokers=2, workers=2)
+        client = Client(settings)
+        load = ProduceLoad(client, TOPIC_Q, timeout=3.0, every=0.2)
+        storage = open_storage(mysql_url)
+        try:
+            wait_until(lambda: len(client.coordinator.consumers(TOPIC_Q)) == 2, 30, what="two workers registered")
+            wait_until(lambda: len(client.pool.addresses()) == 2, 30, what="two brokers discovered")
+            load.start()
+            wait_until(lambda: successes(storage, TOPIC_Q) >= 500, 60, what="consumption before the outage")
+            stopped_at = time.monotonic()
+            server.stop()
+            done = successes(storage, TOPIC_Q)
+            wait_until(lambda: successes(storage, TOPIC_Q) >= done + 500, 60, 0.1, "consumption while ZooKeeper is down")
+            assert load.succeeded_since(stopped_at), "no produce call succeeded while ZooKeeper was down"
+            time.sleep(max(0.0, stopped_at + 3 * session - time.monotonic()))  # past the session timeout
+            during = successes(storage, TOPIC_Q) - done
+            server.start()
+            wait_until(lambda: len(client.coordinator.consumers(TOPIC_Q)) == 2, 30, what="both workers registered again")
+            wait_until(lambda: len(client.pool.addresses()) == 2, 30, what="both brokers registered again")
+            done = successes(storage, TOPIC_Q)
+            wait_until(lambda: successes(storage, TOPIC_Q) >= done + 500, 30, 0.1, "consumption after the restart")
+            load.stop()
+
+            stack.assert_alive()
+            figures = check_calls(load) + ", " + check_outcome(storage, TOPIC_Q, load.acked, log)
+            twice = reruns(log)
+            assert not twice, f"{len(twice)} messages ran twice, none of their workers died: {sorted(twice)[:5]}"
+            # Lost, back, and (if the session expired meanwhile) registered again: not per retry.
+            named = stack.assert_fault_named_once(r"zookeeper|kazoo|session", at_most=3)
+            figures += f", consumed while ZooKeeper was down {during}, records naming it: {named}"
+            record_property("figures", figures)
+            print(f"\nzookeeper outage: {figures}")
+        finally:
+            load.stop()
+            client.close()
+            storage.close()
+    finally:
+        server.cleanup()
+
+
+def _chroot(hosts: str) -> str:
+    chroot = f"/test-{uuid.uuid4().hex[:12]}"
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=30)
+    zk.ensure_path(chroot)
+    zk.stop()
+    zk.close()
+    return chroot

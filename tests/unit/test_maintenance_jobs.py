@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
 
 from sqlalchemy import update
 
@@ -11,12 +14,14 @@ from tests.servers import wait_until
 from tidemq.coordinators.local import LocalCoordinator
 from tidemq import clock
 from tidemq_broker.maintenance import Maintainer
+from tidemq_broker.maintenance import leases as leases_job
 from tidemq_broker.maintenance.leases import LeaseExpiry
 from tidemq_broker.maintenance.requests import ProduceRequests
 from tidemq_broker.maintenance.retention import Retention
 from tidemq_broker.schema import message
 from tidemq_broker.storage import AckItem, NewRow, RequestRef, TopicSettings
 from tidemq_broker.storages import open_storage
+from tidemq.errors import StorageUnavailableError
 from tidemq.lifecycle import next_delay
 
 
@@ -89,3 +94,42 @@ def test_only_the_elected_leader_runs_jobs_and_a_successor_takes_over(tmp_path):
         for m in maintainers:
             m.stop()
         storage.close()
+
+
+class _Flaky:
+    """The storage, with lease expiry failing as it does while the database is away."""
+
+    def __init__(self, storage) -> None:
+        self.storage, self.away = storage, False
+
+    def expire_leases(self, *args, **kwargs):
+        if self.away:
+            raise StorageUnavailableError("the database is unavailable (test)")
+        return self.storage.expire_leases(*args, **kwargs)
+
+
+def test_lease_expiry_gives_leases_that_ran_out_during_an_outage_their_ttr_after_it(tmp_path, monkeypatch):
+    storage = _store(tmp_path)
+    start = clock.now()
+    moments = iter([0, 1, 3, 20, 21, 22.5, 40, 41])  # seconds after start, one per run
+    monkeypatch.setattr(leases_job, "clock", SimpleNamespace(now=lambda: clock.after(start, next(moments))))
+    due = clock.after(start, -60)
+    storage.insert_messages([NewRow("t.grace", "1", due, 0) for _ in range(3)], due)
+    [gone] = storage.lock_batch("t.grace", 0, 1, 1, 2, "dead", clock.after(start, -5))  # ran out before
+    [quick] = storage.lock_batch("t.grace", 0, 1, 1, 2, "c", start)  # runs out at +2, in the outage
+    [slow] = storage.lock_batch("t.grace", 0, 1, 1, 15, "c", start)  # runs out at +15, in the outage
+    flaky = _Flaky(storage)
+    job = LeaseExpiry(flaky, "b", lambda: None, lambda topic: 10)
+    assert job.run() == 1 and storage.get_message(gone.id).status == "NEW"  # +0: the database answers
+    flaky.away = True
+    for _ in range(2):  # +1, +3: the database is away; quick's lease runs out meanwhile
+        with pytest.raises(StorageUnavailableError):
+            job.run()
+    flaky.away = False
+    assert job.run() == 0  # +20, back: quick (ran out at +2) and slow (+15) are held for their ttr
+    assert job.run() == 0  # +21: quick's 2 s after the return are not over
+    assert job.run() == 1 and storage.get_message(quick.id).status == "NEW"  # +22.5
+    assert storage.extend_leases([(slow.id, slow.lease_token)], 15, clock.after(start, 30)) == [True]  # a heartbeat
+    assert job.run() == 0 and storage.get_message(slow.id).status == "RUNNING"  # +40: extended to +45
+    assert job.run() == 0  # +41
+    storage.close()

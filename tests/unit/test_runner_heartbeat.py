@@ -85,7 +85,7 @@ def test_a_lost_lease_is_reported_its_ack_refused_and_a_prefetched_one_not_start
             gate.wait(20)
 
     running, prefetched = stub.produce(topic, 1), stub.produce(topic, 2)
-    caplog.set_level(logging.WARNING, logger="tidemq.queue_runner")
+    caplog.set_level(logging.WARNING, logger="tidemq.lease_keeper")
     worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=TTR, batch=1))
     wait_until(lambda: runs == [(running, 1)] and len(stub.ids(topic, "RUNNING")) == 2, 5,
                what="one running, one prefetched")

@@ -13,6 +13,8 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from tidemq.coordinator import Coordinator
 
+from ..errors import RetriableError
+
 __all__ = ["Job", "Maintainer"]
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,9 @@ class Maintainer:
                         done = job.run()
                         if done:
                             log.info("maintenance %s handled %d", job.name, done)
-                    except Exception:  # a failing job (database away) must not end the leadership
+                    except RetriableError as exc:  # the database or ZooKeeper away: each logs its outage once
+                        log.debug("maintenance job %s failed: %s", job.name, exc)
+                    except Exception:  # a failing job must not end the leadership
                         log.warning("maintenance job %s failed", job.name, exc_info=True)
                     next_run[job.name] = time.monotonic() + job.interval
                 lost.wait(self._tick)

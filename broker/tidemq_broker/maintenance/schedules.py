@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from tidemq import clock
 
+from ..errors import RetriableError
 from ..schedules import MISSED_AFTER, due_ticks, next_tick, unique_key
 from ..storage import NewRow, Schedule, Storage
 
@@ -64,6 +65,8 @@ class ScheduleTicks:
                 continue
             try:
                 produced += self._tick(index, schedule)
+            except RetriableError:
+                raise  # the database or the writer is away: every schedule would fail alike, said once
             except Exception:  # one bad schedule (an unknown zone on this host) must not stop the others
                 log.warning("schedule %s could not tick", schedule.name, exc_info=True)
         return produced

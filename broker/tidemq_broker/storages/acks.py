@@ -22,7 +22,7 @@ from .reads import to_message
 __all__ = ["Acks"]
 
 _CHUNK = 1000
-_RUNNING = MessageStatus.RUNNING.value
+_RUNNING, _SUCCESS, _FAIL = MessageStatus.RUNNING.value, MessageStatus.SUCCESS.value, MessageStatus.FAIL.value
 
 
 class _SomeStale(Exception):
@@ -68,16 +68,24 @@ class Acks:
         # with their data and trace was most of an ack's cost. Failures, the rare case, read
         # their full row below for the retry decision.
         held: dict[int, str] = {}
+        done: dict[int, tuple[str, str]] = {}  # finished rows: (status, the token they finished under)
         for start in range(0, len(ids), _CHUNK):
-            stmt = (select(m.c.id, m.c.lease_token)
-                    .where(ids_in(ids[start : start + _CHUNK]), m.c.status == _RUNNING).with_for_update())
-            held.update((row.id, row.lease_token) for row in conn.execute(stmt))
+            stmt = (select(m.c.id, m.c.lease_token, m.c.status)
+                    .where(ids_in(ids[start : start + _CHUNK])).with_for_update())
+            for row in conn.execute(stmt):
+                if row.status == _RUNNING:
+                    held[row.id] = row.lease_token
+                else:
+                    done[row.id] = (row.status, row.lease_token)
         outcomes: list[AckOutcome] = []
         succeeded: list[int] = []
         failed: list[AckItem] = []
         for item in items:
             if item.id not in held or held.pop(item.id) != item.lease_token:
-                outcomes.append(AckOutcome.STALE)
+                # A repeat of an ack this lease already recorded (its reply was lost with a
+                # connection or a broker) is answered as applied, and changes nothing.
+                repeat = done.get(item.id) == (_SUCCESS if item.success else _FAIL, item.lease_token)
+                outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
             elif item.success:
                 outcomes.append(AckOutcome.APPLIED)
                 succeeded.append(item.id)

@@ -8,20 +8,29 @@ the same instance; none of them opens transactions of its own.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, Optional, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+from tidemq.outage import Outage
 
 from ..errors import StorageUnavailableError
 from .dialect import SqlDialect
 
 __all__ = ["SqlDatabase"]
+
+log = logging.getLogger(__name__)
+#: Fresh connections a unit of work may need: one for its lost connection, then (a restart) one
+#: from a renewed pool.
+_RECONNECTS = 2
 
 T = TypeVar("T")
 
@@ -42,6 +51,25 @@ class SqlDatabase:
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
         self._reader: Optional[Connection] = None
         self._reader_lock = threading.Lock()
+        #: Logs a database outage once, and its end; the callers of ``tx`` that get its
+        #: StorageUnavailableError do not log it again.
+        self.outage = Outage(log, "calls to the database")
+        self._local = threading.local()  # .lost: connections this thread's unit of work lost so far
+        for pooled in {self.engine, self.produce_engine}:
+            event.listen(pooled, "handle_error", self._on_error)
+
+    def _on_error(self, context: Any) -> None:
+        """On a lost connection, renew the whole pool only when the unit of work lost one before.
+
+        SQLAlchemy's default drops every pooled connection whenever one turns out lost. After a
+        restart they are all stale, but one connection killed (``KILL CONNECTION``, a proxy, a
+        ``wait_timeout``) says nothing about the others, and with connections killed ten times a
+        second every unit of work paid for a new connection. So the first loss drops that one
+        connection only; a second in the same unit of work means the server restarted, and the
+        pool is renewed (``tx`` runs the work again after each).
+        """
+        if context.is_disconnect:
+            context.invalidate_pool_on_disconnect = getattr(self._local, "lost", 0) > 0
 
     def tx(self, work: Callable[[Connection], T], attempts: int = 12, produce: bool = False) -> T:
         """Run ``work(conn)`` in one transaction and return its result.
@@ -54,10 +82,14 @@ class SqlDatabase:
 
         A pooled connection is not pinged before use (that would add a round trip to every
         produce): if it turns out dead before the COMMIT was sent, nothing was committed, so the
-        work runs again once on a fresh connection. A connection lost during the COMMIT leaves
-        the outcome unknown and is reported, never retried.
+        work runs again on a fresh connection (twice at most, see ``_on_error``). A connection
+        lost during the COMMIT leaves the outcome unknown and is reported, never retried.
+
+        A database that cannot be reached (refused or lost connections, no pooled connection
+        free within the pool's timeout) raises ``StorageUnavailableError``, a retriable error;
+        the first of an outage is logged (``outage``), the others are left to the callers.
         """
-        reconnected = False
+        self._local.lost = 0
         for attempt in range(1, attempts + 1):
             committing = False
             try:
@@ -66,39 +98,62 @@ class SqlDatabase:
                     with conn.begin():
                         result = work(conn)
                         committing = True
-                    return result
+                self.outage.succeeded()
+                return result
             except DBAPIError as exc:
                 if self.dialect.is_transient(exc) and attempt < attempts:
                     time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
                     continue
-                if exc.connection_invalidated and not committing and not reconnected:
-                    reconnected = True
+                if exc.connection_invalidated and not committing and self._local.lost < _RECONNECTS:
+                    self._local.lost += 1
                     continue
                 if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                    raise StorageUnavailableError(f"the database is unavailable: {exc.orig!r}") from exc
+                    raise self._unavailable(exc.orig) from exc
                 raise
+            except PoolTimeoutError as exc:
+                raise self._unavailable(exc) from exc
         raise AssertionError("unreachable")
+
+    def _unavailable(self, cause: BaseException) -> StorageUnavailableError:
+        self.outage.failed(cause)
+        return StorageUnavailableError(f"the database is unavailable: {cause!r}")
 
     def autocommit_read(self, stmt: Executable) -> list[Any]:
         """The rows of one read, on a connection kept for such reads in autocommit mode.
 
         For the pull hub's probes, dozens a second: ``tx`` would add a pool checkout, a COMMIT
         and the rollback on check-in to each, six times the CPU of the read itself. Each read
-        sees what was committed before it. A failed connection is dropped; the next read opens
-        another. SQLite (one writer, reads through ``tx``) keeps its process lock instead.
+        sees what was committed before it. A lost connection is dropped and the read made once
+        more on another (a read changes nothing); if that fails too, the database is unavailable.
+        SQLite (one writer, reads through ``tx``) keeps its process lock instead.
         """
         if self.dialect.single_writer:
             return self.tx(lambda conn: conn.execute(stmt).all())
         with self._reader_lock:
-            try:
-                if self._reader is None:
-                    self._reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                return list(self._reader.execute(stmt).all())
-            except DBAPIError as exc:
-                self._drop_reader()
-                if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                    raise StorageUnavailableError(f"the database is unavailable: {exc.orig!r}") from exc
-                raise
+            for attempt in range(2):
+                try:
+                    if self._reader is None:
+                        self._reader = self.engine.connect()
+                        # Not wrapped by SQLAlchemy: a connection lost here raises the driver's error.
+                        self._reader.execution_options(isolation_level="AUTOCOMMIT")
+                    rows = list(self._reader.execute(stmt).all())
+                    break
+                except DBAPIError as exc:
+                    self._drop_reader()
+                    if exc.connection_invalidated and attempt == 0:
+                        continue
+                    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                        raise self._unavailable(exc.orig) from exc
+                    raise
+                except self.engine.dialect.loaded_dbapi.Error as exc:
+                    self._drop_reader()
+                    if attempt == 0:
+                        continue
+                    raise self._unavailable(exc) from exc
+                except PoolTimeoutError as exc:
+                    raise self._unavailable(exc) from exc
+        self.outage.succeeded()
+        return rows
 
     def _drop_reader(self) -> None:
         reader, self._reader = self._reader, None

@@ -18,7 +18,7 @@ from tidemq.lifecycle import Event, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
-from ..storage import FlowLimits, LeasedMessage, LockHint, RecentInserts, TopicSettings
+from ..storage import FlowLimits, LeasedMessage, LockHint, OutageGrace, RecentInserts, TopicSettings
 from .changes import apply
 from .database import SqlDatabase
 from .claims import due_candidates, lease_rows
@@ -121,8 +121,15 @@ class Leases:
         return self._db.tx(work)
 
     def expire_leases(self, now: datetime, limit: int, broker: str,
-                      max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None) -> int:
+                      max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None,
+                      grace: Optional[OutageGrace] = None) -> int:
         counts: dict[str, int] = {}
+        ran_out = [m.c.lease_expire < now]
+        if grace is not None:
+            # A lease that ran out during the outage is held until the outage's end plus its ttr:
+            # back + ttr <= now, i.e. ttr <= the seconds since the database came back.
+            elapsed = (now - grace.back).total_seconds()
+            ran_out.append(or_(m.c.lease_expire < grace.since, func.coalesce(m.c.ttr, 0) <= elapsed))
 
         def work(conn: Connection) -> int:
             counts.clear()  # a transaction run again counts afresh
@@ -132,7 +139,7 @@ class Leases:
             # One range of (topic, status, lease_expire) per topic.
             expired = conn.execute(
                 select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer)
-                .where(m.c.topic.in_(topics), m.c.status == _RUNNING, m.c.lease_expire < now)
+                .where(m.c.topic.in_(topics), m.c.status == _RUNNING, *ran_out)
                 .order_by(m.c.lease_expire).limit(limit)).all()
             # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
             back: dict[tuple[Optional[str], str], list[int]] = {}

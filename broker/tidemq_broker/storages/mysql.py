@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pymysql
 from pymysql.constants import CLIENT, SERVER_STATUS
-from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column
+from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, make_url
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -28,6 +28,8 @@ __all__ = ["MySqlDialect"]
 
 log = logging.getLogger(__name__)
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock: retry the transaction
+# The server dropped the connection: killed (1927), gone away (2006), lost mid-query (2013), ...
+_LOST_CONNECTION = {1927, 2006, 2013, 2014, 2045, 2055, 4031}
 _STATEMENT_BYTES = 4 * 1024 * 1024  # keep each INSERT well under max_allowed_packet
 _COLS = ", ".join(INSERT_COLUMNS)
 # A QUEUE shard is MOD(id DIV step, total) = rank, with step the server's id increment: with
@@ -72,17 +74,23 @@ class MySqlDialect(SqlDialect):
             pool_size=pool_size,
             max_overflow=pool_size * 2,
             pool_pre_ping=False,
+            # Last in, first out: a unit of work gets the connection used most recently, the one
+            # least likely to have been dropped meanwhile (connections killed by an operator or a
+            # proxy, wait_timeout). First in, first out handed out the oldest idle connection:
+            # under connections killed ten times a second, almost always a dead one.
+            pool_use_lifo=True,
             pool_recycle=1800,
             pool_timeout=5,
             isolation_level="READ COMMITTED",
             # Fail fast while the server is down instead of hanging past the caller's deadline.
             connect_args={"connect_timeout": 3, "read_timeout": 30, "write_timeout": 30, "charset": "utf8mb4",
-                          "client_flag": flags},
+                          "client_flag": flags, **_tls_args(url)},
             **options,
         )
         if addresses and self._addresses is not None:
             self._addresses.attach(engine)
         mark_not_serving_as_disconnect(engine)
+        _quiet_lost_connection_resets()
         return engine
 
     def create_produce_engine(self, url: str) -> Optional[Engine]:
@@ -228,6 +236,44 @@ class MySqlDialect(SqlDialect):
         # range per priority (each ends at the first message not yet due), read in index order:
         # no row is sorted.
         return stmt.with_hint(message, "FORCE INDEX (idx_message_lock)", dialect_name="mysql")
+
+
+def _tls_args(url: str) -> dict[str, Any]:
+    """TLS as the URL asks for it (``?ssl_ca=...``: required, the server verified), else none.
+
+    PyMySQL 1.2 turned on opportunistic TLS by default: it builds a TLS context, loading the
+    system's whole CA store, for every new connection (about 40 ms of CPU here, some 100 queries'
+    worth), and verifies nothing unless a CA is named. Every connection replaced after a KILL,
+    a ``wait_timeout`` or a restart paid it: with connections killed ten times a second the
+    brokers spent their CPU on it. Named in the URL, TLS stays on and is checked."""
+    if any(key.startswith("ssl") for key in make_url(url).query):
+        return {}
+    return {"ssl_disabled": True}
+
+
+class _LostConnectionResets(logging.Filter):
+    """Drops SQLAlchemy's "Exception during reset or similar" (an ERROR and a traceback) when the
+    rollback of a connection going back to the pool failed because the server had dropped it (a
+    restart, a KILL, wait_timeout). The pool discards that connection anyway and the next unit of
+    work gets a fresh one; an outage is logged once by ``SqlDatabase``. Under connections killed
+    ten times a second this was one traceback per kill. Any other reset failure still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info or record.msg != "Exception during reset or similar":
+            return True
+        error = record.exc_info[1]
+        lost = isinstance(error, pymysql.err.OperationalError) and bool(error.args) and error.args[0] in _LOST_CONNECTION
+        closed = isinstance(error, pymysql.err.InterfaceError) and error.args == (0, "")  # lost before: closed
+        return not (lost or closed)
+
+
+_RESETS_FILTER = _LostConnectionResets()
+
+
+def _quiet_lost_connection_resets() -> None:
+    pool_log = logging.getLogger("sqlalchemy.pool.impl.QueuePool")  # the pool's class logger
+    if _RESETS_FILTER not in pool_log.filters:
+        pool_log.addFilter(_RESETS_FILTER)
 
 
 def _wait_for_cluster_writes(dbapi_connection: Any, record: Any) -> None:

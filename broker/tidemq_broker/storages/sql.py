@@ -16,8 +16,8 @@ from sqlalchemy import select
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from ..storage import (Backlog, FlowLimits, LeasedMessage, LockHint, MessageEdit, NewRow, RecentInserts, RequestRef,
-                       Schedule, Storage, StoredMessage, TopicSettings)
+from ..storage import (Backlog, FlowLimits, LeasedMessage, LockHint, MessageEdit, NewRow, OutageGrace, RecentInserts,
+                       RequestRef, Schedule, Storage, StoredMessage, TopicSettings)
 from .acks import Acks
 from .database import SqlDatabase
 from .leases import Leases
@@ -86,8 +86,9 @@ class SqlStorage(Storage):
         return self._leases.extend_leases(leases, ttr, now)
 
     def expire_leases(self, now: datetime, limit: int, broker: str,
-                      max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None) -> int:
-        return self._leases.expire_leases(now, limit, broker, max_deliveries, by_topic)
+                      max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None,
+                      grace: Optional[OutageGrace] = None) -> int:
+        return self._leases.expire_leases(now, limit, broker, max_deliveries, by_topic, grace)
 
     def cancel(self, ids: Sequence[int]) -> list[bool]:
         return self._writes.cancel(ids)

@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, Optional
 import grpc
 import grpc.aio
 
-from ..errors import BrokerUnavailableError
+from ..errors import BrokerUnavailableError, RetriableError
 from ..pool import CHANNEL_OPTIONS, BrokerPool, rpc_failure
 from ..rpc import tidemq_pb2_grpc as pb_grpc
 
@@ -62,6 +62,16 @@ class AsyncBrokerPool(BrokerPool):
         The same ``request`` object goes to each broker tried, so a Produce keeps its request id.
         ``on_attempt(address)`` is awaited before each attempt (a pull releases its lease there).
         """
+        try:
+            reply = await self._acall(method, request, timeout, on_attempt)
+        except RetriableError as exc:
+            self.outage.failed(exc)
+            raise
+        self.outage.succeeded()
+        return reply
+
+    async def _acall(self, method: str, request: Any, timeout: float,
+                     on_attempt: Optional[Callable[[str], Awaitable[None]]]) -> Any:
         self._loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout
         tried: set[str] = set()
@@ -75,14 +85,18 @@ class AsyncBrokerPool(BrokerPool):
                 await on_attempt(address)
                 remaining = deadline - time.monotonic()
             try:
-                return await getattr(self._stub(address), method)(request, timeout=remaining,
-                                                                  metadata=self._metadata)
+                reply = await getattr(self._stub(address), method)(request, timeout=remaining,
+                                                                   metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
                 error = rpc_failure(exc, method, address, timeout)
                 if error is not None:
+                    self._answered(address)
                     raise error from None
                 last_error = self._failed(exc, method, address)
                 tried.add(address)
+                continue
+            self._answered(address)
+            return reply
 
     async def aclose(self) -> None:
         """Close every channel (on this loop) and stop taking calls."""

@@ -129,6 +129,15 @@ class LocalCoordinator(Coordinator):
         for topic in topics:
             self._changed("consumers/" + topic)
 
+    def suspend(self) -> None:
+        """Fault injection: what a lost ZooKeeper connection does while the session lives on.
+        Listeners see SUSPENDED; nodes, ranks and leadership stay as they were."""
+        self._announce(ConnectionState.SUSPENDED)
+
+    def resume(self) -> None:
+        """Fault injection: the connection is back (listeners see CONNECTED)."""
+        self._announce(ConnectionState.CONNECTED)
+
     def _announce(self, state: ConnectionState) -> None:
         for listener in list(self._listeners):
             _post(lambda listener=listener: listener(state))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import posixpath
 import threading
-import time
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient, KazooState
@@ -23,8 +22,10 @@ from ..coordinator import (
     sort_by_sequence,
 )
 from ..errors import CoordinationError
+from ..outage import Outage
 from .zk_acl import hint as _hint
 from .zk_acl import node_acl, secure_nodes
+from .zk_session import KazooLog, expire
 
 __all__ = ["ZooKeeperCoordinator"]
 
@@ -37,14 +38,17 @@ _STATES = {
 
 
 _SUBPATHS = ("brokers", "consumers", "broadcast", "leader")
-
-
 class ZooKeeperCoordinator(Coordinator):
     """Coordination through ZooKeeper; ``hosts`` may carry a chroot (``h1:2181,h2:2181/app``).
 
     ``auth`` (``user:password``, TIDEMQ_ZK_AUTH) authenticates the session by digest and gives
     every node this coordinator creates the ACL of :func:`node_acl`, so processes without the
     credentials can read tidemq's nodes but not create, change or delete them.
+
+    A lost connection is logged once (kazoo's warning per reconnection attempt is not), and so is
+    its end. Nothing on the data path waits for ZooKeeper meanwhile: brokers serve, consumers
+    pull on their last known ranks, the maintenance leader keeps leading until its session is
+    known to be lost, and the broker pool keeps the last broker list.
     """
 
     def __init__(self, hosts: str, root: str = "/tidemq", session_timeout: float = 10.0, auth: str = "") -> None:
@@ -52,6 +56,8 @@ class ZooKeeperCoordinator(Coordinator):
         self.root = root.rstrip("/") or "/"
         self._acl = node_acl(auth)
         self._secured = bool(auth)
+        self._kazoo_log = KazooLog()
+        self._outage = Outage(log, "calls to ZooKeeper")
         # default_acl covers every create: ours, ensure_path/makepath's parents and the Election's.
         self._zk = KazooClient(
             hosts=hosts,
@@ -60,6 +66,7 @@ class ZooKeeperCoordinator(Coordinator):
             command_retry=KazooRetry(max_tries=5, max_delay=1.0, deadline=10.0),
             auth_data=[("digest", auth)] if auth else None,
             default_acl=self._acl,
+            logger=self._kazoo_log,
         )
         self._listeners: list[Callable[[ConnectionState], None]] = []
         self._brokers: set[str] = set()
@@ -129,36 +136,21 @@ class ZooKeeperCoordinator(Coordinator):
         without the chroot (kazoo would check the path, and this client reconnecting can take
         the session back mid-check), and is repeated until this client holds a new session.
         """
-        client_id = self._zk.client_id
-        if client_id is None:
-            raise CoordinationError("not connected: there is no session to expire")
-        old_session = client_id[0]
-        servers = self.hosts.split("/", 1)[0]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            twin = KazooClient(hosts=servers, client_id=client_id, timeout=self._zk._session_timeout / 1000.0)
-            try:
-                twin.start(timeout=5)
-            except (KazooTimeoutError, KazooException):
-                pass  # the session moved back to this client first: try again
-            finally:
-                twin.stop()
-                twin.close()
-            renewed = time.monotonic() + 5
-            while time.monotonic() < renewed:
-                current = self._zk.client_id
-                if current is not None and current[0] != old_session:
-                    return
-                time.sleep(0.02)
-        raise CoordinationError(f"session {old_session:#x} did not expire within {timeout} s")
+        expire(self._zk, self.hosts, timeout)
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: never block here, hand work to a thread.
         if state == KazooState.LOST:
-            self._session_lost = True
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            threading.Thread(target=self._restore, name="tidemq-zk-restore", daemon=True).start()
+            self._session_lost = True  # _restore says so when it makes the nodes again
+        elif state == KazooState.SUSPENDED and not self._closed:
+            self._outage.failed(CoordinationError(
+                f"the connection to {self.hosts} was lost ({self._kazoo_log.reason or 'no reason given'}); brokers "
+                "go on serving and consumers pulling on their last known ranks"))
+        elif state == KazooState.CONNECTED:
+            self._outage.succeeded()
+            if self._session_lost:
+                self._session_lost = False
+                threading.Thread(target=self._restore, name="tidemq-zk-restore", daemon=True).start()
         for listener in list(self._listeners):
             try:
                 listener(_STATES[state])
@@ -187,7 +179,8 @@ class ZooKeeperCoordinator(Coordinator):
                     if isinstance(item, Registration):
                         with self._create_lock:
                             item._replace(self._create_consumer_node(item.topic, item.instance, item))
-                        log.warning("session was lost: consumer of %s registered again as %s", item.topic, item.node)
+                        log.info("the ZooKeeper session expired: consumer of %s registered again as %s",
+                                 item.topic, item.node)
                     else:
                         self._create_broker_node(str(item))
                     break
@@ -322,6 +315,12 @@ class ZooKeeperCoordinator(Coordinator):
         return self._children_watch(path, lambda children: callback(sorted(sequence_of(c) for c in children)))
 
     def prune_broadcasts(self, older_than: float) -> int:
+        try:
+            return self._prune(older_than)
+        except KazooException as exc:  # ZooKeeper away: said once by the connection's outage
+            raise CoordinationError(f"cannot prune broadcasts: {exc!r}") from None
+
+    def _prune(self, older_than: float) -> int:
         base = self._path("broadcast")
         pruned = 0
         cutoff_ms = None
@@ -352,9 +351,11 @@ class ZooKeeperCoordinator(Coordinator):
         def campaign() -> None:
             while not ended.is_set():
                 try:
-                    election.run(self._lead_while_connected, lead, ended)
+                    election.run(self._lead_while_session_lives, lead, ended)
                 except KazooException:
-                    log.warning("leader election interrupted; campaigning again", exc_info=True)
+                    # Without a connection every attempt fails alike; the outage is logged once.
+                    level = logging.WARNING if self._zk.connected else logging.DEBUG
+                    log.log(level, "leader election interrupted; campaigning again", exc_info=True)
                 ended.wait(0.5)
 
         threading.Thread(target=campaign, name="tidemq-election", daemon=True).start()
@@ -365,11 +366,17 @@ class ZooKeeperCoordinator(Coordinator):
 
         return end
 
-    def _lead_while_connected(self, lead: Callable[[threading.Event], None], ended: threading.Event) -> None:
+    def _lead_while_session_lives(self, lead: Callable[[threading.Event], None], ended: threading.Event) -> None:
+        # Leadership ends with the session (LOST), not with the connection (SUSPENDED): while the
+        # connection is away nobody else can be elected before the session expires, so the
+        # leader goes on running its jobs (lease expiry above all) through a ZooKeeper outage.
+        # A leader cut off from ZooKeeper alone learns its session expired only when it
+        # reconnects, and may run its jobs beside a newly elected one until then; each job is
+        # safe to run twice at once (guarded updates, unique keys, whole replacements).
         lost = threading.Event()
 
         def on_state(state: ConnectionState) -> None:
-            if state != ConnectionState.CONNECTED:
+            if state == ConnectionState.LOST:
                 lost.set()
 
         def watch_end() -> None:

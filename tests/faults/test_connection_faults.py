@@ -1,0 +1,156 @@
+"""The database stays up but tidemq's connections do not: every one killed (``KILL CONNECTION``)
+ten times a second, or the server's ``max_connections`` taken by other clients. Under produce and
+consume load nothing acknowledged is lost, nothing runs twice, no process exits, each names the
+fault at most once, failed produce calls fail with a retriable error within their deadline, and
+consumption goes on during the fault and after it."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import pymysql
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.faults.load import ProduceLoad, check_calls, check_outcome
+from tests.faults.stack import Stack, claims, reruns, successes
+from tests.processes import process_env
+from tests.servers import wait_until
+from tidemq import Client
+from tidemq_broker.storages import open_storage
+
+APP_USER = "tidemq_app"  # tidemq's processes connect as this user: no SUPER, no reserved connection
+OTHERS = "tidemq_others"  # the other clients of a shared server
+FAULT = 10.0  # seconds each fault lasts
+
+
+def _admin(mariadb) -> pymysql.connections.Connection:
+    return pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
+
+
+@pytest.fixture
+def app_url(mysql_url, mariadb):
+    """The test database as a user of its own, so the fault can target tidemq's connections only
+    (the test reads the outcome as root)."""
+    database = make_url(mysql_url).database
+    for user in (APP_USER, OTHERS):
+        mariadb.execute(f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1'")
+    mariadb.execute(f"GRANT ALL ON `{database}`.* TO '{APP_USER}'@'127.0.0.1'")
+    return mysql_url.replace("root@", f"{APP_USER}@", 1)
+
+
+class Killer:
+    """Kills every connection of ``user`` ten times a second, from its own thread."""
+
+    def __init__(self, mariadb, user: str, every: float = 0.1) -> None:
+        self.conn = _admin(mariadb)
+        self.user, self.every = user, every
+        self.kills = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="connection-killer")
+
+    def _run(self) -> None:
+        with self.conn.cursor() as cur:
+            while not self._stop.wait(self.every):
+                cur.execute("SELECT id FROM information_schema.processlist WHERE user = %s", (self.user,))
+                for (connection_id,) in cur.fetchall():
+                    with contextlib.suppress(pymysql.err.OperationalError):  # gone meanwhile
+                        cur.execute(f"KILL CONNECTION {int(connection_id)}")
+                        self.kills += 1
+
+    def __enter__(self) -> "Killer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.conn.close()
+
+
+class Crowd:
+    """Other clients holding every connection the server allows: ``max_connections`` is lowered
+    to what is open now plus a few, and those few are taken."""
+
+    def __init__(self, mariadb) -> None:
+        self.mariadb = mariadb
+        self.admin = _admin(mariadb)
+        self.held: list[pymysql.connections.Connection] = []
+        self.limit = 0
+
+    def __enter__(self) -> "Crowd":
+        with self.admin.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.max_connections, COUNT(*) FROM information_schema.processlist")
+            self.limit, open_now = cur.fetchone()
+            cur.execute(f"SET GLOBAL max_connections = {int(open_now) + 5}")
+        while True:
+            try:
+                self.held.append(pymysql.connect(host="127.0.0.1", port=self.mariadb.port, user=OTHERS))
+            except pymysql.err.OperationalError as exc:
+                assert exc.args[0] == 1040, exc  # Too many connections: every one is taken
+                return self
+            assert len(self.held) < 100, "the connection limit did not hold"
+
+    def __exit__(self, *exc: object) -> None:
+        for conn in self.held:
+            conn.close()
+        with self.admin.cursor() as cur:
+            cur.execute(f"SET GLOBAL max_connections = {int(self.limit)}")
+        self.admin.close()
+
+
+def _run_fault(settings, app_url, spawn, tmp_path, topic: str, fault, pattern: str, named: bool = True) -> str:
+    """Load, ``FAULT`` seconds of ``fault`` (a context manager), recovery; every check; the figures.
+    ``named``: some process must name the fault (not when tidemq may not notice it at all)."""
+    log = tmp_path / "runs.log"
+    env = process_env(settings, TIDEMQ_DB_URL=app_url, FAULT_LOG=str(log), FAULT_TOPIC=topic, FAULT_TTR="3",
+                      FAULT_SLEEP="0.002")
+    stack = Stack(spawn, tmp_path, env, brokers=2, workers=2)
+    client = Client(settings)
+    load = ProduceLoad(client, topic, timeout=3.0, every=0.2)  # up to 250 messages/s
+    storage = open_storage(settings.db_url)
+    try:
+        wait_until(lambda: len(client.coordinator.consumers(topic)) == 2, 30, what="two workers registered")
+        load.start()
+        wait_until(lambda: successes(storage, topic) >= 500, 60, what="consumption before the fault")
+        with fault as injected:
+            began, done = time.monotonic(), successes(storage, topic)
+            wait_until(lambda: successes(storage, topic) >= done + 500, 60, 0.1, "consumption during the fault")
+            time.sleep(max(0.0, began + FAULT - time.monotonic()))  # the fault lasts its full time
+            during = successes(storage, topic) - done
+        done = successes(storage, topic)
+        wait_until(lambda: successes(storage, topic) >= done + 500, 30, 0.1, "consumption after the fault")
+        load.stop()
+
+        stack.assert_alive()
+        figures = check_calls(load) + ", " + check_outcome(storage, topic, load.acked, log)
+        twice = reruns(log)
+        assert not twice, (f"{len(twice)} messages ran twice, none of their workers died: {sorted(twice)[:5]}; "
+                           f"the first one's trace:\n{storage.get_message(min(twice)).trace}")
+        said = stack.assert_fault_named_once(pattern, named=named)
+        waits = claims(storage, topic, log)
+        return (f"{figures}, consumed during the {FAULT:.0f} s fault {during}, claim p50 "
+                f"{waits[len(waits) // 2]:.3f} s p99 {waits[len(waits) * 99 // 100]:.3f} s max {waits[-1]:.3f} s, "
+                f"{getattr(injected, 'kills', 0)} connections killed, records naming it: {said}")
+    finally:
+        load.stop()
+        client.close()
+        storage.close()
+
+
+def test_connections_killed_ten_times_a_second(settings, app_url, mariadb, spawn, tmp_path, record_property):
+    killer = Killer(mariadb, APP_USER)
+    figures = _run_fault(settings, app_url, spawn, tmp_path, "fault.killed", killer, r"database|mysql|connection")
+    assert killer.kills >= 50, f"only {killer.kills} connections killed: the fault did not happen"
+    record_property("figures", figures)
+    print(f"\nconnections killed: {figures}")
+
+
+def test_max_connections_taken_by_other_clients(settings, app_url, mariadb, spawn, tmp_path, record_property):
+    # The pools keep the connections they have: tidemq notices only if it needs one more.
+    figures = _run_fault(settings, app_url, spawn, tmp_path, "fault.crowded", Crowd(mariadb),
+                         r"database|mysql|connection", named=False)
+    record_property("figures", figures)
+    print(f"\nmax_connections taken: {figures}")
