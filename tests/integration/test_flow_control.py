@@ -4,6 +4,8 @@ messages run higher priority first."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from tests.integration.handlers_common import read_log
@@ -92,14 +94,20 @@ def test_started_rate_stays_within_a_tenth_of_the_limit(mysql_url, zk_hosts, spa
     store.set_topic_limits(topic, FlowLimits(rate_per_second=rate), clock.now())
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(n))), sleep=0.01)
-    entries = finish(client, store, topic, ids, log)
-    starts = sorted(e.start for e in entries)
-    observed = (len(starts) - 1) / (starts[-1] - starts[0])  # about 6 s at 20/s
-    assert abs(observed - rate) <= 0.1 * rate, f"started {observed:.2f}/s for a limit of {rate}/s"
-    # No second anywhere started much more than the rate: a late pull catches up what accrued
+    finish(client, store, topic, ids, log)
+    # The limit is on leases, stamped by the brokers' clock; handler starts in the workers follow
+    # them, later and less evenly on a loaded machine.
+    starts = sorted(store.get_message(i).start_time.timestamp() for i in ids)
+    # The slope of leases over time (least squares): a pull takes what accrued since the last
+    # one, so leases come in clumps, and a first-to-last rate moves by a clump at either end.
+    mean_t, mean_k = statistics.fmean(starts), (len(starts) - 1) / 2
+    observed = (sum((t - mean_t) * (k - mean_k) for k, t in enumerate(starts))
+                / sum((t - mean_t) ** 2 for t in starts))  # about 6 s at 20/s
+    assert abs(observed - rate) <= 0.1 * rate, f"leased {observed:.2f}/s for a limit of {rate}/s"
+    # No second anywhere leased much more than the rate: a late pull catches up what accrued
     # while it was late (at most a second's worth), so a second may hold the rate and a part of that.
     busiest = max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts)
-    print(f"started {observed:.2f}/s for a limit of {rate}/s; busiest second {busiest}")
+    print(f"leased {observed:.2f}/s for a limit of {rate}/s; busiest second {busiest}")
     assert busiest <= rate * 1.5
 
 
