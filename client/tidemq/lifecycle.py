@@ -120,6 +120,24 @@ class Change:
     bump_version: bool = True
     delete: bool = False
 
+    def allows(self, row: dict[str, Any]) -> bool:
+        """Whether a message held as ``row`` ({column name: value}, names of
+        :mod:`tidemq.tables`, ``status`` a string) is in a state this change may leave."""
+        return not self.source or row[M.status] in {status.value for status in self.source}
+
+    def apply_to(self, row: dict[str, Any]) -> None:
+        """Apply this change to a message held in memory as ``row`` (the doubles: the stub
+        broker, the memory storage), as ``tidemq_broker.storages.changes`` does in SQL. The
+        caller checks ``allows`` (and any lease guard) first and removes a row to ``delete``."""
+        row.update(self.values)
+        if self.target is not None:
+            row[M.status] = self.target.value
+        row[M.attempt] = row.get(M.attempt, 0) + self.attempt_delta
+        if self.bump_version:
+            row[M.version] = row.get(M.version, 0) + 1
+        if self.trace:
+            row[M.trace] = row.get(M.trace, "") + self.trace
+
 
 class Attempted(Protocol):
     """What the retry decision reads of a message (a stored message has all of it)."""

@@ -12,7 +12,7 @@ from typing import Optional
 
 import pytest
 
-from tidemq import lifecycle, trace
+from tidemq import clock, lifecycle, trace
 from tidemq.lifecycle import EDITABLE_STATUSES, Event, MessageStatus as S
 from tidemq.tables import MESSAGE as M
 
@@ -128,3 +128,19 @@ def test_cancel_requeue_retire_and_restore():
 @pytest.mark.parametrize("days, archive, broker_deletes", [(7, False, True), (0, False, False), (7, True, False)])
 def test_the_retention_rule_says_who_removes_successes(days, archive, broker_deletes):
     assert lifecycle.retention_deletes_success(days, archive) is broker_deletes
+
+
+def test_a_change_applies_to_a_row_in_memory_as_to_a_stored_one():
+    from tidemq.tables import MESSAGE as M
+
+    now = clock.now()
+    row = {M.status: "NEW", M.attempt: 0, M.version: 0, M.trace: "t0\n"}
+    change = lifecycle.lease(now, 30, "c1", "tok")
+    assert change.allows(row)
+    change.apply_to(row)
+    assert row[M.status] == "RUNNING" and row[M.attempt] == 1 and row[M.version] == 1
+    assert row[M.lease_token] == "tok" and row[M.trace].startswith("t0\n") and "LOCKED" in row[M.trace]
+    assert not lifecycle.lease(now, 30, "c2", "other").allows(row)  # only NEW may be leased
+    extend = lifecycle.extend(now, 60)
+    extend.apply_to(row)
+    assert row[M.version] == 1  # a heartbeat moves no version
