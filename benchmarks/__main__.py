@@ -27,7 +27,7 @@ SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", 
 #: (interleaved rounds aside), so a scenario that breaks fails the smoke run.
 SMOKE = {
     "rounds": 1, "security_messages": 2_000, "produce_messages": 4_000, "latency_samples": 100,
-    "consume_messages": 4_000, "consume_workers": [2], "pending": 5_000, "due": 200, "due_window": 2.0,
+    "consume_messages": 4_000, "consume_workers": [2], "consume_defaults_messages": 1_000, "pending": 5_000, "due": 200, "due_window": 2.0,
     "peer_messages": 500, "peer_seconds": 5.0, "peer_due": 100, "peer_window": 2.0, "peer_pending": 500,
     "celery_pools": ["solo"], "rq_workers": ["simple"],
     "concurrency_threads": [1, 4], "concurrency_seconds": 0.5, "concurrency_warmup": 0.1,
@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--consume-target", type=float, default=0.6, help="required workers/raw ratio")
     g.add_argument("--e2e-target", type=float, default=5000, help="required msg/s with 2 workers (0: none)")
     g.add_argument("--no-scale", dest="scale", action="store_false", help="skip 2 brokers vs 1")
+    g.add_argument("--consume-defaults-messages", type=int, default=50_000,
+                   help="messages drained by workers whose consumer has every option at its default (0: skip)")
     g = p.add_argument_group("delay")
     g.add_argument("--pending", type=int, default=1_000_000, help="messages pending over the next hours")
     g.add_argument("--due", type=int, default=5_000, help="messages due within --due-window")

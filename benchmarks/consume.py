@@ -101,9 +101,24 @@ def compare(cluster: Cluster, report: Report, workers: int, args: Namespace) -> 
             "cpu": {k: round(v / wall_s, 2) for k, v in cpu_total.items()}}
 
 
+def defaults_rate(cluster: Cluster, report: Report, workers: int, n: int) -> float:
+    """msg/s of ``workers`` workers whose consumer is declared with no options at all
+    (``@mq_consumer(topic)``, as a new user writes it), draining ``n`` due messages."""
+    topic = f"bench.consume.defaults.w{workers}"
+    procs = cluster.start_workers(workers, topic, {"BENCH_DEFAULTS": "1"})
+    pids = {"brokers": [b.pid for b in cluster.brokers], "workers": [p.pid for p in procs],
+            "mariadb": [cluster.mariadb.proc.pid]}
+    try:
+        seconds, _ = _workers_seconds(cluster, report, topic, n, procs, "consumer defaults", CpuMeter(pids), "")
+    finally:
+        cluster.stop_workers()
+        raw.truncate(cluster.db_url)
+    return n / seconds
+
+
 def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     results = {}
-    for workers in args.consume_workers:
+    for k, workers in enumerate(args.consume_workers):
         res = results[workers] = compare(cluster, report, workers, args)
         report.record("consume", f"raw loop (beside {workers} workers)", res["raw"], "msg/s", "1 connection, 500 per lock")
         report.record("consume", f"{workers} worker processes, 1 broker", res["rate"], "msg/s",
@@ -114,6 +129,12 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
         report.target("consume", f"ratio {workers} workers", ratio, ">=", args.consume_target)
         if args.e2e_target and workers == 2:
             report.target("consume", "2 workers msg/s", round(res["rate"]), ">=", args.e2e_target)
+        if k == 0 and args.consume_defaults_messages:
+            rate = report.record("consume", f"{workers} worker processes, consumer defaults",
+                                 defaults_rate(cluster, report, workers, args.consume_defaults_messages), "msg/s",
+                                 f"@mq_consumer(topic) with no options, {args.consume_defaults_messages:,} messages")
+            report.record("consume", f"ratio consumer defaults / as set here ({workers} workers)",
+                          round(rate / res["rate"], 3), "x", f"threads {args.worker_threads}, batch {args.worker_batch}")
     if args.scale:
         workers = max(args.consume_workers)
         cluster.start_broker()

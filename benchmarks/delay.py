@@ -11,7 +11,6 @@ handler saw (now - effect_time), and RSS is read again.
 
 from __future__ import annotations
 
-import glob
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from tidemq import clock
 
 from . import raw
 from .env import Cluster, Proc, rss_mb
+from .lateness_log import LatenessFiles
 from .report import Report, summarize
 
 __all__ = ["run", "produce_spread"]
@@ -68,7 +68,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
         "BENCH_THREADS": "4", "BENCH_BATCH": "100", "BENCH_LATENESS_FILE": prefix})
     broker = cluster.brokers[0]
     try:
-        marks = _Marks(prefix)
+        marks = LatenessFiles(prefix)
         late0 = _run_phase(cluster, report, marks, args.peer_due, args.peer_window, procs, "no pending")
         rss0 = {"broker": rss_mb(broker.pid), "workers": sum(rss_mb(p.pid) for p in procs)}
         _targets(report, "none pending", _record(report, f"{args.peer_due} due over {args.peer_window:.0f}s, none pending", late0))
@@ -89,28 +89,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
         raw.truncate(cluster.db_url)
 
 
-class _Marks:
-    """How many lateness lines each worker's file had at the end of the previous phase."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.seen: dict[str, int] = {}
-
-    def new(self) -> list[float]:
-        values: list[float] = []
-        for path in glob.glob(self.prefix + ".*"):
-            with open(path) as fh:
-                lines = [line for line in fh if line.strip()]
-            values.extend(float(v) for v in lines[self.seen.get(path, 0):])
-        return values
-
-    def commit(self) -> None:
-        for path in glob.glob(self.prefix + ".*"):
-            with open(path) as fh:
-                self.seen[path] = sum(1 for line in fh if line.strip())
-
-
-def _run_phase(cluster: Cluster, report: Report, marks: _Marks, count: int, window: float,
+def _run_phase(cluster: Cluster, report: Report, marks: LatenessFiles, count: int, window: float,
                procs: list[Proc], label: str) -> list[float]:
     first = clock.after(clock.now(), 3.0 + count / 4000)  # producing must finish before the first is due
     report.progress(f"{label}: producing {count:,} due over {window:.0f} s")
