@@ -1,7 +1,7 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [--smoke] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow, enqueue, aio. With none
-named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, durable, concurrency, security, flow, enqueue, aio.
+With none named, all of them run.
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 ``--smoke`` runs the scenarios at tiny sizes (flags given beside it still win): a check that
@@ -21,7 +21,7 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "concurrency", "security", "flow", "enqueue", "aio")
+SCENARIOS = ("produce", "consume", "delay", "peers", "durable", "concurrency", "security", "flow", "enqueue", "aio")
 
 #: ``--smoke``: sizes that run every scenario in a few minutes; each still takes every code path
 #: (interleaved rounds aside), so a scenario that breaks fails the smoke run.
@@ -29,7 +29,7 @@ SMOKE = {
     "rounds": 1, "security_messages": 2_000, "produce_messages": 4_000, "latency_samples": 100,
     "consume_messages": 4_000, "consume_workers": [2], "consume_defaults_messages": 1_000, "pending": 5_000, "due": 200, "due_window": 2.0,
     "peer_messages": 500, "peer_seconds": 5.0, "peer_due": 100, "peer_window": 2.0, "peer_pending": 500,
-    "celery_pools": ["solo"], "rq_workers": ["simple"],
+    "celery_pools": ["solo"], "rq_workers": ["simple"], "durable_seconds": 1.0,
     "concurrency_threads": [1, 4], "concurrency_seconds": 0.5, "concurrency_warmup": 0.1,
     "flow_messages": 2_000, "flow_locks": 20, "enqueue_samples": 20, "enqueue_idle_seconds": 0.5,
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
@@ -92,7 +92,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--rq-workers", nargs="+", choices=["fork", "simple"], default=["fork", "simple"],
                    help="RQ worker classes measured: fork (rq.Worker, its default), simple (SimpleWorker)")
     g.add_argument("--peer-target", type=float, default=10.0, help="required tidemq/Celery throughput ratio")
-    g = p.add_argument_group("concurrency (one message per call from many threads; peers per --peers)")
+    g = p.add_argument_group("durable peers (PGQueuer and procrastinate on PostgreSQL; also in concurrency)")
+    g.add_argument("--durable-peers", nargs="*", choices=["pgqueuer", "procrastinate"],
+                   default=["pgqueuer", "procrastinate"], help="PostgreSQL peers measured (none: skip them)")
+    g.add_argument("--durable-seconds", type=float, default=30.0,
+                   help="at most this long per peer consume measurement (rate = jobs run / their stored span)")
+    g.add_argument("--pgqueuer-batch", type=int, default=100, help="PGQueuer's tuned workers: --batch-size")
+    g.add_argument("--procrastinate-concurrency", type=int, default=8,
+                   help="procrastinate's tuned workers: --concurrency")
+    g.add_argument("--durable-produce-target", type=float, default=1.0,
+                   help="required tidemq produce_many / PGQueuer batch enqueue ratio")
+    g.add_argument("--durable-consume-pgqueuer-target", type=float, default=1.5,
+                   help="required tidemq / PGQueuer (default workers) consume ratio, tidemq tuned and at defaults")
+    g.add_argument("--durable-consume-procrastinate-target", type=float, default=5.0,
+                   help="required tidemq / procrastinate (default workers) consume ratio, tidemq tuned and at defaults")
+    g = p.add_argument_group("concurrency (one message per call from many threads; peers per --peers, --durable-peers)")
     g.add_argument("--concurrency-threads", type=int, nargs="+", default=[1, 4, 16, 64],
                    help="thread counts of the one producing process")
     g.add_argument("--concurrency-seconds", type=float, default=5.0,
@@ -105,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="required tidemq/raw group commit ratio at 64 threads")
     g.add_argument("--concurrency-low-target", type=float, default=1.5,
                    help="required tidemq/Celery ratio at 4 threads")
+    g.add_argument("--concurrency-pgqueuer-target", type=float, default=1.2,
+                   help="required tidemq/PGQueuer ratio at 4 threads")
     g = p.add_argument_group("flow (lock cost with flow limits and priorities)")
     g.add_argument("--flow-messages", type=int, default=50_000, help="due messages of each of the three topics")
     g.add_argument("--flow-batch", type=int, default=100, help="messages per lock")

@@ -5,6 +5,9 @@ Systems, each called by the same threads with the same payload (``raw.payload``)
 - tidemq ``produce()`` through one broker, one ``Client`` shared by the threads;
 - Celery ``apply_async`` and RQ ``enqueue`` on Redis (appendonly on), publishing only: the queue
   is flushed after every slice, no worker runs;
+- PGQueuer ``SyncQueries.enqueue`` (a psycopg connection per thread) and procrastinate
+  ``Task.defer`` (one app, its connector's pool) on PostgreSQL as shipped (fsync and
+  synchronous_commit on), publishing only: their tables are truncated after every slice;
 - the raw floors on the same MariaDB: a PyMySQL 1-row INSERT + COMMIT per call on one connection
   per thread, and a group-committed one (``raw.GroupCommitter``: the threads hand their rows to
   one writer thread that commits whatever is queued in one multi-row INSERT, then wakes them).
@@ -27,7 +30,10 @@ from argparse import Namespace
 from typing import Callable, Optional
 
 from . import raw
+from .durable import make_peers
 from .env import Cluster, cpu_seconds
+from .pg_peer import PgPeer
+from .postgres_server import PostgreSQL
 from .profile import profiled
 from .report import Report, summarize
 
@@ -70,10 +76,14 @@ class _Slice:
             self.cpu[k] = self.cpu.get(k, 0.0) + v
 
 
+Pids = dict[str, "list[int] | Callable[[], list[int]]"]  # a callable is read once the senders are connected
+
+
 def _timed(threads: int, prepare: Callable[[int], Sender], warmup: float, seconds: float,
-           pids: dict[str, list[int]], progress: Callable[[str], None]) -> _Slice:
+           pids: Pids, progress: Callable[[str], None]) -> _Slice:
     """``threads`` threads calling their ``send`` back to back; the window opens ``warmup`` s after
-    they all start (connections made in ``prepare`` are outside it) and lasts ``seconds``."""
+    they all start (connections made in ``prepare`` are outside it) and lasts ``seconds``. A
+    process group given as a callable (a server's backends) is listed at the window's opening."""
     spans: list[list[tuple[float, float]]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
     window = [0.0, 0.0]
@@ -116,12 +126,13 @@ def _timed(threads: int, prepare: Callable[[int], Sender], warmup: float, second
     except threading.BrokenBarrierError:
         pass
     else:
-        cpu = {}
+        cpu: dict[str, float] = {}
+        groups = {name: group() if callable(group) else group for name, group in pids.items()}
         for edge in (0, 1):  # CPU read at the window's edges, not over connects or warm-up
             while not errors and time.perf_counter() < window[edge]:
                 progress(f"{'warming up' if edge == 0 else 'timing'}")
                 time.sleep(min(0.25, max(0.0, window[edge] - time.perf_counter())))
-            sample = {name: sum(cpu_seconds(p) for p in group) for name, group in pids.items()}
+            sample = {name: sum(cpu_seconds(p) for p in group) for name, group in groups.items()}
             cpu = {k: sample[k] - cpu.get(k, 0.0) for k in sample} if edge else sample
         out.cpu = cpu
     for w in workers:
@@ -146,6 +157,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     per_slice = args.concurrency_seconds / rounds
     redis = Redis()
     os.environ["BENCH_REDIS_URL"] = redis.url  # read when the peers' task modules are first imported
+    pg = PostgreSQL() if args.durable_peers else None
+    durable: dict[str, PgPeer] = {}
     client = cluster.client()
     status = raw.connect(url)
     status.autocommit(True)
@@ -160,8 +173,13 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                 from .rq_peer import RQPeer
 
                 peers["RQ"] = RQPeer(redis, cluster, args.rq_workers, report.progress)
-        report.record("concurrency", "versions", f"redis {redis.version}; " + "; ".join(p.version for p in peers.values()),
-                      "", "Redis appendonly yes (fsync every second)")
+        if pg is not None:
+            durable = make_peers(pg, cluster, report, args)
+        versions = [f"redis {redis.version}", *(p.version for p in peers.values())]
+        if pg is not None:
+            versions += [f"PostgreSQL {pg.version}", *(p.version for p in durable.values())]
+        report.record("concurrency", "versions", "; ".join(versions), "",
+                      "Redis appendonly yes (fsync every second); PostgreSQL fsync and synchronous_commit on")
         broker, mariadb, me = cluster.brokers[0].pid, cluster.mariadb.proc.pid, os.getpid()
         client.produce(TOPIC, _data(-1))  # channel, topic row, caches
         systems: dict[str, tuple[str, dict[str, list[int]]]] = {  # label, processes whose CPU is read
@@ -172,6 +190,9 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
         for name in peers:
             systems[name] = (f"{name} {'apply_async' if name == 'Celery' else 'enqueue'}",
                              {"redis": [redis.proc.pid], "client": [me]})
+        for name in durable:
+            systems[name] = (f"{name} {'enqueue' if name == 'PGQueuer' else 'defer'}",
+                             {"postgres": pg.pids, "client": [me]})
         results = {(s, t): _Slice() for s in systems for t in counts}
         batching = {t: {"rows": 0, "inserts": 0, "commits": 0} for t in counts}
         group = {t: {"rows": 0, "commits": 0} for t in counts}
@@ -196,6 +217,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                         def prepare(k: int) -> Sender:
                             c = raw.RowCommitter(url, RAW_TOPIC)
                             return c.send, c.close
+                    elif system in durable:
+                        prepare = durable[system].sender
                     else:
                         peer = peers[system]
 
@@ -221,11 +244,20 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                         if queued < got.calls:  # they must have reached this Redis's queue
                             raise AssertionError(f"{system}: {queued} jobs queued after {got.calls} timed calls")
                         redis.client.flushall()  # no worker: drop what was published
-        _report(report, args, systems, results, batching, group, counts, list(peers))
+                    if system in durable:
+                        queued = durable[system].queued()
+                        if queued < got.calls:  # they must have been committed to its table
+                            raise AssertionError(f"{system}: {queued} jobs stored after {got.calls} timed calls")
+                        durable[system].truncate()
+        _report(report, args, systems, results, batching, group, counts, list(peers) + list(durable))
     finally:
         status.close()
         client.close()
         redis.cleanup()
+        for d in durable.values():
+            d.close()
+        if pg is not None:
+            pg.cleanup()
         raw.truncate(url)
 
 
@@ -269,7 +301,8 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
 
     for threads, system, limit in ((64, "Celery", args.concurrency_peer_target), (64, "RQ", args.concurrency_peer_target),
                                    (64, "raw group", args.concurrency_raw_target),
-                                   (4, "Celery", args.concurrency_low_target)):
+                                   (4, "Celery", args.concurrency_low_target),
+                                   (4, "PGQueuer", args.concurrency_pgqueuer_target)):
         value = ratio(threads, system)
         if value is not None:
             report.target("concurrency", f"x{threads} tidemq / {system}", value, ">=", limit)
