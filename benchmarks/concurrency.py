@@ -157,12 +157,14 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     per_slice = args.concurrency_seconds / rounds
     redis = Redis()
     os.environ["BENCH_REDIS_URL"] = redis.url  # read when the peers' task modules are first imported
-    pg = PostgreSQL() if args.durable_peers else None
+    pg: Optional[PostgreSQL] = None
     durable: dict[str, PgPeer] = {}
     client = cluster.client()
     status = raw.connect(url)
     status.autocommit(True)
     try:
+        if args.durable_peers:
+            pg = PostgreSQL()
         peers: dict[str, object] = {}
         for name in args.peers:
             if name == "celery":
@@ -182,7 +184,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                       "Redis appendonly yes (fsync every second); PostgreSQL fsync and synchronous_commit on")
         broker, mariadb, me = cluster.brokers[0].pid, cluster.mariadb.proc.pid, os.getpid()
         client.produce(TOPIC, _data(-1))  # channel, topic row, caches
-        systems: dict[str, tuple[str, dict[str, list[int]]]] = {  # label, processes whose CPU is read
+        systems: dict[str, tuple[str, Pids]] = {  # label, processes whose CPU is read
             "tidemq": ("tidemq produce()", {"broker": [broker], "mariadb": [mariadb], "client": [me]}),
             "raw group": ("raw group commit", {"mariadb": [mariadb], "client": [me]}),
             "raw 1-row": ("raw 1-row commit", {"mariadb": [mariadb], "client": [me]}),
