@@ -87,8 +87,12 @@ def _timed(threads: int, prepare: Callable[[int], Sender], warmup: float, second
     spans: list[list[tuple[float, float]]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
     window = [0.0, 0.0]
+    groups: dict[str, list[int]] = {}
 
     def open_window() -> None:
+        # Listed before any sender is let go: a server's backends exist once every thread has
+        # connected, and reading /proc must not take the senders' time.
+        groups.update({name: group() if callable(group) else group for name, group in pids.items()})
         now = time.perf_counter()
         window[:] = [now + warmup, now + warmup + seconds]
 
@@ -127,7 +131,6 @@ def _timed(threads: int, prepare: Callable[[int], Sender], warmup: float, second
         pass
     else:
         cpu: dict[str, float] = {}
-        groups = {name: group() if callable(group) else group for name, group in pids.items()}
         for edge in (0, 1):  # CPU read at the window's edges, not over connects or warm-up
             while not errors and time.perf_counter() < window[edge]:
                 progress(f"{'warming up' if edge == 0 else 'timing'}")
