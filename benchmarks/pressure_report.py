@@ -129,14 +129,14 @@ def markdown(results: list[dict]) -> str:
                 _cell(f["depth max"]), _cell(f["history max"]), _cell(f["produce errors"]),
                 f"{_cell(f['late p99'])} / {_cell(f['late max'])}"]) + " |")
     lines += ["", "| pressure | what it did | recovery s | drain s | lost | run twice (excused) | over deadline | "
-              "processes exited | log lines in stress |", "|" + "---|" * 9]
+              "processes exited | log lines in stress | stack stop s |", "|" + "---|" * 10]
     for r in results:
         did = ", ".join(f"{k} {_cell(v)}" for k, v in r["pressure"].items())
         lines.append("| " + " | ".join([
             r["kind"], did or "–", _cell(r["recovery s"]) if r["recovery s"] is not None else f"> {r['recovery window']}",
             _cell(r["drain s"]) if r["drain s"] is not None else f"> {r['recovery window']}", _cell(r["lost"]),
             f"{r['dup']} ({r['dup excused']})", _cell(r["over deadline"]), _cell(len(r["exited"])),
-            _cell(r["log lines"]["stress"])]) + " |")
+            _cell(r["log lines"]["stress"]), _cell(r.get("stack stop s"))]) + " |")
     return "\n".join(lines)
 
 
