@@ -28,7 +28,8 @@ from .env import stop_all
 from .openloop import Call, DelayedProducer, OpenLoopProducer
 from .pressure_env import HistorySampler, PressureCluster, connect, logs_to_file
 from .pressure_stats import (Phase, Row, depth_series, drain_seconds, duplicates, first_starts, phase_figures,
-                             percentile_ms, read_records, recovery_seconds, remove_records)
+                             pace_seconds, percentile_ms, read_records, recovery_seconds,
+                             remove_records)
 from .pressures import KINDS, Pressure, make
 from .report import Report
 
@@ -90,7 +91,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
 
         producer.start()
         delayed.start()
-        t0 = time.time()
+        t0, cpu0 = time.time(), time.process_time()
         t1 = _until(report, t0 + args.warmup_seconds, f"pressure {kind}: warmup at {offered:,.0f}/s")
         logs["clean"] = cluster.log_lines()
         t2 = _until(report, t1 + args.clean_seconds, f"pressure {kind}: clean phase")
@@ -107,6 +108,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         logs["recovery"] = cluster.log_lines()
         t4 = _until(report, t3 + args.recovery_seconds, f"pressure {kind}: recovery")
         logs["end"] = cluster.log_lines()
+        bench_cpu = round((time.process_time() - cpu0) / (t4 - t0), 2)
         unsent = producer.stop(30)
         delayed.stop(15)
         exited = cluster.exited()
@@ -151,6 +153,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
                      "early": sum(1 for v in late if v < 0)},
         "recovery s": recovery_seconds(finishes, fault_end, t4, clean["done"], args.recovered_fraction),
         "drain s": drain_seconds(depth, fault_end, clean["depth max"] or 0),
+        "pace s": pace_seconds(first, fault_end, t4, 2 * (clean["claim p99"] or 0) / 1000 + 0.020),
         "recovery window": round(t4 - fault_end, 1),
         "lost": len(acked - by_id.keys()),
         "unfinished": unfinished, "not success": sum(1 for i in acked if i in by_id and by_id[i].status != "SUCCESS"),
@@ -162,7 +165,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         "exited": exited, "pressure": pressure.counts,
         "log lines": {"clean": logs["stress"] - logs["clean"], "stress": logs["recovery"] - logs["stress"],
                       "recovery": logs["end"] - logs["recovery"]},
-        "stack stop s": stack_stop, "load end": os.getloadavg()[0], "logs": cluster.dir,
+        "stack stop s": stack_stop, "bench cpu": bench_cpu, "load end": os.getloadavg()[0], "logs": cluster.dir,
     }
 
 

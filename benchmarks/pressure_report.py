@@ -43,11 +43,12 @@ def record(report: Report, result: dict, args: Namespace) -> None:
                "depth max": f["depth max"], "history max": f["history max"], "errors": f["produce errors"],
                "late p99": f["late p99"]}
         report.record(S, f"{kind}: {name}", row, "/s, ms")
-    outcome = {k: result[k] for k in ("recovery s", "drain s", "lost", "dup", "dup excused", "redelivered",
+    outcome = {k: result[k] for k in ("recovery s", "pace s", "drain s", "lost", "dup", "dup excused", "redelivered",
                                       "unfinished", "never started", "over deadline", "unsent", "stack stop s")}
     outcome["exited"] = len(result["exited"])
     report.record(S, f"{kind}: outcome", outcome, "", f"stress {result['stress s']} s; the fault ended {-result['fault end']} s before it did")
-    report.record(S, f"{kind}: pressure did", {**result["pressure"], "log lines stress": result["log lines"]["stress"]})
+    report.record(S, f"{kind}: pressure did", {**result["pressure"], "log lines stress": result["log lines"]["stress"]},
+                  "", f"the benchmark process used {result['bench cpu']} cores")
     if result["dup where"]:
         report.record(S, f"{kind}: runs of duplicated ids", result["dup where"], "pid, start")
     report.figures[S].setdefault("results", []).append(result)
@@ -116,6 +117,12 @@ def overview(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _late(result: dict, key: str) -> str:
+    """A time after the fault's end, or "> the recovery window" when it never came."""
+    value = result.get(key)
+    return _cell(value) if value is not None else f"> {result['recovery window']}"
+
+
 def markdown(results: list[dict]) -> str:
     """The overview, then a row per pressure and phase, then a row per pressure's outcome."""
     lines = [overview(results), "", "| pressure | phase | offered/s | stored/s | done/s | ratio | claim p50 / p99 ms | depth max | "
@@ -128,13 +135,13 @@ def markdown(results: list[dict]) -> str:
                 _cell(_ratio(f["done"], clean["done"])), f"{_cell(f['claim p50'])} / {_cell(f['claim p99'])}",
                 _cell(f["depth max"]), _cell(f["history max"]), _cell(f["produce errors"]),
                 f"{_cell(f['late p99'])} / {_cell(f['late max'])}"]) + " |")
-    lines += ["", "| pressure | what it did | recovery s | drain s | lost | run twice (excused) | over deadline | "
-              "processes exited | log lines in stress | stack stop s |", "|" + "---|" * 10]
+    lines += ["", "| pressure | what it did | recovery s | pace back s | drain s | lost | run twice (excused) | over deadline | "
+              "processes exited | log lines in stress | stack stop s |", "|" + "---|" * 11]
     for r in results:
         did = ", ".join(f"{k} {_cell(v)}" for k, v in r["pressure"].items())
         lines.append("| " + " | ".join([
             r["kind"], did or "–", _cell(r["recovery s"]) if r["recovery s"] is not None else f"> {r['recovery window']}",
-            _cell(r["drain s"]) if r["drain s"] is not None else f"> {r['recovery window']}", _cell(r["lost"]),
+            _late(r, "pace s"), _late(r, "drain s"), _cell(r["lost"]),
             f"{r['dup']} ({r['dup excused']})", _cell(r["over deadline"]), _cell(len(r["exited"])),
             _cell(r["log lines"]["stress"]), _cell(r.get("stack stop s"))]) + " |")
     return "\n".join(lines)

@@ -10,7 +10,10 @@ Pure functions of those inputs, so they are tested without servers (tests/bench)
 - queue depth: due and not yet started, at each whole second: messages whose
   max(add_time, effect_time) has passed minus those whose first handler start has;
 - recovery: seconds from the fault's end to the start of the first 1 s window (sliding in
-  0.1 s steps) that completes at least ``fraction`` x the clean phase's rate;
+  0.1 s steps) that completes at least ``fraction`` x the clean phase's rate (a backlog being
+  worked off meets it at once, so beside it:)
+- pace: seconds from the fault's end to the first 1 s window of sends whose claim p99 is back
+  within a limit (2 x the clean p99 + 20 ms);
 - duplicates: messages started more than once; excused when every start but the last was in
   a process the benchmark killed, before it killed it.
 """
@@ -27,7 +30,7 @@ from .openloop import Call
 from .report import percentile
 
 __all__ = ["Start", "Phase", "read_records", "first_starts", "phase_figures", "depth_series", "recovery_seconds",
-           "drain_seconds", "duplicates", "window_rate", "percentile_ms", "remove_records"]
+           "drain_seconds", "pace_seconds", "duplicates", "window_rate", "percentile_ms", "remove_records"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,22 @@ def recovery_seconds(finishes: Sequence[float], fault_end: float, horizon: float
     k = 0
     while (t := fault_end + k * step) + 1.0 <= horizon:
         if bisect_left(finishes, t + 1.0) - bisect_left(finishes, t) >= need:
+            return round(t - fault_end, 1)
+        k += 1
+    return None
+
+
+def pace_seconds(first: dict[int, Start], fault_end: float, horizon: float, limit: float,
+                 step: float = 0.1) -> Optional[float]:
+    """Seconds after ``fault_end`` until the due-now messages sent in a 1 s window are claimed
+    with p99 <= ``limit`` seconds: the pace is back for new work, backlog or not. None when no
+    window before ``horizon`` is."""
+    claims = sorted((s.sent, s.at - s.sent) for s in first.values() if s.kind == "n" and s.sent is not None)
+    sent = [c[0] for c in claims]
+    k = 0
+    while (t := fault_end + k * step) + 1.0 <= horizon:
+        window = [c[1] for c in claims[bisect_left(sent, t):bisect_left(sent, t + 1.0)]]
+        if window and percentile(window, 99) <= limit:
             return round(t - fault_end, 1)
         k += 1
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmarks.openloop import Call
 from benchmarks.pressure_report import markdown
 from benchmarks.pressure_stats import (Phase, Row, Start, depth_series, drain_seconds, duplicates, first_starts,
-                                       phase_figures, read_records, recovery_seconds)
+                                       pace_seconds, phase_figures, read_records, recovery_seconds)
 
 
 def _start(i: int, at: float, pid: int = 1, kind: str = "n", sent: float = 0.0, effect: float = 0.0) -> Start:
@@ -19,6 +19,15 @@ def test_recovery_is_the_first_window_back_at_the_clean_rate() -> None:
     assert recovery_seconds(finishes, 10.0, 20.0, rate=100, fraction=0.5) == 3.0
     assert recovery_seconds(finishes, 0.0, 20.0, rate=100, fraction=0.9) == 0.0  # never slowed
     assert recovery_seconds(finishes, 10.0, 13.5, rate=100, fraction=0.9) is None  # not within the horizon
+
+
+def test_the_pace_is_back_when_new_messages_are_claimed_in_time_again() -> None:
+    # Sent every 0.1 s from 0 to 10 s; those sent before 5 s waited until 5 s, later ones 10 ms.
+    first = first_starts([_start(k, max(5.0, k / 10 + 0.01), sent=k / 10) for k in range(100)] +
+                         [_start(1000, 2.0, kind="d", effect=1.0)])
+    assert pace_seconds(first, 3.0, 10.0, limit=0.020) == 2.0
+    assert pace_seconds(first, 3.0, 10.0, limit=2.0) == 0.0  # waiting 2 s or less is in the limit from 3.0
+    assert pace_seconds(first, 3.0, 4.5, limit=0.020) is None
 
 
 def test_depth_counts_due_messages_not_yet_started() -> None:
@@ -74,11 +83,11 @@ def test_markdown_has_a_row_per_phase_and_an_outcome_per_pressure() -> None:
     phase = {"offered": 590.0, "stored": 590.0, "done": 585.0, "claim p50": 3.1, "claim p99": 20.0,
              "depth max": 4, "history max": 120, "produce errors": 0, "late p99": 2.0, "late max": 9.0}
     result = {"kind": "idle-view", "phases": {p: dict(phase) for p in ("warmup", "clean", "stress", "recovery")},
-              "pressure": {"rows seen": 1000}, "recovery s": None, "recovery window": 60.0, "drain s": 1.0,
+              "pressure": {"rows seen": 1000}, "recovery s": None, "recovery window": 60.0, "drain s": 1.0, "pace s": None,
               "lost": 0, "dup": 0, "dup excused": 2, "over deadline": 0, "exited": [], "log lines": {"stress": 3}, "stack stop s": 1.5}
     result["phases"]["stress"]["done"] = 117.0
     overview, phases, outcomes = markdown([result]).split("\n\n")
     assert overview.splitlines()[2] == "| idle-view | 585.0 | 0.2 | 3.1 / 20.0 | 20.0 | 120 → 120 | > 60.0 | 0 | 0 (2) | 0 |"
     table = (phases + "\n" + outcomes).splitlines()
     assert table[4] == "|  | stress | 590.0 | 590.0 | 117.0 | 0.2 | 3.1 / 20.0 | 4 | 120 | 0 | 2 / 9 |"
-    assert table[-1] == "| idle-view | rows seen 1000 | > 60.0 | 1 | 0 | 0 (2) | 0 | 0 | 3 | 1.5 |"
+    assert table[-1] == "| idle-view | rows seen 1000 | > 60.0 | > 60.0 | 1 | 0 | 0 (2) | 0 | 0 | 3 | 1.5 |"
