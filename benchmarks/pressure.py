@@ -36,6 +36,7 @@ from .report import Report
 __all__ = ["run", "KINDS", "DEFAULT_PRESSURES"]
 
 TOPIC = "bench.pressure"
+S = "pressure"
 DEFAULT_PRESSURES = [k for k in KINDS if k != "idle-view-10m"]
 _EPOCH = datetime(1970, 1, 1)
 
@@ -44,13 +45,20 @@ def run(cluster: object, report: Report, args: Namespace) -> None:
     """Every pressure of ``--pressures`` on its own fresh cluster (the suite's shared one is not
     used: these pressures stop, kill and fill servers)."""
     capacity: Optional[float] = args.capacity or None
-    results = []
+    results, failed = [], []
     for kind in args.pressures:
-        result = _one(kind, capacity, report, args)
+        try:
+            result = _one(kind, capacity, report, args)
+        except Exception as exc:  # one broken run must not hide the other pressures' figures
+            failed.append(kind)
+            report.record(S, f"{kind}: failed", f"{type(exc).__name__}: {exc}")
+            continue
         capacity = capacity or result["capacity"]
         results.append(result)
         pressure_report.record(report, result, args)
     pressure_report.summary(report, results)
+    if failed:
+        raise RuntimeError(f"pressure runs failed: {', '.join(failed)} (see the table)")
 
 
 def _worker_env(args: Namespace) -> dict[str, str]:
@@ -113,6 +121,9 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         delayed.stop(15)
         exited = cluster.exited()
         unfinished = _drain(cluster, report, kind, args.drain_seconds)
+        if cluster.mariadb.proc.poll() is not None:
+            raise RuntimeError(f"MariaDB exited with {cluster.mariadb.proc.returncode} during the run; "
+                               f"its log will be {cluster.dir}/mariadb-error.txt")
         history.stop()
         rows = _rows(cluster, first_id)
         starts = read_records(prefix)
@@ -251,7 +262,7 @@ def _drain(cluster: PressureCluster, report: Report, kind: str, seconds: float) 
                 conn.close()
         except Exception:
             left = -1  # the server is not back yet: keep waiting
-        if left == 0 or time.time() > deadline:
+        if left == 0 or time.time() > deadline or cluster.mariadb.proc.poll() is not None:
             return left
         report.progress(f"pressure {kind}: {left:,} messages still to finish")
         time.sleep(0.5)

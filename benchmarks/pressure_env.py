@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import threading
 import time
 from typing import Iterator, Optional
@@ -95,9 +96,28 @@ class PressureCluster(Cluster):
                     group.remove(proc)
 
     def exited(self) -> list[str]:
-        """Brokers and workers that ended although the benchmark did not kill them."""
-        return [f"{p.name} (exit {p.popen.returncode})" for p in self.brokers + self.workers
+        """Brokers, workers and servers that ended although the benchmark did not stop them."""
+        gone = [f"{p.name} (exit {p.popen.returncode})" for p in self.brokers + self.workers
                 if p.popen.poll() is not None]
+        for name, server in (("mariadb", self.mariadb), ("zookeeper", self.zookeeper)):
+            if server.proc is not None and server.proc.poll() is not None:
+                gone.append(f"{name} (exit {server.proc.returncode})")
+        return gone
+
+    def cleanup(self) -> None:
+        """Everything stopped and removed, but the servers' own logs are kept beside the
+        brokers' and workers' (a server that crashed under a pressure is a finding)."""
+        try:
+            self.stop_workers()
+            self.stop_brokers()
+            self.mariadb.stop()
+            self.zookeeper.stop()
+            for source, name in ((os.path.join(self.mariadb.dir, "error.log"), "mariadb-error.txt"),
+                                 (os.path.join(self.zookeeper.dir, "zk.log"), "zookeeper.txt")):
+                if os.path.exists(source):
+                    shutil.copyfile(source, os.path.join(self.dir, name))
+        finally:
+            super().cleanup()
 
     def log_lines(self) -> int:
         """Lines the brokers' and workers' logs hold so far, restarted processes included."""
