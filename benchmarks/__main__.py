@@ -39,7 +39,7 @@ SMOKE = {
     # starts and stops every other kind against real servers.
     "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 3.0,
     "stress_seconds": 4.0, "recovery_seconds": 3.0, "kill_every": 2.0, "outage_seconds": 2.0,
-    "idle_long_seconds": 4.0, "drain_seconds": 30.0,
+    "idle_long_seconds": 4.0, "drain_seconds": 30.0, "preload": 2_000,
 }
 
 
@@ -161,6 +161,8 @@ def _pressure_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pressure-senders", type=int, default=8,
                    help="threads sending the scheduled calls, each with its own Client")
     g.add_argument("--delayed-rate", type=float, default=4.0, help="delayed messages a second, due 1-3 s later")
+    g.add_argument("--preload", type=int, default=0,
+                   help="rows of another topic, due in 30+ days, loaded before each run (a production-sized table)")
     g.add_argument("--pressure-max-connections", type=int, default=151,
                    help="MariaDB's max_connections in these runs (151 is MariaDB's own default)")
     g.add_argument("--deadline-seconds", type=float, default=12.0,

@@ -18,18 +18,17 @@ import os
 import threading
 import time
 from argparse import Namespace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Optional
 
 from tidemq import clock
 
-from . import pressure_report
-from .env import stop_all
+from . import pressure_report, raw
 from .openloop import Call, DelayedProducer, OpenLoopProducer
 from .pressure_env import HistorySampler, PressureCluster, connect, logs_to_file
 from .pressure_stats import (Phase, Row, depth_series, drain_seconds, duplicates, first_starts, phase_figures,
                              pace_seconds, percentile_ms, read_records, recovery_seconds,
-                             remove_records)
+                             remove_records, window_rate)
 from .pressures import KINDS, Pressure, make
 from .report import Report
 
@@ -84,6 +83,8 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
     pressure: Optional[Pressure] = None
     stopped = completed = False
     try:
+        if args.preload:
+            _preload(cluster, report, args.preload)
         cluster.start_all(args.pressure_brokers, args.pressure_workers)
         measured = capacity is None
         if capacity is None:
@@ -130,8 +131,9 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         killed = dict(cluster.killed)
         completed = True
     finally:
-        # Torn down by an error or a signal: nothing is measured any more, so nothing waits long.
-        grace = 15.0 if completed else 3.0
+        # A worker may take its drain timeout (30 s by default) to stop; torn down by an error or
+        # a signal, nothing is measured any more, so nothing waits long.
+        grace = 35.0 if completed else 3.0
         if pressure is not None and not stopped:
             pressure.abort()
         for part in (producer, delayed):
@@ -139,10 +141,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
                 part.stop(grace / 3)
         if history is not None:
             history.stop()
-        began = time.time()
-        stop_all(cluster.workers + cluster.brokers, grace)  # SIGTERM together: the whole stack stops
-        stack_stop = round(time.time() - began, 1)
-        cluster.workers, cluster.brokers = [], []
+        stack_stop = cluster.stop_stack(grace)
         cluster.cleanup()
     remove_records(prefix)  # tens of MB per run; the logs stay in the run's directory
 
@@ -152,6 +151,9 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
     finishes = sorted(r.finish for r in rows if r.finish is not None)
     depth = depth_series(rows, first, t0, t4)
     figures = {p.name: phase_figures(p, calls, rows, finishes, first, depth, history.samples) for p in phases}
+    hist = {int(t - t0): h for t, h in history.samples}
+    # Second by second (from the warmup's start): completions, queue depth, history length.
+    series = [[int(t - t0), round(window_rate(finishes, t, t + 1)), d, hist.get(int(t - t0))] for t, d in depth]
     clean = figures["clean"]
     acked = {i for c in calls for i in c.ids}
     by_id = {r.id: r for r in rows}
@@ -176,7 +178,9 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         "exited": exited, "pressure": pressure.counts,
         "log lines": {"clean": logs["stress"] - logs["clean"], "stress": logs["recovery"] - logs["stress"],
                       "recovery": logs["end"] - logs["recovery"]},
-        "stack stop s": stack_stop, "bench cpu": bench_cpu, "load end": os.getloadavg()[0], "logs": cluster.dir,
+        "stack stop s": (f"> {grace:g} (killed)" if "killed" in stack_stop.values()
+                         else max(stack_stop.values(), default=0.0)),
+        "stack stop": stack_stop, "bench cpu": bench_cpu, "series": series, "load end": os.getloadavg()[0], "logs": cluster.dir,
     }
 
 
@@ -233,6 +237,14 @@ def _capacity(cluster: PressureCluster, report: Report, args: Namespace) -> floa
         conn.close()
     _drain(cluster, report, "capacity", 60)
     return done / (end - began - warm)
+
+
+def _preload(cluster: PressureCluster, report: Report, rows: int) -> None:
+    """``rows`` messages of another topic, due in 30 days and more: a table the size of a
+    production one, which a dump or a scan takes long to read (the phases' topic is not in it)."""
+    base = clock.after(clock.now(), 30 * 86400)
+    raw.load(cluster.root_url, "bench.preload", rows, lambda i: base + timedelta(seconds=i),
+             progress=lambda k: report.progress(f"preloading {k:,}/{rows:,} rows") if k % 50_000 == 0 else None)
 
 
 def _max_id(cluster: PressureCluster) -> int:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from typing import Iterator, Optional
@@ -86,14 +87,38 @@ class PressureCluster(Cluster):
         wait_until(lambda: self._registered(self.topic, procs) >= workers, 120, 0.05, f"{workers} workers")
 
     def kill(self, proc: Proc) -> None:
-        """``kill -9`` a broker or worker and note when."""
-        self.killed[proc.pid] = time.time()
+        """``kill -9`` a broker or worker and note when it was gone."""
         proc.popen.kill()
         proc.popen.wait(30)
+        # Stamped once it is dead, not when the signal left: a handler it started in between
+        # was still its own, and running that message again is the killed holder's duplicate.
+        self.killed[proc.pid] = time.time()
         with self._lock:
             for group in (self.brokers, self.workers):
                 if proc in group:
                     group.remove(proc)
+
+    def stop_stack(self, grace: float) -> dict[str, object]:
+        """SIGTERM every broker and worker at once (a whole stack stopped together); returns how
+        many seconds each took to exit, or "killed" for those SIGKILLed after ``grace``."""
+        procs = [p for p in self.brokers + self.workers if p.popen.poll() is None]
+        began = time.time()
+        for p in procs:
+            p.popen.send_signal(signal.SIGTERM)
+        took: dict[str, object] = {}
+        while len(took) < len(procs):
+            for p in procs:
+                if p.name not in took and p.popen.poll() is not None:
+                    took[p.name] = round(time.time() - began, 1)
+            if time.time() - began > grace:
+                for p in procs:
+                    if p.name not in took:
+                        p.popen.kill()
+                        p.popen.wait(10)
+                        took[p.name] = "killed"
+            time.sleep(0.05)
+        self.brokers, self.workers = [], []
+        return took
 
     def exited(self) -> list[str]:
         """Brokers, workers and servers that ended although the benchmark did not stop them."""

@@ -43,10 +43,12 @@ def record(report: Report, result: dict, args: Namespace) -> None:
                "depth max": f["depth max"], "history max": f["history max"], "errors": f["produce errors"],
                "late p99": f["late p99"]}
         report.record(S, f"{kind}: {name}", row, "/s, ms")
-    outcome = {k: result[k] for k in ("recovery s", "pace s", "drain s", "lost", "dup", "dup excused", "redelivered",
+    outcome = {k: result[k] for k in ("recovery s", "pace s", "drain s", "lost", "dup", "dup same process",
+                                      "dup excused", "redelivered",
                                       "unfinished", "never started", "over deadline", "unsent", "stack stop s")}
     outcome["exited"] = len(result["exited"])
     report.record(S, f"{kind}: outcome", outcome, "", f"stress {result['stress s']} s; the fault ended {-result['fault end']} s before it did")
+    report.record(S, f"{kind}: stack stop", result["stack stop"], "s", "SIGTERM to every broker and worker at once")
     report.record(S, f"{kind}: pressure did", {**result["pressure"], "log lines stress": result["log lines"]["stress"]},
                   "", f"the benchmark process used {result['bench cpu']} cores")
     if result["dup where"]:
