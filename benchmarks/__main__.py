@@ -37,8 +37,8 @@ SMOKE = {
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
     # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
     # starts and stops every other kind against real servers.
-    "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 3.0,
-    "stress_seconds": 4.0, "recovery_seconds": 3.0, "kill_every": 2.0, "outage_seconds": 2.0,
+    "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 2.0,
+    "stress_seconds": 3.0, "recovery_seconds": 2.0, "kill_every": 2.0, "outage_seconds": 2.0,
     "idle_long_seconds": 4.0, "drain_seconds": 30.0, "preload": 2_000,
 }
 
