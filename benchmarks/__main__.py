@@ -1,7 +1,7 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [--smoke] [sizes]``: run the suite, print the table, write JSON.
 
 Scenarios: produce, consume (with scale), delay, peers, concurrency, security, flow, enqueue, aio, pressure.
-With none named, all of them run but pressure (about 45 minutes: name it; ``--smoke`` runs it too).
+With none named, all of them run but pressure (about 40 minutes: name it; ``--smoke`` runs it too).
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 ``--smoke`` runs the scenarios at tiny sizes (flags given beside it still win): a check that

@@ -15,7 +15,7 @@ Pure functions of those inputs, so they are tested without servers (tests/bench)
 - pace: seconds from the fault's end to the first 1 s window of sends whose claim p99 is back
   within a limit (2 x the clean p99 + 20 ms);
 - duplicates: messages started more than once; excused when every start but the last was in
-  a process the benchmark killed, before it killed it.
+  a process the benchmark killed, before it was dead.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def drain_seconds(depth: Sequence[tuple[float, int]], fault_end: float, level: i
 @dataclass
 class Duplicates:
     """Messages started more than once: excused (every earlier start in a process the benchmark
-    killed, before the kill), and not (``same_process``: two starts in one process)."""
+    killed, before it was dead), and not (``same_process``: two starts in one process)."""
 
     excused: list[int] = field(default_factory=list)
     unexcused: list[int] = field(default_factory=list)
