@@ -1,7 +1,8 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [--smoke] [sizes]``: run the suite, print the table, write JSON.
 
-Scenarios: produce, consume (with scale), delay, peers, durable, concurrency, security, flow, enqueue, aio.
-With none named, all of them run.
+Scenarios: produce, consume (with scale), delay, peers, durable, concurrency, security, flow, enqueue, aio,
+pressure. With none named, all of them run but pressure (about 40 minutes: name it; ``--smoke`` runs
+it too).
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 ``--smoke`` runs the scenarios at tiny sizes (flags given beside it still win): a check that
@@ -21,7 +22,10 @@ import traceback
 
 from .report import Report
 
-SCENARIOS = ("produce", "consume", "delay", "peers", "durable", "concurrency", "security", "flow", "enqueue", "aio")
+SCENARIOS = ("produce", "consume", "delay", "peers", "durable", "concurrency", "security", "flow", "enqueue", "aio",
+             "pressure")
+#: Scenarios that run only when named (or in --smoke): they take far longer than the others.
+ON_REQUEST = ("pressure",)
 
 #: ``--smoke``: sizes that run every scenario in a few minutes; each still takes every code path
 #: (interleaved rounds aside), so a scenario that breaks fails the smoke run.
@@ -33,6 +37,11 @@ SMOKE = {
     "concurrency_threads": [1, 4], "concurrency_seconds": 0.5, "concurrency_warmup": 0.1,
     "flow_messages": 2_000, "flow_locks": 20, "enqueue_samples": 20, "enqueue_idle_seconds": 0.5,
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
+    # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
+    # starts and stops every other kind against real servers.
+    "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 2.0,
+    "stress_seconds": 3.0, "recovery_seconds": 2.0, "kill_every": 2.0, "outage_seconds": 2.0,
+    "idle_long_seconds": 4.0, "drain_seconds": 30.0, "preload": 2_000,
 }
 
 
@@ -135,7 +144,52 @@ def _parser() -> argparse.ArgumentParser:
                    help="threads of the sync client, and coroutines of the async one")
     g.add_argument("--aio-seconds", type=float, default=6.0, help="timed seconds per client and caller count")
     g.add_argument("--aio-warmup", type=float, default=0.5, help="untimed seconds before each timed slice")
+    _pressure_flags(p)
     return p
+
+
+def _pressure_flags(p: argparse.ArgumentParser) -> None:
+    from .pressure import DEFAULT_PRESSURES, KINDS
+
+    g = p.add_argument_group("pressure (a steady offered load through warmup, clean, stress and recovery phases, "
+                             "each kind on fresh servers; docs/RELIABILITY.md)")
+    g.add_argument("--pressures", nargs="+", choices=list(KINDS), default=DEFAULT_PRESSURES, metavar="KIND",
+                   help=f"any of {', '.join(KINDS)} (default: all but idle-view-10m)")
+    g.add_argument("--capacity", type=float, default=0.0,
+                   help="msg/s to take as the capacity instead of measuring it (0: measure on the first cluster)")
+    g.add_argument("--capacity-seconds", type=float, default=10.0, help="full-speed produce while workers consume")
+    g.add_argument("--offered", type=float, default=0.0, help="offered msg/s (0: --offered-fraction x capacity)")
+    g.add_argument("--offered-fraction", type=float, default=0.5)
+    g.add_argument("--warmup-seconds", type=float, default=10.0)
+    g.add_argument("--clean-seconds", type=float, default=60.0)
+    g.add_argument("--stress-seconds", type=float, default=60.0)
+    g.add_argument("--recovery-seconds", type=float, default=60.0)
+    g.add_argument("--idle-long-seconds", type=float, default=600.0, help="stress phase of idle-view-10m")
+    g.add_argument("--outage-seconds", type=float, default=30.0,
+                   help="how long MariaDB or ZooKeeper stays stopped (ZooKeeper: more than the 10 s session timeout)")
+    g.add_argument("--kill-every", type=float, default=20.0, help="seconds between kills of a worker or broker")
+    g.add_argument("--kills-per-second", type=float, default=10.0, help="KILL CONNECTION of tidemq's connections")
+    g.add_argument("--readers", type=int, default=4, help="REPEATABLE READ readers scanning the message table")
+    g.add_argument("--overload", type=float, default=1.5, help="offered rate in the overload's stress, x capacity")
+    g.add_argument("--pressure-brokers", type=int, default=2)
+    g.add_argument("--pressure-workers", type=int, default=2)
+    g.add_argument("--pressure-threads", type=int, default=8, help="handler threads per worker")
+    g.add_argument("--pressure-worker-batch", type=int, default=0, help="messages per pull (0: tidemq's default)")
+    g.add_argument("--pressure-ttr", type=float, default=10.0, help="the consumer's ttr, seconds")
+    g.add_argument("--handler-ms", type=float, default=1.0, help="how long each handler call sleeps")
+    g.add_argument("--pressure-batch", type=int, default=10, help="messages per produce_many call")
+    g.add_argument("--pressure-senders", type=int, default=8,
+                   help="threads sending the scheduled calls, each with its own Client")
+    g.add_argument("--delayed-rate", type=float, default=4.0, help="delayed messages a second, due 1-3 s later")
+    g.add_argument("--preload", type=int, default=0,
+                   help="rows of another topic, due in 30+ days, loaded before each run (a production-sized table)")
+    g.add_argument("--pressure-max-connections", type=int, default=151,
+                   help="MariaDB's max_connections in these runs (151 is MariaDB's own default)")
+    g.add_argument("--deadline-seconds", type=float, default=12.0,
+                   help="a produce call longer than this counts as a hang (the client's deadline is 10 s)")
+    g.add_argument("--drain-seconds", type=float, default=120.0, help="wait after the run for every message to finish")
+    g.add_argument("--recovered-fraction", type=float, default=0.9,
+                   help="recovered: a 1 s window completes at least this share of the clean rate")
 
 
 def _stop_on_signals() -> None:
@@ -160,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"unknown scenario {unknown[0]!r}: expected any of {', '.join(SCENARIOS)}")
-    chosen = args.scenarios or list(SCENARIOS)
+    chosen = args.scenarios or [s for s in SCENARIOS if args.smoke or s not in ON_REQUEST]
     report = Report()
     from .env import Cluster, machine, stop_descendants
 
