@@ -164,7 +164,7 @@ class AdminSqlStore:
         for branch in plan.branches or [[]]:
             stmt = select(m.c.id).where(*conds, *branch).order_by(order).limit(limit)
             if plan.index:
-                stmt = _force_index(stmt, plan.index)
+                stmt = self._db.dialect.force_index(stmt, plan.index)
             found.extend(conn.execute(stmt).scalars())
         found.sort(reverse=newest_first)
         return found[:limit]
@@ -310,12 +310,6 @@ def _rows(conn: Connection, ids: list[int]) -> list[Any]:
         return []
     by_id = {row.id: row for row in conn.execute(select(m).where(m.c.id.in_(ids)))}
     return [by_id[i] for i in ids if i in by_id]
-
-
-def _force_index(stmt: Any, index: str) -> Any:
-    for dialect in ("mysql", "mariadb"):
-        stmt = stmt.with_hint(m, f"FORCE INDEX ({index})", dialect_name=dialect)
-    return stmt
 
 
 def hours_ago(now: datetime, hours: int) -> datetime:
