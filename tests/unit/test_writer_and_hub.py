@@ -45,7 +45,7 @@ class MemoryStore:
     def ensure_topics(self, names, now):
         self.topic_rows.update(names)
 
-    def topics(self):
+    def list_topics(self):
         return [TopicSettings(name) for name in sorted(self.topic_rows)]
 
     def max_id(self):

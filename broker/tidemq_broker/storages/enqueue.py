@@ -27,12 +27,12 @@ from tidemq.errors import ConfigurationError
 
 from ..schema import message as m
 from ..schema import topic as t
-from ..storage import NewRow, TopicSettings
+from ..records import NewRow, TopicSettings
 from .dialect import SqlDialect
 from .mysql import MySqlDialect
-from .reads import setting_columns
 from .sqlite import SqliteDialect
-from .writes import row_values
+from .rows import row_values
+from .topics import setting_columns
 
 #: The dialect of each SQLAlchemy dialect name enqueue can write for.
 _DIALECTS: dict[str, type[SqlDialect]] = {"mysql": MySqlDialect, "sqlite": SqliteDialect}

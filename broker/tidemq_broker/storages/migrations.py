@@ -144,7 +144,7 @@ assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "
 
 
 class Migrations:
-    """Create the schema, read its version, apply one step."""
+    """Create the schema, read its version, apply one step; and whether the database answers."""
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
@@ -166,6 +166,9 @@ class Migrations:
                 conn.execute(insert(v).values(version=SCHEMA_VERSION, applied_at=clock.now()))
 
         self._db.tx(record)
+
+    def ping(self) -> None:
+        self._db.tx(lambda conn: conn.execute(select(1)).scalar())
 
     def schema_version(self) -> int:
         return self._db.tx(lambda conn: conn.execute(select(func.max(v.c.version))).scalar() or 0)

@@ -22,7 +22,7 @@ from tidemq.tables import PRODUCE_REQUEST
 from ..schema import login_failure, message, topic
 from .dialect import SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
-from .writes import INSERT_COLUMNS
+from .rows import INSERT_COLUMNS
 
 if TYPE_CHECKING:
     from .enqueue import CallerTransaction
