@@ -98,8 +98,11 @@ def galera_url(_galera_store, galera):
 
 def _open_store(request, tmp_path):
     from tidemq_broker.storages import open_storage
+    from tidemq_broker.storages.memory import open_memory_storage
 
-    if request.param == "sqlite":
+    if request.param == "memory":
+        store = open_memory_storage()
+    elif request.param == "sqlite":
         store = open_storage(f"sqlite:///{tmp_path}/store.sqlite3")
         store.schema.create_schema()
     else:
@@ -107,10 +110,10 @@ def _open_store(request, tmp_path):
     return store
 
 
-@pytest.fixture(params=["sqlite", "mysql", "galera"])
+@pytest.fixture(params=["memory", "sqlite", "mysql", "galera"])
 def any_storage(request, tmp_path):
-    """Each storage implementation in turn (the conformance suite): a fresh SQLite file, MariaDB's
-    truncated tables, then the same on a 3-node Galera cluster."""
+    """Each storage implementation in turn (the conformance suite): a fresh memory storage, a
+    fresh SQLite file, MariaDB's truncated tables, then the same on a 3-node Galera cluster."""
     store = _open_store(request, tmp_path)
     yield store
     store.close()

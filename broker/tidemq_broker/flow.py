@@ -1,7 +1,8 @@
 """A topic's flow limits: checked as operators give them (CLI, console), and the rules every
 storage's lock applies (the rate's token bucket, the choice within a per-key limit).
 
-The lock enforces them (``storages/flow.py``); see docs/ARCHITECTURE.md, "Flow control".
+The lock enforces them (``storages/flow.py``, ``storages/memory/leases.py``); see
+docs/ARCHITECTURE.md, "Flow control".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Produce request ids, on every storage implementation (SQLite and real MariaDB): a retried
+"""Produce request ids, on every storage implementation (memory, SQLite, MariaDB, Galera): a retried
 call is answered from what is stored and stores nothing, even when it races its original."""
 
 from __future__ import annotations

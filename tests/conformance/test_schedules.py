@@ -1,4 +1,4 @@
-"""Schedules in every storage (SQLite and MariaDB): declaring, pausing, ticking, and a tick stored
+"""Schedules in every storage (memory, SQLite, MariaDB, Galera): declaring, pausing, ticking, and a tick stored
 once when the leader dies between producing it and recording it."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from tidemq_broker.schedules import check_schedule, unique_key
 
 
 @pytest.fixture
-def storage(sql_storage):
-    return sql_storage
+def storage(any_storage):
+    return any_storage
 
 
 def test_put_is_an_idempotent_upsert_that_keeps_progress(storage):

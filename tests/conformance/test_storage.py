@@ -1,4 +1,4 @@
-"""One conformance suite, run against every storage implementation (SQLite and real MariaDB)."""
+"""One conformance suite, run against every storage implementation (memory, SQLite, MariaDB, Galera)."""
 
 from __future__ import annotations
 

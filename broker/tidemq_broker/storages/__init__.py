@@ -2,7 +2,8 @@
 
 ``open_storage(url)`` builds a :class:`~tidemq_broker.storage.Storage` on MySQL/MariaDB or SQLite:
 one component per role, each around the same :class:`~.database.SqlDatabase`. What differs
-between MySQL and SQLite is the database's dialect object, not a subclass.
+between MySQL and SQLite is the database's dialect object, not a subclass. ``memory`` holds the
+memory storage (``open_memory_storage``): the same roles on dicts in one process, for unit tests.
 """
 
 from __future__ import annotations
