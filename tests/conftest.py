@@ -119,10 +119,10 @@ def any_storage(request, tmp_path):
     store.close()
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
-def sql_storage(request, tmp_path):
-    """SQLite, then one MariaDB server: for tests of the console's queries, which count on a
-    server's consecutive ids (a Galera node's step by the cluster size)."""
+@pytest.fixture(params=["memory", "sqlite", "mysql"])
+def console_storage(request, tmp_path):
+    """The memory storage, SQLite, then one MariaDB server: for tests of the console's pages,
+    which count on consecutive ids (a Galera node's step by the cluster size)."""
     store = _open_store(request, tmp_path)
     yield store
     store.close()

@@ -1,4 +1,5 @@
-"""The console's storage operations on both stores: bounded scans, index choice, users, deletes."""
+"""The console's storage operations on every store (memory, SQLite, MariaDB): bounded scans,
+index choice, users, deletes."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from tidemq_broker.storages import open_database, sql_storage
 
 
 @pytest.fixture
-def storage(sql_storage):
-    return sql_storage
+def storage(console_storage):
+    return console_storage
 
 
 @pytest.fixture
