@@ -96,7 +96,7 @@ def main() -> None:
     try:
         url = server.create_database("tidemq_bench")
         storage = open_storage(url)
-        storage.create_schema()
+        storage.schema.create_schema()
         seconds = fill(server, "tidemq_bench", args.rows)
         print(f"inserted {args.rows:,} messages in {seconds:.1f} s ({args.rows / seconds:,.0f} rows/s)")
         server.execute("ANALYZE TABLE tidemq_message", "tidemq_bench")
@@ -105,7 +105,7 @@ def main() -> None:
         from tidemq_broker.maintenance.counts import TopicCounts
 
         started = time.perf_counter()
-        TopicCounts(storage).run()
+        TopicCounts(storage.counts).run()
         print(f"the leader's count of {args.rows:,} messages took {(time.perf_counter() - started) * 1000:.0f} ms")
         app = create_app(Settings.from_env({}, db_url=url), storage=storage)
         add_user(app.extensions["tidemq"].admin, "bench", "quiet-river-stone-7", "admin")

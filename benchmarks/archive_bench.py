@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     try:
         url = server.create_database("bench")
         storage = open_storage(url)
-        storage.create_schema()
+        storage.schema.create_schema()
         storage.close()
         db = Database.from_url(url)
         t0 = time.monotonic()

@@ -228,7 +228,7 @@ class Cluster:
         from tidemq_broker.storages import open_storage
 
         storage = open_storage(self.db_url)
-        storage.create_schema()
+        storage.schema.create_schema()
         storage.close()
 
     @property

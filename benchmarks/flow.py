@@ -15,7 +15,7 @@ from argparse import Namespace
 
 from tidemq import clock
 from tidemq.link import AckItem
-from tidemq_broker.storage import FlowLimits, NewRow, TopicSettings
+from tidemq_broker.storage import FlowLimits, LockRequest, NewRow, Shard, TopicSettings
 from tidemq_broker.storages import open_storage
 
 from .env import Cluster
@@ -40,19 +40,20 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                                priority=0 if limits is None else rng.randint(0, 9),
                                flow_key=None if limits is None else f"customer-{rng.randrange(100)}")
                         for _ in range(min(1000, total - start))]
-                storage.insert_messages(rows, now)
+                storage.messages.insert_messages(rows, now)
             if limits is not None:
-                storage.set_topic_limits(topic, limits, now)
+                storage.topics.set_topic_limits(topic, limits, now)
         spent = {topic: 0.0 for topic in TOPICS}
         for n in range(rounds):
             report.progress(f"flow: lock round {n + 1}/{rounds}")
             for topic, limits in TOPICS.items():
                 began = time.perf_counter()
-                got = storage.lock_batch(topic, 0, 1, batch, 60, "bench", clock.now(), limits=limits)
+                got = storage.leases.lock_batch(LockRequest(Shard(topic), "bench", 60, clock.now(), limit=batch,
+                                                            limits=limits))
                 spent[topic] += time.perf_counter() - began
                 if len(got) != batch:
                     raise RuntimeError(f"{topic}: locked {len(got)} of {batch} (the limits must not bind here)")
-                storage.ack([AckItem(m.id, m.lease_token, True) for m in got], clock.now(), "bench", "bench",
+                storage.acks.ack([AckItem(m.id, m.lease_token, True) for m in got], clock.now(), "bench", "bench",
                             TopicSettings)
         plain = spent["bench.flow.plain"] / rounds * 1000
         limited = spent["bench.flow.limited"] / rounds * 1000

@@ -22,19 +22,18 @@ __all__ = ["run"]
 
 def _principals(cluster: Cluster) -> dict[str, str]:
     from tidemq_broker.auth import new_token, token_hash
-    from tidemq_broker.storages import open_database
-    from tidemq_broker.storages.principals import PrincipalStore
+    from tidemq_broker.storages import open_storage
 
-    db = open_database(cluster.db_url)
+    storage = open_storage(cluster.db_url)
     try:
         tokens = {}
         for role in ("producer", "consumer"):
             tokens[role] = new_token()
-            PrincipalStore(db).add(f"bench-{role}-{len(cluster.brokers)}", role, ("bench.*",),
+            storage.principals.add(f"bench-{role}-{len(cluster.brokers)}", role, ("bench.*",),
                                    token_hash(tokens[role]), clock.now())
         return tokens
     finally:
-        db.close()
+        storage.close()
 
 
 def run(cluster: Cluster, report: Report, args: Namespace) -> None:

@@ -40,14 +40,14 @@ def mariadb():
 
 
 def _session_store(server):
-    """The test database on ``server`` (a MariaDB or a Galera cluster) with the schema: (url, storage)."""
-    from tidemq_broker.storages import open_storage
+    """The test database on ``server`` (a MariaDB or a Galera cluster) with the schema: (url, database)."""
+    from tidemq_broker.storages import open_database, sql_storage
 
     url = server.create_database("tidemq_test")
-    storage = open_storage(url)
-    storage.create_schema()
-    yield url, storage
-    storage.close()
+    db = open_database(url)
+    sql_storage(db).schema.create_schema()
+    yield url, db
+    db.close()
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +58,16 @@ def _mysql_store(mariadb):
 @pytest.fixture
 def mysql_url(_mysql_store):
     """A MariaDB database with the schema and no rows."""
-    url, storage = _mysql_store
-    truncate(storage.db)
+    url, db = _mysql_store
+    truncate(db)
     return url
+
+
+@pytest.fixture
+def mysql_db(mysql_url, _mysql_store):
+    """The database object of ``mysql_url``: the test's own connections to it, to stand in for
+    the pipeline, change rows behind the storage's back or read tables directly."""
+    return _mysql_store[1]
 
 
 @pytest.fixture(scope="session")
@@ -81,8 +88,8 @@ def galera_url(_galera_store, galera):
     """The cluster's database (every node's address in the URL) with the schema and no rows.
 
     Nodes a test killed are started again after it."""
-    url, storage = _galera_store
-    truncate(storage.db)
+    url, db = _galera_store
+    truncate(db)
     yield url
     for index, node in enumerate(galera.nodes):
         if node.proc is None or node.proc.poll() is not None:
@@ -91,28 +98,31 @@ def galera_url(_galera_store, galera):
 
 def _open_store(request, tmp_path):
     from tidemq_broker.storages import open_storage
+    from tidemq_broker.storages.memory import open_memory_storage
 
-    if request.param == "sqlite":
+    if request.param == "memory":
+        store = open_memory_storage()
+    elif request.param == "sqlite":
         store = open_storage(f"sqlite:///{tmp_path}/store.sqlite3")
-        store.create_schema()
+        store.schema.create_schema()
     else:
         store = open_storage(request.getfixturevalue(f"{request.param}_url"))
     return store
 
 
-@pytest.fixture(params=["sqlite", "mysql", "galera"])
+@pytest.fixture(params=["memory", "sqlite", "mysql", "galera"])
 def any_storage(request, tmp_path):
-    """Each storage implementation in turn (the conformance suite): a fresh SQLite file, MariaDB's
-    truncated tables, then the same on a 3-node Galera cluster."""
+    """Each storage implementation in turn (the conformance suite): a fresh memory storage, a
+    fresh SQLite file, MariaDB's truncated tables, then the same on a 3-node Galera cluster."""
     store = _open_store(request, tmp_path)
     yield store
     store.close()
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
-def sql_storage(request, tmp_path):
-    """SQLite, then one MariaDB server: for tests of the console's queries, which count on a
-    server's consecutive ids (a Galera node's step by the cluster size)."""
+@pytest.fixture(params=["memory", "sqlite", "mysql"])
+def console_storage(request, tmp_path):
+    """The memory storage, SQLite, then one MariaDB server: for tests of the console's pages,
+    which count on consecutive ids (a Galera node's step by the cluster size)."""
     store = _open_store(request, tmp_path)
     yield store
     store.close()

@@ -9,12 +9,11 @@ from typing import Optional
 
 from tidemq import trace
 from tidemq_broker.storage import MessageFilter
-from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
 def list_messages(storage, flt: MessageFilter, limit: int, before_id: Optional[int] = None) -> list:
     """Messages matching ``flt``, newest first, below ``before_id``: the console's pages."""
-    return AdminSqlStore(storage.db).list_page(flt, limit, before_id).messages
+    return storage.console.list_page(flt, limit, before_id).messages
 
 
 def all_messages(storage, topic: str) -> list:
@@ -31,7 +30,7 @@ def all_messages(storage, topic: str) -> list:
 
 def count(storage, topic: str, status: str) -> int:
     """How many messages of ``topic`` are in ``status``."""
-    return storage.count_by_status(topic).get(topic, {}).get(status, 0)
+    return storage.counts.count_by_status(topic).get(topic, {}).get(status, 0)
 
 
 def success_records(message) -> int:

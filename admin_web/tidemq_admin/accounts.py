@@ -11,7 +11,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from tidemq import clock
 from tidemq.config import Settings
 from tidemq.errors import ValidationError, quote
-from tidemq_broker.storages.admin_sql import AdminSqlStore, AdminUser
+from tidemq_broker.storage import AdminUser, ConsoleStore
 
 __all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "MIN_GUESSES", "add_user", "authenticate", "check_password", "ensure_first_admin"]
 
@@ -81,20 +81,20 @@ def check_user(name: str, password: str, role: str) -> None:
         raise ValidationError(f"role must be one of {', '.join(ROLES)}, got {quote(role)}")
 
 
-def add_user(store: AdminSqlStore, name: str, password: str, role: str) -> bool:
+def add_user(store: ConsoleStore, name: str, password: str, role: str) -> bool:
     """Create a user or reset its password and role; True when it was created."""
     check_user(name, password, role)
     return store.save_user(name, generate_password_hash(password), role, clock.now())
 
 
-def authenticate(store: AdminSqlStore, name: str, password: str) -> Optional[AdminUser]:
+def authenticate(store: ConsoleStore, name: str, password: str) -> Optional[AdminUser]:
     """The user when ``password`` is right, else None (in about the same time either way)."""
     user = store.get_user(name) if _NAME_RE.fullmatch(name or "") else None
     ok = check_password_hash(user.password_hash if user else _DUMMY_HASH, password or "")
     return user if user and ok else None
 
 
-def ensure_first_admin(store: AdminSqlStore, settings: Settings) -> Optional[str]:
+def ensure_first_admin(store: ConsoleStore, settings: Settings) -> Optional[str]:
     """Create the admin named by TIDEMQ_ADMIN_USER / TIDEMQ_ADMIN_PASSWORD if it does not exist.
 
     An existing user keeps its password: the variables only bootstrap an empty console.

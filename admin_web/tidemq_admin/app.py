@@ -17,10 +17,8 @@ from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
 from tidemq.lifecycle import EDITABLE_STATUSES, STATUSES, Event, MessageStatus
 from tidemq_broker.migrations import warn_if_behind
-from tidemq_broker.storages import open_database
-from tidemq_broker.storages.admin_sql import AdminSqlStore
-from tidemq_broker.storages.sessions import SessionStore
-from tidemq_broker.storages.sql import SqlStorage
+from tidemq_broker.storage import Storage
+from tidemq_broker.storages import open_storage
 
 from . import metrics, security
 from .accounts import ensure_first_admin
@@ -35,34 +33,34 @@ log = logging.getLogger(__name__)
 SESSION_IDLE, SESSION_LIFETIME = 2 * 3600.0, 12 * 3600.0
 
 
-def create_app(settings: Optional[Settings] = None, storage: Optional[SqlStorage] = None,
+def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] = None,
                coordinator: Optional[Coordinator] = None, secret_key: Optional[str] = None, *,
                secure_cookies: bool = False, session_idle: float = SESSION_IDLE,
                session_lifetime: float = SESSION_LIFETIME) -> Flask:
     """Build the console for ``settings`` (default: from the environment).
 
-    This is the console's composition root: it opens the database once and builds the message
-    store and the console's own store over that one database object. ``storage`` and
-    ``coordinator`` may be shared with an embedded broker (``tidemq dev``); the console's store
-    then works through the same database. Sessions are records in the database (signing out
+    This is the console's composition root: it opens the storage once; the broker's operations,
+    the console's own reads and its sessions are roles of that one storage. ``storage`` and
+    ``coordinator`` may be shared with an embedded broker (``tidemq dev``); the console then
+    works through the same database. Sessions are records in the database (signing out
     or a password change ends them everywhere); ``secret_key`` signs the cookie that names one
     (without it, cookies stop working when the process restarts). ``secure_cookies`` marks the
     cookie HTTPS-only: set it whenever browsers reach the console over HTTPS.
     """
     settings = settings or Settings.from_env()
     if storage is None:
-        storage = SqlStorage(open_database(settings.db_url))
-        storage.create_schema()
-        warn_if_behind(storage, "console")
+        storage = open_storage(settings.db_url)
+        storage.schema.create_schema()
+        warn_if_behind(storage.schema, "console")
     app = Flask(__name__)
     app.config.update(
         SECRET_KEY=secret_key or secrets.token_hex(32),
         MAX_CONTENT_LENGTH=settings.max_data_bytes * 6 + 65536,  # a form with escaped JSON data
     )
     app.config.update(security.cookie_settings(secure_cookies, session_idle, session_lifetime))
-    console = Console(settings, storage, AdminSqlStore(storage.db), SessionStore(storage.db), coordinator)
+    console = Console(settings, storage, coordinator)
     app.extensions["tidemq"] = console
-    ensure_first_admin(console.admin, settings)
+    ensure_first_admin(storage.console, settings)
     security.install(app)
     metrics.install(app)
     _install_template_helpers(app)

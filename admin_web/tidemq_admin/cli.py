@@ -15,8 +15,7 @@ from tidemq.errors import ValidationError
 from .app import SESSION_IDLE, SESSION_LIFETIME
 
 if TYPE_CHECKING:  # the broker's modules load only when a sub-command runs
-    from tidemq_broker.storages.admin_sql import AdminSqlStore
-    from tidemq_broker.storages.database import SqlDatabase
+    from tidemq_broker.storage import Storage
 
 __all__ = ["register", "serve", "ConsoleServer"]
 
@@ -55,15 +54,13 @@ def register(subparsers: Any) -> None:
     lst.set_defaults(func=_user_list)
 
 
-def _store(settings: Settings) -> tuple[SqlDatabase, AdminSqlStore]:
-    """The database (to close) and the console's store over it, with the schema in place."""
-    from tidemq_broker.storages import open_database
-    from tidemq_broker.storages.admin_sql import AdminSqlStore
-    from tidemq_broker.storages.sql import SqlStorage
+def _storage(settings: Settings) -> Storage:
+    """The storage (to close; its ``console`` holds the users), with the schema in place."""
+    from tidemq_broker.storages import open_storage
 
-    db = open_database(settings.db_url)
-    SqlStorage(db).create_schema()
-    return db, AdminSqlStore(db)
+    storage = open_storage(settings.db_url)
+    storage.schema.create_schema()
+    return storage
 
 
 def _user_add(args: argparse.Namespace, settings: Settings) -> int:
@@ -76,25 +73,25 @@ def _user_add(args: argparse.Namespace, settings: Settings) -> int:
         if getpass.getpass("again: ") != password:
             print("tidemq: the passwords differ; nothing was changed", file=sys.stderr)
             return 2
-    db, store = _store(settings)
+    storage = _storage(settings)
     try:
-        created = add_user(store, args.name, password, args.role)
+        created = add_user(storage.console, args.name, password, args.role)
     except ValidationError as exc:
         print(f"tidemq: {exc}", file=sys.stderr)
         return 2
     finally:
-        db.close()
+        storage.close()
     print(f"user {args.name} {'created' if created else 'updated'} with role {args.role}")
     return 0
 
 
 def _user_list(args: argparse.Namespace, settings: Settings) -> int:
-    db, store = _store(settings)
+    storage = _storage(settings)
     try:
-        for user in store.users():
+        for user in storage.console.users():
             print(f"{user.name}\t{user.role}")
     finally:
-        db.close()
+        storage.close()
     return 0
 
 

@@ -12,8 +12,6 @@ from tidemq.coordinator import Coordinator
 from tidemq.coordinators import open_coordinator
 from tidemq.errors import TidemqError
 from tidemq_broker.storage import Storage
-from tidemq_broker.storages.admin_sql import AdminSqlStore
-from tidemq_broker.storages.sessions import SessionStore
 
 from .security import LoginThrottle
 
@@ -91,16 +89,12 @@ class ClusterView:
 class Console:
     """Everything a request needs, created once per app by the app factory.
 
-    ``storage`` is the message store (the broker's operations); ``admin`` the console's own
-    store (users, pages, dashboard figures) and ``sessions`` its sign-in state, both over the
-    same database object.
+    ``storage`` holds the broker's operations and the console's own roles: ``storage.console``
+    (users, pages, dashboard figures) and ``storage.sessions`` (its sign-in state).
     """
 
-    def __init__(self, settings: Settings, storage: Storage, admin: AdminSqlStore, sessions: SessionStore,
-                 coordinator: Optional[Coordinator] = None) -> None:
+    def __init__(self, settings: Settings, storage: Storage, coordinator: Optional[Coordinator] = None) -> None:
         self.settings = settings
         self.storage = storage
-        self.admin = admin
-        self.sessions = sessions
         self.cluster = ClusterView(settings, coordinator)
-        self.throttle = LoginThrottle(sessions)
+        self.throttle = LoginThrottle(storage.sessions)

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 from flask import Flask, abort, current_app, g, redirect, request, session, url_for
 
 from tidemq import clock
-from tidemq_broker.storages.sessions import SessionStore
+from tidemq_broker.storage import SessionStore
 
 __all__ = ["LoginThrottle", "install", "csrf_token", "local_path", "login_user", "logout_user", "cookie_settings"]
 
@@ -98,7 +98,7 @@ def login_user(name: str) -> None:
 
     The cookie carries only the record's random id; the record is what signs the browser in."""
     session.clear()
-    session["sid"] = current_app.extensions["tidemq"].sessions.create(name, clock.now())
+    session["sid"] = current_app.extensions["tidemq"].storage.sessions.create(name, clock.now())
     session["csrf"] = secrets.token_urlsafe(32)
 
 
@@ -106,7 +106,7 @@ def logout_user() -> None:
     """End this session's record, so a copy of the cookie signs nobody in afterwards."""
     sid = session.get("sid")
     if sid:
-        current_app.extensions["tidemq"].sessions.end(sid)
+        current_app.extensions["tidemq"].storage.sessions.end(sid)
     session.clear()
 
 
@@ -139,7 +139,7 @@ def install(app: Flask) -> None:
             return None
         sid = session.get("sid")
         if sid:
-            g.user = console.sessions.resolve(sid, clock.now(), app.config["TIDEMQ_SESSION_IDLE"],
+            g.user = console.storage.sessions.resolve(sid, clock.now(), app.config["TIDEMQ_SESSION_IDLE"],
                                               app.config["TIDEMQ_SESSION_LIFETIME"])
             if g.user is None:  # signed out elsewhere, expired, password changed or user deleted
                 session.clear()

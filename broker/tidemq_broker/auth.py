@@ -26,7 +26,7 @@ import grpc
 
 from .errors import (AuthenticationError, MalformedRequestError, PermissionDeniedError, RetriableError,
                      ValidationError, quote)
-from .storages.principals import Principal, PrincipalStore
+from .storage import Principal, PrincipalStore
 
 __all__ = ["CALLER", "ROLES", "Principals", "TokenInterceptor", "authorize", "checks_topics", "new_token",
            "parse_patterns", "token_hash"]

@@ -35,7 +35,8 @@ from tidemq.validation import (
 )
 
 from .errors import ConfigurationError, InvalidDelayError
-from .storage import NewRow, TopicSettings
+from .new_row import due_at, new_row
+from .storage import TopicSettings
 from .storages.enqueue import CallerTransaction, DbApiTransaction, SqlAlchemyTransaction, insert_message, topic_settings
 
 __all__ = ["enqueue"]
@@ -70,12 +71,11 @@ def enqueue(connection: Any, topic: str, data: Any = None, *, delay: Optional[fl
     settings = topic_settings(tx, topic)
     check_data_size(text, (settings.max_data_bytes if settings else None) or _default_max_data_bytes())
     now = clock.now()
+    due = due_at(now, delay, int(when.timestamp() * 1000) if when is not None else None)
     with tracing.produce_span(topic, 1) as span:
-        row = NewRow(topic=topic, data=text, effect_time=_effect_time(now, delay, when),
-                     retry_remaining=count if count >= 0 else (settings.retry_count if settings else
-                                                               _default_retry_count(topic)),
-                     retry_schedule=schedule, unique_key=unique, priority=priority, flow_key=flow_key,
-                     trace_context=tracing.current_traceparent() or None)
+        row = new_row(topic, text, settings or TopicSettings(topic), due, retry=count, retry_schedule=schedule,
+                      unique_key=unique, priority=priority, flow_key=flow_key,
+                      trace_context=tracing.current_traceparent() or None)
         message_id = insert_message(tx, row, now, via="enqueue")
         tracing.set_message_ids(span, [message_id])
     return message_id
@@ -111,22 +111,7 @@ def _check_in_transaction(connection: Any) -> None:
                                  "call connection.begin() first (or connect with autocommit=False)")
 
 
-def _effect_time(now: datetime, delay: Optional[float], when: Optional[datetime]) -> datetime:
-    """As the broker computes it for a produce: now + delay, the given time in UTC to the
-    millisecond, or now."""
-    if delay is not None:
-        return clock.after(now, delay)
-    if when is not None:
-        ms = int(when.timestamp() * 1000)
-        return clock.from_epoch_ms(ms) if ms > 0 else now
-    return now
-
-
 @functools.cache
 def _default_max_data_bytes() -> int:
     """TIDEMQ_MAX_DATA_BYTES, as the brokers read it, for topics without their own limit."""
     return Settings.from_env().max_data_bytes
-
-
-def _default_retry_count(topic: str) -> int:
-    return TopicSettings(topic).retry_count

@@ -1,18 +1,22 @@
-"""A topic's flow limits as operators give them (CLI, console): checked, then stored.
+"""A topic's flow limits: checked as operators give them (CLI, console), and the rules every
+storage's lock applies (the rate's token bucket, the choice within a per-key limit).
 
-The lock enforces them (``storages/flow.py``); see docs/ARCHITECTURE.md, "Flow control".
+The lock enforces them (``storages/flow.py``, ``storages/memory/leases.py``); see
+docs/ARCHITECTURE.md, "Flow control".
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from datetime import datetime
+from typing import Optional, Sequence, Union
 
 from tidemq.errors import ValidationError, quote
 
 from .storage import FlowLimits
 
-__all__ = ["MAX_RUNNING_LIMIT", "MAX_RATE", "check_limits", "parse_limit"]
+__all__ = ["MAX_RUNNING_LIMIT", "MAX_RATE", "check_limits", "parse_limit", "BURST_SECONDS", "CATCH_UP_SECONDS",
+           "KEY_WINDOW", "refill", "within_key_limit"]
 
 MAX_RUNNING_LIMIT = 1_000_000
 MAX_RATE = 1_000_000.0  # messages per second
@@ -46,3 +50,44 @@ def parse_limit(text: str, kind: type = int) -> Union[int, float, None]:
     except ValueError:
         raise ValidationError(f"a limit must be a {'number' if kind is float else 'whole number'} or 'none', "
                               f"got {quote(text)}") from None
+
+
+#: The rate's bucket starts, after an idle spell, with this many seconds of tokens (at least
+#: one): a topic that was idle starts a tenth of a second's worth at once, not a burst.
+BURST_SECONDS = 0.1
+#: While consumers keep leasing, the bucket keeps up to this many seconds of tokens, so pulls
+#: that come late on a busy machine catch up instead of losing the tokens that accrued meanwhile
+#: (a bucket of a tenth of a second loses all but that much of every longer gap). A gap longer
+#: than this is idleness: the bucket starts over at BURST_SECONDS.
+CATCH_UP_SECONDS = 1.0
+#: How many due messages a per-key lock looks at for each one it may take: keys at their limit
+#: are passed over, up to this depth.
+KEY_WINDOW = 10
+
+
+def refill(tokens: Optional[float], at: Optional[datetime], rate: float, now: datetime) -> float:
+    """The bucket's tokens at ``now``: what it held at ``at`` plus ``rate`` per second since, at
+    most CATCH_UP_SECONDS' worth. A bucket never used, or left alone longer than
+    CATCH_UP_SECONDS, starts over at BURST_SECONDS' worth; a clock that went back adds nothing."""
+    burst = max(1.0, rate * BURST_SECONDS)
+    if tokens is None or at is None or (now - at).total_seconds() > CATCH_UP_SECONDS:
+        return burst
+    return min(max(burst, rate * CATCH_UP_SECONDS), tokens + max(0.0, (now - at).total_seconds()) * rate)
+
+
+def within_key_limit(candidates: Sequence[tuple[int, Optional[str]]], held: dict[str, int], per_key: int,
+                     allowed: int) -> list[int]:
+    """The ids of ``candidates`` (``(id, flow_key)`` in the lock's order) a lock takes: at most
+    ``allowed``, passing over those whose key has ``per_key`` RUNNING already (``held``, counting
+    what this lock takes). Messages without a key are not limited by it."""
+    held = dict(held)
+    chosen: list[int] = []
+    for id, key in candidates:
+        if key is not None:
+            if held.get(key, 0) >= per_key:
+                continue
+            held[key] = held.get(key, 0) + 1
+        chosen.append(id)
+        if len(chosen) == allowed:
+            break
+    return chosen

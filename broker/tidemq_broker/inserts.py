@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Optional, Sequence
 
 from .hints import Arrival, arrivals
-from .storage import Storage
+from .storage import Probes
 
 __all__ = ["InsertWatch"]
 
@@ -48,9 +48,9 @@ _MAX_OWN = 100_000  # own ids remembered at most; forgetting them costs only a n
 class InsertWatch:
     """Reads the messages committed since the last look and the ids that were missing then."""
 
-    def __init__(self, storage: Storage, limit: int = 500, gap_ttl: float = 30.0, max_gaps: int = 512,
+    def __init__(self, probes: Probes, limit: int = 500, gap_ttl: float = 30.0, max_gaps: int = 512,
                  residue_ttl: float = 60.0, step_every: float = 10.0) -> None:
-        self._storage = storage
+        self._probes = probes
         self._limit = limit
         self._gap_ttl = gap_ttl
         self._max_gaps = max_gaps
@@ -84,9 +84,9 @@ class InsertWatch:
         every waiting pull then.
         """
         if self._mark is None:
-            self._mark = self._storage.max_id()
+            self._mark = self._probes.max_id()
             return None
-        probe = self._storage.recent_inserts(self._mark, sorted(self._gaps), self._limit)
+        probe = self._probes.recent_inserts(self._mark, sorted(self._gaps), self._limit)
         now = time.monotonic()
         if probe.top < self._mark:
             return self._restart(probe.top)
@@ -107,7 +107,7 @@ class InsertWatch:
             self._forget(now)
             return None
         if now - self._step_read > self._step_every:
-            self._step, self._step_read = max(1, self._storage.id_step()), now
+            self._step, self._step_read = max(1, self._probes.id_step()), now
         for id in fresh:
             self._residues[id % self._step] = now
         previous = self._mark

@@ -9,7 +9,6 @@ from typing import Sequence
 
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.validation import (
-    MAX_DELAY_SECONDS,
     MAX_RETRIES,
     check_batch_size,
     check_data_text,
@@ -23,7 +22,8 @@ from tidemq.validation import (
 
 from tidemq import clock
 from tidemq.tracing import check_traceparent
-from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError, quote
+from .errors import InvalidRetryError, MalformedRequestError, ValidationError, quote
+from .new_row import due_at, new_row
 from .storage import NewRow
 from .topics import TopicCache
 
@@ -57,37 +57,23 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
     settings = topics.get(topic)
     check_data_text(msg.data, settings.max_data_bytes or max_data_bytes)
     which = msg.WhichOneof("when")
-    if which == "delay_seconds":
-        effect_time = clock.after(now, check_delay(msg.delay_seconds))
-    elif which == "effect_time_ms":
-        # Compared in milliseconds first: a datetime cannot hold 2^62 ms, and the caller gets
-        # the limit named instead of an overflow.
-        if msg.effect_time_ms - clock.to_epoch_ms(now) > MAX_DELAY_SECONDS * 1000:
-            raise InvalidDelayError(f"effect_time is more than {MAX_DELAY_SECONDS} s (10 years) ahead (the limit)")
-        effect_time = clock.from_epoch_ms(msg.effect_time_ms) if msg.effect_time_ms > 0 else now
-        effect_time = max(effect_time, clock.from_epoch_ms(0))
-    else:
-        effect_time = now
+    due = due_at(now, check_delay(msg.delay_seconds) if which == "delay_seconds" else None,
+                 msg.effect_time_ms if which == "effect_time_ms" else None)
     schedule = None
     if msg.retry_schedule:
         if len(msg.retry_schedule) > MAX_RETRIES:
             raise InvalidRetryError(f"retry schedule has {len(msg.retry_schedule)} entries; the limit is {MAX_RETRIES}")
         schedule = [parse_duration(v) for v in msg.retry_schedule]
-        retry = len(schedule)
-    elif msg.retry == -1:
-        retry = settings.retry_count
-    elif 0 <= msg.retry <= MAX_RETRIES:
-        retry = msg.retry
-    else:
+    elif msg.retry != -1 and not 0 <= msg.retry <= MAX_RETRIES:
         raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES} (or -1 for the topic's default), got {msg.retry}")
     try:
         trace_context = check_traceparent(msg.trace_context) or None
     except ValueError as exc:
         raise MalformedRequestError(str(exc)) from None
-    return NewRow(topic=topic, data=msg.data, effect_time=effect_time, retry_remaining=retry,
-                  retry_schedule=schedule, unique_key=check_unique_key(msg.unique_key) or None,
-                  trace_context=trace_context, priority=check_priority(msg.priority),
-                  flow_key=check_flow_key(msg.key) or None)
+    return new_row(topic, msg.data, settings, due, retry=msg.retry,
+                   retry_schedule=schedule, unique_key=check_unique_key(msg.unique_key) or None,
+                   trace_context=trace_context, priority=check_priority(msg.priority),
+                   flow_key=check_flow_key(msg.key) or None)
 
 
 def check_pull(request: pb.PullRequest) -> None:

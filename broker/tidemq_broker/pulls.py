@@ -26,7 +26,7 @@ from tidemq import clock
 from .errors import StorageUnavailableError
 from .hints import Arrival, LockHints
 from .inserts import InsertWatch
-from .storage import LeasedMessage, Storage
+from .storage import LeasedMessage, Probes
 
 __all__ = ["PullHub", "Waiter"]
 
@@ -53,15 +53,15 @@ class Waiter:
 class PullHub:
     """Where waiting pulls sleep and commits wake them."""
 
-    def __init__(self, storage: Storage, probe_interval: float = 0.02, recheck: float = 10.0,
+    def __init__(self, probes: Probes, probe_interval: float = 0.02, recheck: float = 10.0,
                  blocked_recheck: float = 0.5, earliest_every: int = 25) -> None:
-        self._storage = storage
+        self._probes = probes
         self._probe_interval = probe_interval
         self.recheck = recheck
         self.blocked_recheck = blocked_recheck
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = {}
-        self._inserts = InsertWatch(storage)
+        self._inserts = InsertWatch(probes)
         self.hints = LockHints()  # where each topic's locks read (``hints.py``)
         self._earliest: dict[str, datetime] = {}
         self._earliest_every = earliest_every
@@ -175,7 +175,7 @@ class PullHub:
         if not topics:
             return
         versions, probed_at = self.hints.versions(hinted), clock.now()
-        found = self._storage.earliest_new(topics)
+        found = self._probes.earliest_new(topics)
         stranded = self.hints.learn(versions, found, probed_at)
         earliest = {topic: min(by_priority.values()) for topic, by_priority in found.items()}
         self._wake_sooner({topic: when for topic, when in earliest.items() if topic in waited})

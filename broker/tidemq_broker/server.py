@@ -30,7 +30,6 @@ from .migrations import warn_if_behind
 from .service import ERROR_KEY, BrokerService
 from .storage import NewRow, Storage
 from .storages import open_storage
-from .storages.principals import PrincipalStore
 from .tls import server_credentials
 from .topics import TopicCache
 from .writer import GroupCommitWriter
@@ -73,7 +72,7 @@ class BrokerServer:
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
         if settings.auth == "token":
-            interceptors.append(TokenInterceptor(Principals(PrincipalStore(self.storage.db)), ERROR_KEY))
+            interceptors.append(TokenInterceptor(Principals(self.storage.principals), ERROR_KEY))
             # The interceptor reads a request only once its token is accepted. Until then a call
             # may send ahead what its HTTP/2 stream window allows: 64 KiB, unless bandwidth
             # probing grows the window of a busy connection (to megabytes per stream, measured
@@ -96,20 +95,20 @@ class BrokerServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {host}:{port}")
         self.address = advertise or f"{_advertised_host(host)}:{self.port}"
-        self.topics = TopicCache(self.storage)
-        self.hub = PullHub(self.storage)
-        self.writer = GroupCommitWriter(self.storage, self.topics, self.address, self.hub.notify_commit)
+        self.topics = TopicCache(self.storage.topics)
+        self.hub = PullHub(self.storage.probes)
+        self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit)
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
                                      settings.max_data_bytes)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
-            LeaseExpiry(self.storage, self.address, self._wake_all, self._max_deliveries),
-            Retention(self.storage),
-            ProduceRequests(self.storage),
+            LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
+            Retention(self.storage.topics, self.storage.messages),
+            ProduceRequests(self.storage.messages),
             BroadcastPruner(self.coordinator),
-            BacklogRefresh(self.storage, self.address),
-            TopicCounts(self.storage),
-            ScheduleTicks(self.storage, self._produce_ticks, self._default_retry),
+            BacklogRefresh(self.storage.counts, self.address),
+            TopicCounts(self.storage.counts),
+            ScheduleTicks(self.storage.schedules, self._produce_ticks, self._default_retry),
         ])
 
     def _max_deliveries(self, topic: str) -> int:
@@ -128,9 +127,9 @@ class BrokerServer:
     def start(self) -> "BrokerServer":
         """Start serving, then announce the broker so clients only find it ready."""
         if self.create_schema:
-            self.storage.create_schema()
-        self.storage.ping()
-        warn_if_behind(self.storage, "broker")
+            self.storage.schema.create_schema()
+        self.storage.schema.ping()
+        warn_if_behind(self.storage.schema, "broker")
         self.hub.start()
         self._server.start()
         if self._own_coordinator:

@@ -34,7 +34,7 @@ from .intake import (
 )
 from .pulls import PullHub, long_poll
 from .schedules import check_schedule, next_tick
-from .storage import AckItem, AckOutcome, LeasedMessage, Storage, TopicSettings
+from .storage import AckItem, AckOutcome, LeasedMessage, LockRequest, Shard, Storage, TopicSettings
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -122,32 +122,37 @@ class BrokerService(pb_grpc.BrokerServicer):
         rank, total = (0, 1) if request.serial else (request.rank, request.total)
         ahead = request.ahead_seconds
 
+        def shard() -> Shard:
+            return Shard(topic, rank, total, self.hub.hints.get(topic))
+
         def attempt() -> list[LeasedMessage]:
             if self.topics.get(topic).paused or not context.is_active():
                 return []
             now, lock_started = clock.now(), tracing.now_ns()
-            token = request.lease_token or None
             with metrics.LOCK_SECONDS.time():
                 if request.serial:
-                    found = self.storage.lock_serial(topic, ttr, consumer, now, token, self.name, ahead)
+                    found = self.storage.leases.lock_serial(LockRequest(
+                        Shard(topic), consumer, ttr, now, ahead=ahead, lease_token=request.lease_token or None,
+                        broker=self.name))
                 else:
-                    found = self.storage.lock_batch(topic, rank, total, request.max_messages, ttr, consumer, now,
-                                                    token, self.name, ahead, self.topics.get(topic).limits,
-                                                    self.hub.hints.get(topic))
+                    found = self.storage.leases.lock_batch(LockRequest(
+                        shard(), consumer, ttr, now, limit=request.max_messages, ahead=ahead,
+                        lease_token=request.lease_token or None, broker=self.name,
+                        limits=self.topics.get(topic).limits))
             tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
             return found
 
         def next_due() -> Any:
             if request.serial:
-                return self.storage.serial_head_due(topic)
-            return self.storage.next_due(topic, rank, total, self.hub.hints.get(topic))
+                return self.storage.probes.serial_head_due(topic)
+            return self.storage.probes.next_due(shard())
 
         found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings))
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
             now = clock.now()
-            self.storage.release(found[0].lease_token or "", now, consumer, self.name)
+            self.storage.leases.release(found[0].lease_token or "", now, consumer, self.name)
             self.hub.notify(topic, min(m.effect_time for m in found), {m.priority for m in found})
             return pb.PullReply()
         metrics.DELIVERED.labels(topic).inc(len(found))
@@ -171,7 +176,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         check_ids([item.id for item in request.items], "acks")
         self._authorize_messages("Ack", [item.id for item in request.items])
         items = [AckItem(i.id, i.lease_token, i.success, i.error) for i in request.items]
-        outcomes = self.storage.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
+        outcomes = self.storage.acks.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
                                     self.topics.get)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
         if stale:
@@ -186,9 +191,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     @_rpc
     def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:
         token = check_lease_token(request.lease_token)
-        topics = self.storage.lease_topics(token)
+        topics = self.storage.reads.lease_topics(token)
         authorize("Release", topics if checks_topics() else ())
-        released = self.storage.release(token, clock.now(), request.consumer[:255], self.name)
+        released = self.storage.leases.release(token, clock.now(), request.consumer[:255], self.name)
         if released:
             self.hub.wake_all(topics)  # back to NEW at their old effect times
         return pb.ReleaseReply(released=released)
@@ -198,7 +203,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         check_ids([request.id])
         ttr = check_lease_ttr(request.ttr_seconds)
         self._authorize_messages("Touch", [request.id])
-        [extended] = self.storage.extend_leases([(request.id, request.lease_token)], ttr, clock.now())
+        [extended] = self.storage.leases.extend_leases([(request.id, request.lease_token)], ttr, clock.now())
         return pb.TouchReply(extended=extended)
 
     @_rpc
@@ -210,13 +215,13 @@ class BrokerService(pb_grpc.BrokerServicer):
         ttr = check_lease_ttr(request.ttr_seconds)
         leases = [(lease.id, lease.lease_token) for lease in request.leases]
         self._authorize_messages("Extend", [lease_id for lease_id, _ in leases])
-        return pb.ExtendReply(extended=self.storage.extend_leases(leases, ttr, clock.now()))
+        return pb.ExtendReply(extended=self.storage.leases.extend_leases(leases, ttr, clock.now()))
 
     @_rpc
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelReply:
         ids = check_ids(request.ids)
         self._authorize_messages("Cancel", ids)
-        return pb.CancelReply(cancelled=self.storage.cancel(ids))
+        return pb.CancelReply(cancelled=self.storage.messages.cancel(ids))
 
     @_rpc
     def Requeue(self, request: pb.RequeueRequest, context: grpc.ServicerContext) -> pb.RequeueReply:
@@ -231,7 +236,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         else:
             self._authorize_messages("Requeue", ids)
         now = clock.now()
-        moved = self.storage.requeue(ids, topic, request.retry, now, broker=self.name)
+        moved = self.storage.messages.requeue(ids, topic, request.retry, now, broker=self.name)
         if topic:
             self.hub.notify(topic, now)
         return pb.RequeueReply(requeued=moved)
@@ -242,11 +247,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         schedule = check_schedule(request.name, request.topic, request.cron, request.data or "null",
                                   request.timezone or "UTC", request.missed or "once",
                                   None if request.retry == -1 else request.retry, data_is_json=True)
-        existing = self.storage.get_schedule(schedule.name)
+        existing = self.storage.schedules.get_schedule(schedule.name)
         # Moving a schedule to another topic needs the right on the topic it leaves as well.
         authorize("PutSchedule", {schedule.topic} | ({existing.topic} if existing else set()))
         now = clock.now()
-        created = self.storage.put_schedule(schedule, now)
+        created = self.storage.schedules.put_schedule(schedule, now)
         following = next_tick(schedule, now)  # from the cron and zone just stored
         return pb.PutScheduleReply(created=created,
                                    next_tick_ms=clock.to_epoch_ms(following) if following else 0)
@@ -254,7 +259,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     def _authorize_messages(self, method: str, ids: list[int]) -> None:
         """``authorize`` on the topics of the stored messages ``ids`` (one read, skipped for a
         caller whose patterns cover every topic)."""
-        authorize(method, self.storage.message_topics(ids) if checks_topics() else ())
+        authorize(method, self.storage.reads.message_topics(ids) if checks_topics() else ())
 
 
 def _delivery(msg: LeasedMessage) -> pb.Delivery:

@@ -7,7 +7,7 @@ import time
 from typing import Iterable
 
 from tidemq import clock
-from .storage import Storage, TopicSettings
+from .storage import TopicSettings, TopicStore
 
 __all__ = ["TopicCache"]
 
@@ -18,8 +18,8 @@ class TopicCache:
     Topics are created with default settings the first time a message of them is produced.
     """
 
-    def __init__(self, storage: Storage, ttl: float = 5.0) -> None:
-        self._storage = storage
+    def __init__(self, store: TopicStore, ttl: float = 5.0) -> None:
+        self._store = store
         self._ttl = ttl
         self._lock = threading.Lock()
         self._settings: dict[str, TopicSettings] = {}
@@ -34,12 +34,12 @@ class TopicCache:
         """Make sure each topic has a settings row (one query per topic per broker lifetime)."""
         missing = {n for n in names if n not in self._settings}
         if missing:
-            self._storage.ensure_topics(sorted(missing), clock.now())
+            self._store.ensure_topics(sorted(missing), clock.now())
             self.refresh()
 
     def refresh(self) -> None:
         """Re-read every topic now."""
-        settings = {s.name: s for s in self._storage.topics()}
+        settings = {s.name: s for s in self._store.list_topics()}
         with self._lock:
             self._settings = settings
             self._loaded_at = time.monotonic()

@@ -17,7 +17,7 @@ from tidemq.coalesce import Coalescer, Request
 from . import metrics
 from .errors import StorageUnavailableError, TidemqError, ValidationError, quote
 from .hints import Arrival, arrivals
-from .storage import NewRow, RequestRef, Storage
+from .storage import MessageWrites, NewRow, RequestRef
 from .topics import TopicCache
 
 __all__ = ["GroupCommitWriter"]
@@ -31,10 +31,10 @@ _MAX_BYTES = 32 * 1024 * 1024
 class GroupCommitWriter:
     """Batches concurrent produce requests into shared transactions (``slots`` at a time)."""
 
-    def __init__(self, storage: Storage, topics: TopicCache, broker: str,
+    def __init__(self, messages: MessageWrites, topics: TopicCache, broker: str,
                  on_commit: Callable[[dict[str, Arrival], list[int]], None], max_rows: int = 5000,
                  slots: int = 2) -> None:
-        self._storage = storage
+        self._messages = messages
         self._topics = topics
         self._broker = broker
         self._on_commit = on_commit
@@ -87,7 +87,7 @@ class GroupCommitWriter:
             start += len(rows)
         self._topics.ensure({row.topic for row in all_rows})
         now = clock.now()
-        ids = self._storage.insert_messages(all_rows, now, refs, broker=self._broker)
+        ids = self._messages.insert_messages(all_rows, now, refs, broker=self._broker)
         metrics.committed(all_rows)
         start = 0
         for request in batch:

@@ -93,6 +93,6 @@ def _wait_for_topic_consumer(client: Any, topic: str) -> None:
 
 
 def _report(broker: Any) -> None:
-    for topic, counts in sorted(broker.storage.count_by_status().items()):
+    for topic, counts in sorted(broker.storage.counts.count_by_status().items()):
         summary = ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))
         _say(f"stored: {topic}: {summary}")

@@ -14,8 +14,8 @@ from tidemq import Client, Settings, Worker
 from tidemq.consumer import registered_consumers
 from tidemq.coordinators.local import LocalCoordinator
 from tidemq_broker.server import BrokerServer
+from tidemq_broker.storage import Storage
 from tidemq_broker.storages import open_storage
-from tidemq_broker.storages.sql import SqlStorage
 
 __all__ = ["run_dev", "embedded"]
 
@@ -26,7 +26,7 @@ def _settings(db_path: str) -> Settings:
     return Settings.from_env(db_url=f"sqlite:///{os.path.abspath(db_path)}", zk_hosts="", brokers="")
 
 
-def embedded(db_path: str, port: int = 0, storage: Optional[SqlStorage] = None) -> tuple[BrokerServer, Client]:
+def embedded(db_path: str, port: int = 0, storage: Optional[Storage] = None) -> tuple[BrokerServer, Client]:
     """Start a broker on ``db_path`` (or on ``storage``, owned by the caller) with in-process
     coordination; return it and a client."""
     settings = _settings(db_path)
@@ -81,7 +81,7 @@ def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
     return 0
 
 
-def _start_console(broker: BrokerServer, storage: SqlStorage, port: int):  # type: ignore[no-untyped-def]
+def _start_console(broker: BrokerServer, storage: Storage, port: int):  # type: ignore[no-untyped-def]
     """Serve the admin console on ``port`` over the broker's own store and coordinator.
 
     Without TIDEMQ_ADMIN_USER an ``admin`` user with a fresh random password is made (and
@@ -97,7 +97,7 @@ def _start_console(broker: BrokerServer, storage: SqlStorage, port: int):  # typ
     from tidemq_admin.accounts import add_user
 
     app = create_app(broker.settings, storage=storage, coordinator=broker.coordinator)
-    admin = app.extensions["tidemq"].admin
+    admin = app.extensions["tidemq"].storage.console
     if not broker.settings.admin_user and not admin.users():
         password = secrets.token_urlsafe(12)
         add_user(admin, "admin", password, "admin")

@@ -190,10 +190,10 @@ def _db(args: argparse.Namespace, settings: Settings) -> int:
     storage = open_storage(settings.db_url)
     try:
         if args.action == "init":
-            storage.create_schema()
+            storage.schema.create_schema()
             print(f"schema created in {masked_url(settings.db_url)}")
         else:
-            applied = upgrade(storage)
+            applied = upgrade(storage.schema)
             print(f"schema upgraded: {', '.join(applied) if applied else 'already current'}")
     finally:
         storage.close()

@@ -27,12 +27,11 @@ def register(sub: "argparse._SubParsersAction") -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq_broker.auth import check_name, check_role, new_token, parse_patterns, token_hash
-    from tidemq_broker.storages import open_database
-    from tidemq_broker.storages.principals import PrincipalStore
+    from tidemq_broker.storages import open_storage
 
-    db = open_database(settings.db_url)
+    storage = open_storage(settings.db_url)
     try:
-        store = PrincipalStore(db)
+        store = storage.principals
         if args.auth_action == "add":
             name, role, topics = check_name(args.name), check_role(args.role), parse_patterns(args.topics)
             token = new_token()
@@ -52,5 +51,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 return 1
             print(f"principal {args.name} revoked: brokers refuse its token within seconds")
     finally:
-        db.close()
+        storage.close()
     return 0

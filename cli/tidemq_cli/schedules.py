@@ -42,19 +42,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.schedule_action == "add":
             schedule = check_schedule(args.name, args.topic, args.cron, args.data, args.timezone, args.missed,
                                       args.retry, data_is_json=True)
-            created = storage.put_schedule(schedule, now)
+            created = storage.schedules.put_schedule(schedule, now)
             following = next_tick(schedule, now)
             print(f"schedule {schedule.name} {'added' if created else 'updated'}; next tick "
                   f"{_time(following)} UTC")
         elif args.schedule_action == "list":
             print(f"{'name':<24} {'topic':<24} {'cron':<18} {'timezone':<18} {'missed':<6} {'state':<7} next tick (UTC)")
-            for s in storage.schedules():
+            for s in storage.schedules.list_schedules():
                 following = None if s.paused else next_tick(s, now)
                 print(f"{s.name:<24} {s.topic:<24} {s.cron:<18} {s.timezone:<18} {s.missed:<6} "
                       f"{'paused' if s.paused else 'active':<7} {_time(following)}")
         else:
-            done = (storage.delete_schedule(args.name) if args.schedule_action == "remove"
-                    else storage.pause_schedule(args.name, args.schedule_action == "pause", now))
+            done = (storage.schedules.delete_schedule(args.name) if args.schedule_action == "remove"
+                    else storage.schedules.pause_schedule(args.name, args.schedule_action == "pause", now))
             if not done:
                 print(f"tidemq: no schedule named {args.name!r}")
                 return 1

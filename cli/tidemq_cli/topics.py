@@ -29,14 +29,14 @@ def run_topic(args: argparse.Namespace, settings: Settings) -> int:
     name = check_topic(args.topic)
     storage = open_storage(settings.db_url)
     try:
-        current = next((s for s in storage.topics() if s.name == name), None)
+        current = next((s for s in storage.topics.list_topics() if s.name == name), None)
         old = (current.max_running, current.rate_per_second, current.max_running_per_key) if current else (None,) * 3
         given = (args.max_running, args.rate, args.per_key)
         if any(value is not None for value in given):
             new = [old[i] if value is None else parse_limit(value, float if i == 1 else int)
                    for i, value in enumerate(given)]
             limits = check_limits(*new)
-            storage.set_topic_limits(name, limits, clock.now())
+            storage.topics.set_topic_limits(name, limits, clock.now())
             old = (limits.max_running, limits.rate_per_second, limits.max_running_per_key)
     finally:
         storage.close()

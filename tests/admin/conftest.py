@@ -8,7 +8,7 @@ import pytest
 
 from tidemq import clock
 from tidemq.config import Settings
-from tidemq_broker.storage import AckItem, NewRow, TopicSettings
+from tidemq_broker.storage import AckItem, LockRequest, NewRow, Shard, TopicSettings
 
 ADMIN, VIEWER, PASSWORD = "ops", "watcher", "correct-horse-9"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -25,7 +25,7 @@ def app(settings):
     from tidemq_admin.accounts import add_user
 
     app = create_app(settings)
-    add_user(app.extensions["tidemq"].admin, VIEWER, PASSWORD, "viewer")
+    add_user(app.extensions["tidemq"].storage.console, VIEWER, PASSWORD, "viewer")
     yield app
     console = app.extensions["tidemq"]
     console.cluster.close()
@@ -81,29 +81,31 @@ def viewer(app):
 def produce(storage, topic, datas, delay=0.0, retry=0, unique_keys=None):
     """Store messages straight through the storage layer; return their ids."""
     now = clock.now()
-    storage.ensure_topics([topic], now)
+    storage.topics.ensure_topics([topic], now)
     rows = [NewRow(topic=topic, data=d, effect_time=clock.after(now, delay), retry_remaining=retry,
                    unique_key=(unique_keys[i] if unique_keys else None)) for i, d in enumerate(datas)]
-    return storage.insert_messages(rows, now, broker="test")
+    return storage.messages.insert_messages(rows, now, broker="test")
 
 
 def fail_all(storage, topic, limit=1000):
     """Lease every due message of ``topic`` and report it failed (retry 0 -> FAIL)."""
-    locked = storage.lock_batch(topic, 0, 1, limit, 30, "test-consumer", clock.now(), broker="test-broker")
+    locked = storage.leases.lock_batch(LockRequest(Shard(topic), "test-consumer", 30, clock.now(), limit=limit,
+                                                   broker="test-broker"))
     items = [AckItem(m.id, m.lease_token, False, "boom") for m in locked]
-    storage.ack(items, clock.now(), "test-consumer", "test-broker", TopicSettings)
+    storage.acks.ack(items, clock.now(), "test-consumer", "test-broker", TopicSettings)
     return [m.id for m in locked]
 
 
 def lease_all(storage, topic, limit=1000, ttr=300):
     """Lease every due message of ``topic`` for ``ttr`` seconds."""
-    return storage.lock_batch(topic, 0, 1, limit, ttr, "test-consumer", clock.now(), broker="test-broker")
+    return storage.leases.lock_batch(LockRequest(Shard(topic), "test-consumer", ttr, clock.now(), limit=limit,
+                                                 broker="test-broker"))
 
 
 def poison_all(storage, topic, limit=1000):
     """Make dead letters the way a consumer that dies on every delivery does: lease, let the
     lease run out, and expire it with max_deliveries 1 (FAIL by lease expiry)."""
     leased = lease_all(storage, topic, limit, ttr=1)
-    moved = storage.expire_leases(clock.after(clock.now(), 2), 100, "b", lambda topic: 1)
+    moved = storage.leases.expire_leases(clock.after(clock.now(), 2), 100, "b", lambda topic: 1)
     assert moved == len(leased)
     return [m.id for m in leased]

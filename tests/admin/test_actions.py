@@ -19,10 +19,10 @@ def _edit(admin, msg, **changes):
 
 def test_edit_saves_fields_and_traces_the_admin(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'], delay=3600)
-    msg = storage.get_message(msg_id)
+    msg = storage.reads.get_message(msg_id)
     resp = _edit(admin, msg, data='{"a": 2, "note": "fixed"}', retry_remaining="4", effect_time="2031-02-03T04:05:06.789")
     assert resp.status_code == 302
-    after = storage.get_message(msg_id)
+    after = storage.reads.get_message(msg_id)
     assert after.data == '{"a": 2, "note": "fixed"}'
     assert after.retry_remaining == 4
     assert after.effect_time == datetime(2031, 2, 3, 4, 5, 6, 789000)
@@ -36,54 +36,54 @@ def test_edit_sets_only_what_changed(admin, storage):
     is not set again (setting one restarts finish_time)."""
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
     fail_all(storage, "orders")
-    msg = storage.get_message(msg_id)
+    msg = storage.reads.get_message(msg_id)
     assert _edit(admin, msg, data='{"a": 2}').status_code == 302
-    after = storage.get_message(msg_id)
+    after = storage.reads.get_message(msg_id)
     assert (after.status, after.finish_time, after.data) == ("FAIL", msg.finish_time, '{"a": 2}')
     last = after.trace.strip().splitlines()[-1]
     assert "changed=data" in last and "status=" not in last
     assert _edit(admin, after, status="NEW").status_code == 302
-    assert (storage.get_message(msg_id).status, storage.get_message(msg_id).finish_time) == ("NEW", None)
+    assert (storage.reads.get_message(msg_id).status, storage.reads.get_message(msg_id).finish_time) == ("NEW", None)
 
 
 def test_edit_rejects_bad_values_next_to_each_field_and_stores_nothing(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
-    msg = storage.get_message(msg_id)
+    msg = storage.reads.get_message(msg_id)
     resp = _edit(admin, msg, data="{not json", status="RUNNING", retry_remaining="-1", effect_time="soon")
     assert resp.status_code == 400
     html = resp.get_data(as_text=True)
     assert 'id="err-data"' in html and "valid JSON" in html
     assert 'id="err-status"' in html and 'id="err-retry_remaining"' in html and 'id="err-effect_time"' in html
-    assert storage.get_message(msg_id) == msg
+    assert storage.reads.get_message(msg_id) == msg
 
 
 def test_edit_of_oversized_data_names_the_limit(admin, app, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
-    msg = storage.get_message(msg_id)
+    msg = storage.reads.get_message(msg_id)
     limit = app.extensions["tidemq"].settings.max_data_bytes
     resp = _edit(admin, msg, data='"' + "x" * limit + '"')
     assert resp.status_code == 400
     assert f"the limit is {limit} bytes" in resp.get_data(as_text=True)
-    assert storage.get_message(msg_id).data == '{"a": 1}'
+    assert storage.reads.get_message(msg_id).data == '{"a": 1}'
 
 
 def test_edit_that_lost_a_race_is_not_saved(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
-    stale = storage.get_message(msg_id)
+    stale = storage.reads.get_message(msg_id)
     assert _edit(admin, stale, data='{"a": 2}').status_code == 302
     resp = _edit(admin, stale, data='{"a": 3}')
     assert resp.status_code == 409 and "changed while you were editing" in resp.get_data(as_text=True)
-    assert storage.get_message(msg_id).data == '{"a": 2}'
+    assert storage.reads.get_message(msg_id).data == '{"a": 2}'
 
 
 def test_a_running_message_cannot_be_edited_or_deleted(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
     lease_all(storage, "orders")
-    held = storage.get_message(msg_id)  # the edit form carries the row's version
+    held = storage.reads.get_message(msg_id)  # the edit form carries the row's version
     resp = _edit(admin, held, data='{"a": 9}', status="NEW")
     assert resp.status_code == 409 and "RUNNING" in resp.get_data(as_text=True)
     admin.post(f"/messages/{msg_id}/delete")
-    after = storage.get_message(msg_id)
+    after = storage.reads.get_message(msg_id)
     assert after.status == "RUNNING" and after.lease_token == held.lease_token and after.data == '{"a": 1}'
 
 
@@ -92,7 +92,7 @@ def test_retry_moves_fail_to_new_and_names_the_admin(admin, storage):
     fail_all(storage, "orders")
     resp = admin.post(f"/messages/{msg_id}/retry", {"retries": "2"})
     assert resp.status_code == 302
-    msg = storage.get_message(msg_id)
+    msg = storage.reads.get_message(msg_id)
     assert msg.status == "NEW" and msg.retry_remaining == 2
     assert "ADMIN_RETRY" in msg.trace and f"user={ADMIN}" in msg.trace
     again = admin.post(f"/messages/{msg_id}/retry", {"retries": "2"}, follow_redirects=True)
@@ -107,9 +107,9 @@ def test_requeue_all_failed_across_topics(admin, storage):
     resp = admin.post("/messages/requeue", {"status": "FAIL", "retries": "1"}, follow_redirects=True)
     assert "Requeued 3 failed messages across all topics" in resp.get_data(as_text=True)
     for msg_id in failed:
-        msg = storage.get_message(msg_id)
+        msg = storage.reads.get_message(msg_id)
         assert msg.status == "NEW" and msg.retry_remaining == 1 and "ADMIN_REQUEUE" in msg.trace
-    assert "ADMIN" not in storage.get_message(kept).trace
+    assert "ADMIN" not in storage.reads.get_message(kept).trace
 
 
 def test_requeue_by_filter_touches_only_matching_failures(admin, storage):
@@ -119,9 +119,9 @@ def test_requeue_by_filter_touches_only_matching_failures(admin, storage):
     [eu_sms] = fail_all(storage, "sms")
     resp = admin.post("/messages/requeue", {"topic": "orders", "text": "eu", "status": "FAIL"}, follow_redirects=True)
     assert "Requeued 1 failed message of topic orders" in resp.get_data(as_text=True)
-    assert storage.get_message(eu_order).status == "NEW"
-    assert storage.get_message(us_order).status == "FAIL"
-    assert storage.get_message(eu_sms).status == "FAIL"
+    assert storage.reads.get_message(eu_order).status == "NEW"
+    assert storage.reads.get_message(us_order).status == "FAIL"
+    assert storage.reads.get_message(eu_sms).status == "FAIL"
 
 
 def test_requeue_refuses_a_non_fail_status_filter(admin, storage):
@@ -139,7 +139,7 @@ def test_poison_messages_failed_by_lease_expiry_are_dead_letters_to_requeue(admi
     [failed] = fail_all(storage, "sms")
     reason = "_max_deliveries_1_reached"
     for msg_id in poisoned:
-        msg = storage.get_message(msg_id)
+        msg = storage.reads.get_message(msg_id)
         assert msg.status == "FAIL" and msg.lease_expire is None and reason in msg.trace.splitlines()[-1]
     html = admin.get("/messages?status=FAIL").get_data(as_text=True)
     assert {i for i in poisoned + [failed] if f'href="/messages/{i}"' in html} == set(poisoned + [failed])
@@ -150,12 +150,12 @@ def test_poison_messages_failed_by_lease_expiry_are_dead_letters_to_requeue(admi
                       follow_redirects=True)
     assert "Requeued 2 of 2 selected messages." in resp.get_data(as_text=True)
     for msg_id in poisoned[:2]:
-        msg = storage.get_message(msg_id)
+        msg = storage.reads.get_message(msg_id)
         assert msg.status == "NEW" and msg.retry_remaining == 1
         assert "ADMIN_RETRY" in msg.trace.splitlines()[-1] and f"user={ADMIN}" in msg.trace.splitlines()[-1]
     resp = admin.post("/messages/requeue", {"status": "FAIL", "topic": "orders"}, follow_redirects=True)
     assert "Requeued 1 failed message of topic orders" in resp.get_data(as_text=True)
-    assert storage.get_message(poisoned[2]).status == "NEW" and storage.get_message(failed).status == "FAIL"
+    assert storage.reads.get_message(poisoned[2]).status == "NEW" and storage.reads.get_message(failed).status == "FAIL"
 
 
 def test_bulk_delete_and_requeue_of_the_selection(admin, storage):
@@ -165,11 +165,11 @@ def test_bulk_delete_and_requeue_of_the_selection(admin, storage):
     resp = admin.post("/messages/bulk", {"ids": [str(failed[0]), str(pending[0]), "1 OR 1=1"], "action": "delete"},
                       follow_redirects=True)
     assert "Deleted 2 of 2 selected messages" in resp.get_data(as_text=True)
-    assert storage.get_message(failed[0]) is None and storage.get_message(pending[0]) is None
+    assert storage.reads.get_message(failed[0]) is None and storage.reads.get_message(pending[0]) is None
     resp = admin.post("/messages/bulk", {"ids": [str(failed[1]), str(pending[1])], "action": "requeue"},
                       follow_redirects=True)
     assert "Requeued 1 of 2 selected" in resp.get_data(as_text=True)
-    assert storage.get_message(failed[1]).status == "NEW"
+    assert storage.reads.get_message(failed[1]).status == "NEW"
     nothing = admin.post("/messages/bulk", {"action": "delete"}, follow_redirects=True)
     assert "Select messages first" in nothing.get_data(as_text=True)
 
@@ -179,10 +179,10 @@ def test_cancel_only_pending(admin, storage):
     [done] = produce(storage, "sms", ['{"a": 1}'])
     fail_all(storage, "sms")
     admin.post(f"/messages/{pending}/cancel")
-    assert storage.get_message(pending) is None
+    assert storage.reads.get_message(pending) is None
     resp = admin.post(f"/messages/{done}/cancel", follow_redirects=True)
     assert "only NEW (pending) messages can be" in resp.get_data(as_text=True)
-    assert storage.get_message(done).status == "FAIL"
+    assert storage.reads.get_message(done).status == "FAIL"
 
 
 def test_produce_a_test_message(admin, storage):
@@ -193,7 +193,7 @@ def test_produce_a_test_message(admin, storage):
     assert msg.data == '{"hello": "world"}' and msg.retry_remaining == 2 and msg.unique_key == "t-1"
     assert (msg.effect_time - msg.add_time).total_seconds() == 60
     assert f"user={ADMIN}" in msg.trace
-    assert "console.test" in [t.name for t in storage.topics()]
+    assert "console.test" in [t.name for t in storage.topics.list_topics()]
 
 
 def test_produce_rejects_bad_input_naming_the_rule(admin, storage):
@@ -208,7 +208,7 @@ def test_produce_rejects_bad_input_naming_the_rule(admin, storage):
 def test_numbers_outside_their_range_or_not_ascii_are_400_and_change_nothing(admin, viewer, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
     fail_all(storage, "orders")
-    before = storage.get_message(msg_id)
+    before = storage.reads.get_message(msg_id)
     for retries in ("²", "٣", "1" * 20, "-1", "1e3"):
         assert admin.post(f"/messages/{msg_id}/retry", {"retries": retries}).status_code == 400, retries
         assert admin.post("/messages/bulk", {"ids": [str(msg_id)], "action": "requeue",
@@ -217,7 +217,7 @@ def test_numbers_outside_their_range_or_not_ascii_are_400_and_change_nothing(adm
         resp = admin.post(f"/messages/{msg_id}/edit", {"version": version, "data": '{"a": 2}',
                                                       "status": "FAIL", "retry_remaining": "0"})
         assert resp.status_code == 400, version
-    assert storage.get_message(msg_id) == before
+    assert storage.reads.get_message(msg_id) == before
     for who in (admin, viewer):  # viewers can page too
         for before_id in ("²", "9" * 25, "-5"):
             assert who.get(f"/messages?before={before_id}").status_code == 200
@@ -226,4 +226,4 @@ def test_numbers_outside_their_range_or_not_ascii_are_400_and_change_nothing(adm
         assert admin.post(f"/messages/{huge}/retry", {"retries": "1"}).status_code == 404
     assert admin.post("/messages/bulk", {"ids": [str(2**63), str(msg_id)], "action": "requeue",
                                          "retries": "1"}).status_code == 302
-    assert storage.get_message(msg_id).status == "NEW"  # the valid id was retried, the other ignored
+    assert storage.reads.get_message(msg_id).status == "NEW"  # the valid id was retried, the other ignored

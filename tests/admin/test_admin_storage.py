@@ -1,4 +1,5 @@
-"""The console's storage operations on both stores: bounded scans, index choice, users, deletes."""
+"""The console's storage operations on every store (memory, SQLite, MariaDB): bounded scans,
+index choice, users, deletes."""
 
 from __future__ import annotations
 
@@ -7,26 +8,25 @@ import json
 import pytest
 
 from tidemq import clock
-from tidemq_broker.storage import MessageFilter, NewRow
-from tidemq_broker.storages import open_storage
-from tidemq_broker.storages.admin_sql import AdminSqlStore
+from tidemq_broker.storage import LockRequest, MessageFilter, NewRow, Shard
+from tidemq_broker.storages import open_database, sql_storage
 
 
 @pytest.fixture
-def storage(sql_storage):
-    return sql_storage
+def storage(console_storage):
+    return console_storage
 
 
 @pytest.fixture
 def store(storage):
-    return AdminSqlStore(storage.db)
+    return storage.console
 
 
 def _fill(storage, topic, datas):
     now = clock.now()
-    storage.ensure_topics([topic], now)
+    storage.topics.ensure_topics([topic], now)
     rows = [NewRow(topic=topic, data=d, effect_time=now, retry_remaining=0) for d in datas]
-    return storage.insert_messages(rows, now, broker="x")
+    return storage.messages.insert_messages(rows, now, broker="x")
 
 
 def test_text_search_scans_a_bounded_window_and_continues_older(store, storage):
@@ -52,7 +52,7 @@ def test_text_search_scans_a_bounded_window_and_continues_older(store, storage):
 def test_topic_pages_merge_statuses_newest_first(store, storage):
     ids = _fill(storage, "t", ["1", "2", "3", "4", "5"])
     _fill(storage, "other", ["9"])
-    storage.lock_batch("t", 0, 1, 2, 30, "c", clock.now())
+    storage.leases.lock_batch(LockRequest(Shard("t"), "c", 30, clock.now(), limit=2))
     page = store.list_page(MessageFilter(topic="t"), 3)
     assert [m.id for m in page.messages] == sorted(ids, reverse=True)[:3]
     rest = store.list_page(MessageFilter(topic="t"), 3, page.next_before_id)
@@ -61,9 +61,9 @@ def test_topic_pages_merge_statuses_newest_first(store, storage):
 
 def test_unique_key_is_found_without_a_topic(store, storage):
     now = clock.now()
-    storage.ensure_topics(["a", "b"], now)
-    [wanted] = storage.insert_messages([NewRow("b", "1", now, 0, unique_key="k1")], now)
-    storage.insert_messages([NewRow("a", "1", now, 0, unique_key="k2")], now)
+    storage.topics.ensure_topics(["a", "b"], now)
+    [wanted] = storage.messages.insert_messages([NewRow("b", "1", now, 0, unique_key="k1")], now)
+    storage.messages.insert_messages([NewRow("a", "1", now, 0, unique_key="k2")], now)
     assert [m.id for m in store.list_page(MessageFilter(unique_key="k1"), 10).messages] == [wanted]
 
 
@@ -74,9 +74,9 @@ def test_one_status_is_paged_across_topics_newest_first(store, storage):
     ids = {}
     for topic in ("a", "b", "c"):
         ids[topic] = _fill(storage, topic, [str(i) for i in range(4)])
-        leased = storage.lock_batch(topic, 0, 1, 3, 30, "c", clock.now())
+        leased = storage.leases.lock_batch(LockRequest(Shard(topic), "c", 30, clock.now(), limit=3))
         items = [AckItem(msg.id, msg.lease_token, i != 1) for i, msg in enumerate(leased)]
-        storage.ack(items, clock.now(), "c", "b", TopicSettings)  # 2 SUCCESS, 1 FAIL
+        storage.acks.ack(items, clock.now(), "c", "b", TopicSettings)  # 2 SUCCESS, 1 FAIL
     succeeded = sorted((i for topic in ids for i in (ids[topic][0], ids[topic][2])), reverse=True)
     seen, before = [], None
     while True:
@@ -96,9 +96,9 @@ def test_one_status_is_paged_across_topics_newest_first(store, storage):
 
 def test_delete_keeps_running_messages(storage):
     ids = _fill(storage, "t", ["1", "2"])
-    [held] = storage.lock_batch("t", 0, 1, 1, 30, "c", clock.now())
-    assert storage.delete_messages(ids) == 1
-    assert storage.get_message(held.id).status == "RUNNING"
+    [held] = storage.leases.lock_batch(LockRequest(Shard("t"), "c", 30, clock.now(), limit=1))
+    assert storage.messages.delete_messages(ids) == 1
+    assert storage.reads.get_message(held.id).status == "RUNNING"
 
 
 def test_users_are_saved_and_updated(store):
@@ -112,27 +112,27 @@ def test_users_are_saved_and_updated(store):
 def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
     """EXPLAIN of the console's pages as the store plans them, first and later pages: an index
     walk in id order, never a filesort."""
-    storage = open_storage(mysql_url)
+    db = open_database(mysql_url)
+    storage = sql_storage(db)
     try:
-        store = AdminSqlStore(storage.db)
+        store = storage.console
         _fill(storage, "t", [str(i) for i in range(50)])
         from sqlalchemy import select
 
         from tidemq_broker.schema import message as m
-        from tidemq_broker.storages.admin_sql import _force_index
 
         index = "idx_message_topic_status_lease"
         filters = [MessageFilter(topic="t", status=s) for s in ("NEW", "SUCCESS", "FAIL")]
         filters += [MessageFilter(status=s) for s in ("NEW", "SUCCESS", "FAIL")] + [MessageFilter(topic="t")]
         for flt in filters:
-            with storage.db.engine.connect() as conn:
+            with db.engine.connect() as conn:
                 plan = store._plan(conn, flt)
             assert plan.index == index
             for branch in plan.branches or [[]]:
                 for keyset in ((), (m.c.id < 40,)):
-                    stmt = _force_index(select(m.c.id).where(*plan.indexed, *branch, *keyset)
-                                        .order_by(m.c.id.desc()).limit(51), index)
-                    sql = str(stmt.compile(storage.db.engine, compile_kwargs={"literal_binds": True}))
+                    stmt = db.dialect.force_index(select(m.c.id).where(*plan.indexed, *branch, *keyset)
+                                                  .order_by(m.c.id.desc()).limit(51), index)
+                    sql = str(stmt.compile(db.engine, compile_kwargs={"literal_binds": True}))
                     explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
                     assert explained[0][5] == index, (flt, explained)
                     if not any("RUNNING" in str(c.compile(compile_kwargs={"literal_binds": True})) for c in branch):
@@ -144,7 +144,8 @@ def test_mysql_walks_the_console_indexes(mysql_url, mariadb):
 def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
     """Lease expiry, release and a pull's read-back name their topics, so each is a range of
     (topic, status, lease_expire) and never a scan of the table."""
-    storage = open_storage(mysql_url)
+    db = open_database(mysql_url)
+    storage = sql_storage(db)
     try:
         for topic in ("a", "b"):
             _fill(storage, topic, [str(i) for i in range(3000)])
@@ -154,13 +155,13 @@ def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
         from tidemq_broker.schema import message as m
         from tidemq_broker.storages.reads import topics_present
 
-        with storage.db.engine.connect() as conn:
+        with db.engine.connect() as conn:
             topics = topics_present(conn)
         assert sorted(topics) == ["a", "b"]
         for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,),
                       (m.c.lease_expire == clock.now(), m.c.lease_token == "0" * 32)):  # expiry, release, a pull's read-back
             stmt = select(m.c.id).where(m.c.topic.in_(topics), m.c.status == "RUNNING", *where)
-            sql = str(stmt.compile(storage.db.engine, compile_kwargs={"literal_binds": True}))
+            sql = str(stmt.compile(db.engine, compile_kwargs={"literal_binds": True}))
             explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])
             # Either index starting (topic, status) bounds the walk to the RUNNING rows of each topic.
             assert explained[0][3] == "range", explained
@@ -173,20 +174,20 @@ def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
 
 def test_counts_take_large_statuses_from_the_leaders_count_and_count_the_rest_now(storage):
     from tidemq_broker.maintenance.counts import TopicCounts
-    from tidemq_broker.storages.admin_sql import COUNTED_FROM
+    from tidemq_broker.storage import COUNTED_FROM
 
-    admin = AdminSqlStore(storage.db)
+    admin = storage.console
     now = clock.now()
-    storage.insert_messages([NewRow("c.one", "1", now, 0)] * 3, now)
+    storage.messages.insert_messages([NewRow("c.one", "1", now, 0)] * 3, now)
     fresh = admin.topic_counts()
     assert fresh.counts == {"c.one": {"NEW": 3}} and fresh.stored == [] and fresh.counted_at is None
-    job = TopicCounts(storage, interval=10.0)
+    job = TopicCounts(storage.counts, interval=10.0)
     assert job.run() == 3 and job.interval == 10.0
     assert admin.topic_counts().counts == {"c.one": {"NEW": 3}}  # small: still counted live
     # A large count of finished messages (as on a busy installation) is read from the store;
     # the messages in flight are still counted now.
-    storage.save_topic_counts({"c.one": {"SUCCESS": COUNTED_FROM + 5, "NEW": 3}}, now)
-    storage.insert_messages([NewRow("c.one", "2", now, 0)], now)
+    storage.counts.save_topic_counts({"c.one": {"SUCCESS": COUNTED_FROM + 5, "NEW": 3}}, now)
+    storage.messages.insert_messages([NewRow("c.one", "2", now, 0)], now)
     counted = admin.topic_counts()
     assert counted.counts == {"c.one": {"SUCCESS": COUNTED_FROM + 5, "NEW": 4}}
     assert counted.stored == ["SUCCESS"] and counted.counted_at is not None

@@ -39,7 +39,7 @@ def test_post_without_a_session_is_refused_and_changes_nothing(app, storage, pat
     token = csrf_of(client.get("/login").get_data(as_text=True))  # a token, but no signed-in user
     resp = client.post(path, data={"csrf_token": token, "ids": [str(msg_id)], "action": "delete"})
     assert resp.status_code == 302 and resp.location.startswith("/login")
-    assert storage.get_message(msg_id) is not None
+    assert storage.reads.get_message(msg_id) is not None
 
 
 @pytest.mark.parametrize("path", POSTS)
@@ -53,10 +53,10 @@ def test_post_without_csrf_token_is_refused(admin, storage, path):
                       csrf=False)
     assert resp.status_code == 400
     assert "security token" in resp.get_data(as_text=True)
-    assert storage.get_message(msg_id).data == '{"a": 1}'
+    assert storage.reads.get_message(msg_id).data == '{"a": 1}'
     forged = admin.post(path, data={"ids": [str(msg_id)], "action": "delete", "csrf_token": "forged"}, csrf=False)
     assert forged.status_code == 400
-    assert storage.get_message(msg_id) is not None
+    assert storage.reads.get_message(msg_id) is not None
     assert admin.get("/messages").status_code == 200  # still signed in: /logout did not run
 
 
@@ -120,11 +120,11 @@ def test_security_headers_forbid_inline_script(admin):
 def test_first_admin_comes_from_settings_and_keeps_its_password(app, settings):
     from tidemq_admin import create_app
 
-    store = app.extensions["tidemq"].admin
+    store = app.extensions["tidemq"].storage.console
     assert store.get_user(ADMIN).role == "admin"
     before = store.get_user(ADMIN).password_hash
     other = create_app(settings.__class__(**{**settings.__dict__, "admin_password": "another-password"}))
-    assert other.extensions["tidemq"].admin.get_user(ADMIN).password_hash == before
+    assert other.extensions["tidemq"].storage.console.get_user(ADMIN).password_hash == before
     other.extensions["tidemq"].storage.close()
 
 
@@ -135,7 +135,7 @@ def test_cli_user_add_creates_a_viewer_that_cannot_change(app, settings, monkeyp
     code = main(["--db-url", settings.db_url, "admin", "user", "add", "carol", "--role", "viewer", "--password-stdin"])
     assert code == 0
     assert "created with role viewer" in capsys.readouterr().out
-    carol = app.extensions["tidemq"].admin.get_user("carol")
+    carol = app.extensions["tidemq"].storage.console.get_user("carol")
     assert carol.role == "viewer" and "s3cret" not in carol.password_hash
     client = app.test_client()
     token = csrf_of(client.get("/login").get_data(as_text=True))

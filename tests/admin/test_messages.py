@@ -50,7 +50,7 @@ def test_sql_in_filters_is_only_text(admin, storage):
         resp = admin.get("/messages?" + query)
         assert resp.status_code == 200
         assert 'class="msg-link"' not in resp.get_data(as_text=True), query
-    assert all(storage.get_message(i) is not None for i in ids)
+    assert all(storage.reads.get_message(i) is not None for i in ids)
 
 
 def test_keyset_pages_walk_every_message_once(admin, storage):
@@ -112,7 +112,7 @@ def test_detail_shows_the_producer_s_trace_id(admin, storage):
     from tidemq_broker.storage import NewRow
 
     now = clock.now()
-    [msg_id] = storage.insert_messages([NewRow("orders", "{}", now, 0, trace_context=(
+    [msg_id] = storage.messages.insert_messages([NewRow("orders", "{}", now, 0, trace_context=(
         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))], now)
     html = admin.get(f"/messages/{msg_id}").get_data(as_text=True)
     assert "0af7651916cd43dd8448eb211c80319c" in html

@@ -33,7 +33,7 @@ def test_every_change_is_refused_for_a_viewer(viewer, storage):
     ids = produce(storage, "orders", ['{"a": 1}', '{"a": 2}', '{"a": 3}'])
     failed = fail_all(storage, "orders", limit=1)
     pending = [i for i in ids if i not in failed]
-    before = {i: storage.get_message(i) for i in ids}
+    before = {i: storage.reads.get_message(i) for i in ids}
     attempts = [
         (f"/messages/{pending[0]}/edit", {"data": '{"x": 1}', "status": "FAIL", "retry_remaining": "5",
                                           "effect_time": "2030-01-01T00:00", "version": "0"}),
@@ -52,10 +52,10 @@ def test_every_change_is_refused_for_a_viewer(viewer, storage):
         resp = viewer.post(path, data)
         assert resp.status_code == 403, path
         assert "viewer" in resp.get_data(as_text=True)
-    after = {i: storage.get_message(i) for i in ids}
+    after = {i: storage.reads.get_message(i) for i in ids}
     assert after == before
     assert len(list_messages(storage, MessageFilter(), 100)) == 3
-    [orders] = [t for t in storage.topics() if t.name == "orders"]
+    [orders] = [t for t in storage.topics.list_topics() if t.name == "orders"]
     assert orders.retry_count == 3 and not orders.paused and orders.max_deliveries == 10
 
 

@@ -21,7 +21,7 @@ def _copy(app, browser):
 
 
 def _paused(storage, topic):
-    return next(t.paused for t in storage.topics() if t.name == topic)
+    return next(t.paused for t in storage.topics.list_topics() if t.name == topic)
 
 
 def test_a_copied_cookie_stops_working_after_sign_out(app, storage):
@@ -61,14 +61,14 @@ def test_a_password_change_ends_every_session_of_that_user(app):
 
     first, second = Browser(app, VIEWER), Browser(app, VIEWER)
     bystander = Browser(app, ADMIN)
-    add_user(app.extensions["tidemq"].admin, VIEWER, "a-new-long-passphrase", "viewer")
+    add_user(app.extensions["tidemq"].storage.console, VIEWER, "a-new-long-passphrase", "viewer")
     assert first.get("/").status_code == 302
     assert second.get("/").status_code == 302
     assert bystander.get("/").status_code == 200  # other users keep theirs
-    assert app.extensions["tidemq"].sessions.count(VIEWER) == 0
+    assert app.extensions["tidemq"].storage.sessions.count(VIEWER) == 0
 
 
-def test_the_cookie_holds_a_random_id_only_its_hash_is_stored(app):
+def test_the_cookie_holds_a_random_id_only_its_hash_is_stored(app, mysql_db):
     import hashlib
 
     from flask.sessions import SecureCookieSessionInterface
@@ -77,21 +77,20 @@ def test_the_cookie_holds_a_random_id_only_its_hash_is_stored(app):
     raw = admin.client.get_cookie(app.config["SESSION_COOKIE_NAME"]).value
     data = SecureCookieSessionInterface().get_signing_serializer(app).loads(raw)
     assert set(data) == {"sid", "csrf"} and ADMIN not in raw
-    stored = app.extensions["tidemq"].sessions
+    stored = app.extensions["tidemq"].storage.sessions
     assert stored.count(ADMIN) == 1
     # The stored key is the SHA-256 of the id, never the id.
     from sqlalchemy import select
 
     from tidemq_broker.schema import admin_session
 
-    db = app.extensions["tidemq"].storage.db
-    keys = db.tx(lambda c: [r[0] for r in c.execute(select(admin_session.c.id_hash)).all()])
+    keys = mysql_db.tx(lambda c: [r[0] for r in c.execute(select(admin_session.c.id_hash)).all()])
     assert hashlib.sha256(data["sid"].encode()).hexdigest() in keys
     assert data["sid"] not in keys
 
 
 def test_idle_and_old_sessions_end(app):
-    store = app.extensions["tidemq"].sessions
+    store = app.extensions["tidemq"].storage.sessions
     now = clock.now()
     idle, lifetime = timedelta(hours=2), timedelta(hours=12)
     sid = store.create(ADMIN, now)
@@ -197,12 +196,11 @@ def test_the_first_guesses_of_a_new_pair_sent_at_once_are_counted_exactly(app, m
 def test_the_brake_counts_on_sqlite_too(tmp_path):
     from tidemq_admin.security import LoginThrottle
     from tidemq_broker.storages import open_storage
-    from tidemq_broker.storages.sessions import SessionStore
 
     storage = open_storage(f"sqlite:///{tmp_path}/brake.sqlite3")
-    storage.create_schema()
+    storage.schema.create_schema()
     try:
-        throttle, now = LoginThrottle(SessionStore(storage.db)), clock.now()
+        throttle, now = LoginThrottle(storage.sessions), clock.now()
         assert [throttle.reserve("ops", "192.0.2.1", now) for _ in range(5)] == [0, 0, 0, 1.0, 1.0]
         throttle.succeeded("ops", "192.0.2.1")
         assert throttle.reserve("ops", "192.0.2.1", now) == 0
@@ -258,7 +256,7 @@ def test_the_brake_is_shared_by_every_console_process(app, settings):
 def test_weak_passwords_are_refused_naming_the_rule(app, password):
     from tidemq_admin.accounts import add_user
 
-    store = app.extensions["tidemq"].admin
+    store = app.extensions["tidemq"].storage.console
     before = store.get_user(ADMIN).password_hash
     with pytest.raises(ValidationError) as exc:
         add_user(store, ADMIN, password, "admin")

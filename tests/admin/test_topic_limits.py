@@ -26,7 +26,7 @@ def test_limits_are_edited_shown_and_cleared(admin, storage):
 
 def test_bad_limits_are_named_and_nothing_saved(admin, storage):
     produce(storage, "orders", ['{"a": 1}'])
-    storage.set_topic_limits("orders", FlowLimits(max_running=3), clock.now())
+    storage.topics.set_topic_limits("orders", FlowLimits(max_running=3), clock.now())
     for field, bad, message in (("max_running", "0", "max running must be a whole number from 1 to 1,000,000"),
                                 ("max_running", "٣", "max running must be a whole number"),
                                 ("max_running_per_key", "-1", "max running per key must be a whole number"),
@@ -42,6 +42,6 @@ def test_bad_limits_are_named_and_nothing_saved(admin, storage):
 
 def test_pausing_keeps_the_limits(admin, storage):
     produce(storage, "orders", ['{"a": 1}'])
-    storage.set_topic_limits("orders", FlowLimits(rate_per_second=4), clock.now())
+    storage.topics.set_topic_limits("orders", FlowLimits(rate_per_second=4), clock.now())
     admin.post("/topics/orders/pause")
     assert _topic(storage, "orders").limits == FlowLimits(rate_per_second=4.0)

@@ -7,7 +7,7 @@ import threading
 from tidemq import clock
 from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq_broker.schema import alarm, topic_stats
-from tidemq_broker.storages.admin_sql import hours_ago
+from tidemq_broker.storage import hours_ago
 
 from tests.admin.conftest import fail_all, produce
 from tests.servers import wait_until
@@ -18,7 +18,7 @@ SETTINGS = {"retry_count": "5", "retry_base": "2", "retry_max": "120", "ttr": "3
 
 
 def _topic(storage, name):
-    return next(t for t in storage.topics() if t.name == name)
+    return next(t for t in storage.topics.list_topics() if t.name == name)
 
 
 def test_topics_list_and_edit(admin, storage):
@@ -86,14 +86,14 @@ def test_dashboard_counts_backlog_and_no_report_yet(admin, storage):
     assert "No hourly report yet" in html
 
 
-def test_dashboard_draws_charts_and_alarms_from_pipeline_tables(admin, storage):
+def test_dashboard_draws_charts_and_alarms_from_pipeline_tables(admin, storage, mysql_db):
     produce(storage, "orders", ['{"a": 1}'])
     now = clock.now()
     rows = [{"topic": "orders", "hour": hours_ago(now, h), "produced": 100 + h, "succeeded": 90, "failed": h,
              "retried": 1, "lease_expired": 0, "backlog": 5, "lateness_p50_ms": 3.0, "lateness_p95_ms": 12.5,
              "lateness_p99_ms": 40.0, "duration_p50_ms": None, "duration_p95_ms": None, "duration_p99_ms": None,
              "computed_at": now} for h in range(6)]
-    with storage.db.engine.begin() as conn:  # the pipeline writes these tables; stand in for it
+    with mysql_db.engine.begin() as conn:  # the pipeline writes these tables; stand in for it
         conn.execute(topic_stats.insert(), rows)
         conn.execute(alarm.insert(), [{"topic": "orders", "kind": "backlog", "value": 5000, "threshold": 1000,
                                        "message": "<b>backlog</b> too high", "raised_at": now, "resolved_at": None}])

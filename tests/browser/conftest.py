@@ -42,7 +42,7 @@ def console(mysql_url, zk_hosts):
 
     settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=zk_hosts, admin_user=ADMIN, admin_password=PASSWORD)
     app = create_app(settings)
-    add_user(app.extensions["tidemq"].admin, VIEWER, PASSWORD, "viewer")
+    add_user(app.extensions["tidemq"].storage.console, VIEWER, PASSWORD, "viewer")
     server = serve(app, "127.0.0.1", 0)
     app.base_url = f"http://127.0.0.1:{server.port}"
     yield app

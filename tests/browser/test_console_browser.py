@@ -7,20 +7,20 @@ import json
 from tidemq import clock
 from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq_broker.schema import topic_stats
-from tidemq_broker.storages.admin_sql import hours_ago
+from tidemq_broker.storage import hours_ago
 
 from tests.admin.conftest import fail_all, produce
 from tests.browser.conftest import ADMIN, PASSWORD, VIEWER, sign_in
 from tests.servers import wait_until
 
 
-def _stats(storage, topic):
+def _stats(db, topic):
     now = clock.now()
     rows = [{"topic": topic, "hour": hours_ago(now, h), "produced": 400 + 37 * (h % 5), "succeeded": 380 + 30 * (h % 4),
              "failed": (h * 7) % 13, "retried": 3, "lease_expired": 0, "backlog": 20, "lateness_p50_ms": 4.0 + h % 3,
              "lateness_p95_ms": 15.0 + (h % 6), "lateness_p99_ms": 30.0 + (h % 9), "duration_p50_ms": None,
              "duration_p95_ms": None, "duration_p99_ms": None, "computed_at": now} for h in range(30)]
-    with storage.db.engine.begin() as conn:  # stands in for the pipeline's report job
+    with db.engine.begin() as conn:  # stands in for the pipeline's report job
         conn.execute(topic_stats.insert(), rows)
 
 
@@ -40,13 +40,13 @@ def test_login_is_required_and_wrong_password_is_refused(console, page, shots):
     page.wait_for_selector("form.login")
 
 
-def test_find_and_requeue_failed_messages_of_all_topics(console, page, shots):
+def test_find_and_requeue_failed_messages_of_all_topics(console, page, shots, mysql_db):
     storage = console.extensions["tidemq"].storage
     produce(storage, "orders.close", [json.dumps({"order_id": i}) for i in range(3)])
     produce(storage, "sms.send", [json.dumps({"to": f"+4912345{i}"}) for i in range(2)])
     produce(storage, "sms.send", ['{"to": "later"}'], delay=3600)
     failed = fail_all(storage, "orders.close", limit=2) + fail_all(storage, "sms.send")
-    _stats(storage, "orders.close")
+    _stats(mysql_db, "orders.close")
     sign_in(page, console.base_url)
     page.wait_for_selector("svg.chart")
     shots(page, "dashboard")
@@ -59,7 +59,7 @@ def test_find_and_requeue_failed_messages_of_all_topics(console, page, shots):
     page.wait_for_selector(".flash.ok")
     assert "Requeued 4 failed messages across all topics" in page.inner_text(".flash.ok")
     for msg_id in failed:
-        msg = storage.get_message(msg_id)
+        msg = storage.reads.get_message(msg_id)
         assert msg.status == "NEW" and f"user={ADMIN}" in msg.trace
 
 
@@ -83,13 +83,13 @@ def test_filter_open_edit_and_see_the_trace(console, page, shots):
     page.fill("textarea[name=data]", "{not json")
     page.click("button:has-text('Save')")
     assert "valid JSON" in page.inner_text("#err-data")
-    assert storage.get_message(ids[3]).data == json.dumps({"order_id": 3, "customer": "cust-3"})
+    assert storage.reads.get_message(ids[3]).data == json.dumps({"order_id": 3, "customer": "cust-3"})
     page.fill("textarea[name=data]", '{"order_id": 3, "customer": "cust-3", "vip": true}')
     page.fill("input[name=retry_remaining]", "7")
     shots(page, "message-edit")
     page.click("button:has-text('Save')")
     page.wait_for_selector("table#trace")
-    msg = storage.get_message(ids[3])
+    msg = storage.reads.get_message(ids[3])
     assert json.loads(msg.data) == {"order_id": 3, "customer": "cust-3", "vip": True}
     assert msg.retry_remaining == 7
     trace_text = page.inner_text("table#trace")
@@ -107,7 +107,7 @@ def test_retry_one_failed_message_from_its_page(console, page):
     page.click("#retry")
     page.wait_for_selector(".flash.ok")
     assert page.inner_text("h1 .badge") == "NEW"
-    msg = storage.get_message(msg_id)
+    msg = storage.reads.get_message(msg_id)
     assert msg.status == "NEW" and msg.retry_remaining == 2 and "ADMIN_RETRY" in msg.trace
 
 
@@ -144,7 +144,7 @@ def test_viewer_sees_no_actions_and_forged_posts_change_nothing(console, page):
         return [noToken.status, asViewer.status];
     }""", msg_id)
     assert forged == [400, 403]
-    assert storage.get_message(msg_id).status == "FAIL"
+    assert storage.reads.get_message(msg_id).status == "FAIL"
 
 
 def test_topics_and_cluster_pages(console, page, shots, zk_hosts):
@@ -163,7 +163,7 @@ def test_topics_and_cluster_pages(console, page, shots, zk_hosts):
         page.goto(console.base_url + "/topics")
         page.click("#topic-orders\\.close >> text=Pause")
         page.wait_for_selector(".flash.ok")
-        assert next(t for t in storage.topics() if t.name == "orders.close").paused
+        assert next(t for t in storage.topics.list_topics() if t.name == "orders.close").paused
         page.click("#topic-orders\\.close >> text=Edit")
         page.fill("input[name=ttr]", "0")
         page.click("button:has-text('Save')")
@@ -171,7 +171,7 @@ def test_topics_and_cluster_pages(console, page, shots, zk_hosts):
         page.fill("input[name=ttr]", "45")
         page.click("button:has-text('Save')")
         page.wait_for_selector(".flash.ok")
-        assert next(t for t in storage.topics() if t.name == "orders.close").ttr == 45
+        assert next(t for t in storage.topics.list_topics() if t.name == "orders.close").ttr == 45
         shots(page, "topics")
 
         def listed():

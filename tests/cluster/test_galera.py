@@ -16,7 +16,8 @@ from tests.processes import start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings, clock
 from tidemq_broker.server import BrokerServer
-from tidemq_broker.storage import NewRow
+from tidemq_broker.storage import LockRequest, NewRow, Shard
+from tests.sqldb import open_sql
 from tidemq_broker.storages import open_storage
 
 
@@ -27,36 +28,37 @@ def _rows(topic, n, start=0):
 
 @pytest.fixture
 def on_node(galera, galera_url):
-    """``on_node(i)``: a storage whose URL names node i first, then the others."""
+    """``on_node(i)``: a storage whose URL names node i first, then the others, and its database
+    object (which node it is connected to, which session settings its connections have)."""
     opened = []
 
     def open_on(index: int):
         order = [index] + [i for i in range(len(galera.nodes)) if i != index]
-        storage = open_storage(galera_url.replace(galera.addresses(), galera.addresses(order)))
+        storage, db = open_sql(galera_url.replace(galera.addresses(), galera.addresses(order)))
         opened.append(storage)
-        return storage
+        return storage, db
 
     yield open_on
     for storage in opened:
         storage.close()
 
 
-def _node_port(storage) -> int:
-    return storage.db.tx(lambda conn: int(conn.exec_driver_sql("SELECT @@port").scalar()))
+def _node_port(db) -> int:
+    return db.tx(lambda conn: int(conn.exec_driver_sql("SELECT @@port").scalar()))
 
 
 def test_a_storage_moves_to_the_next_address_when_its_node_dies(galera, on_node):
-    storage = on_node(2)
-    assert _node_port(storage) == galera.nodes[2].port
-    before = storage.insert_messages(_rows("g.move", 20), clock.now())
+    storage, db = on_node(2)
+    assert _node_port(db) == galera.nodes[2].port
+    before = storage.messages.insert_messages(_rows("g.move", 20), clock.now())
     galera.kill(2)
-    after = storage.insert_messages(_rows("g.move", 20, 20), clock.now())  # no error reaches the caller
-    assert _node_port(storage) == galera.nodes[0].port
+    after = storage.messages.insert_messages(_rows("g.move", 20, 20), clock.now())  # no error reaches the caller
+    assert _node_port(db) == galera.nodes[0].port
     assert min(after) > max(before)
-    assert [storage.get_message(i).data for i in before + after] == [f'{{"n": {n}}}' for n in range(40)]
+    assert [storage.reads.get_message(i).data for i in before + after] == [f'{{"n": {n}}}' for n in range(40)]
     galera.start_node(2)
     assert galera.size() == 3
-    assert _node_port(storage) == galera.nodes[0].port  # it stays where it moved
+    assert _node_port(db) == galera.nodes[0].port  # it stays where it moved
 
 
 def test_a_url_with_no_serving_address_fails_with_the_addresses_named(galera):
@@ -67,7 +69,7 @@ def test_a_url_with_no_serving_address_fails_with_the_addresses_named(galera):
     storage = open_storage(f"mysql+pymysql://root@127.0.0.1:{dead[0]},127.0.0.1:{dead[1]}/tidemq_test")
     try:
         with pytest.raises(StorageUnavailableError) as info:
-            storage.count_by_status()
+            storage.counts.count_by_status()
         assert f"127.0.0.1:{dead[0]}" in str(info.value) and f"127.0.0.1:{dead[1]}" in str(info.value)
     finally:
         storage.close()
@@ -84,7 +86,7 @@ def test_certification_conflicts_between_nodes_are_retried_and_nothing_is_leased
     """Two brokers on different nodes lock the same topic: each node only sees its own row locks,
     so both may take the same rows; certification lets one commit win and the other gets a
     deadlock error at COMMIT, which the storage retries. Rounds run until conflicts were seen."""
-    a, b = on_node(0), on_node(1)
+    (a, _), (b, _) = on_node(0), on_node(1)
 
     def conflicts() -> int:
         return sum(int(node.execute("SHOW GLOBAL STATUS LIKE 'wsrep_local_cert_failures'")[0][1]) +
@@ -94,13 +96,13 @@ def test_certification_conflicts_between_nodes_are_retried_and_nothing_is_leased
     seen_before = conflicts()
     for round_ in range(10):
         topic = f"g.conflict{round_}"
-        ids = a.insert_messages(_rows(topic, 400), clock.now())
-        wait_until(lambda: b.count_by_status(topic).get(topic, {}).get("NEW") == 400, 30, what="rows replicated")
+        ids = a.messages.insert_messages(_rows(topic, 400), clock.now())
+        wait_until(lambda: b.counts.count_by_status(topic).get(topic, {}).get("NEW") == 400, 30, what="rows replicated")
 
         def take(storage):
             got = []
             while True:
-                batch = storage.lock_batch(topic, 0, 1, 20, 30, "c", clock.now())
+                batch = storage.leases.lock_batch(LockRequest(Shard(topic), "c", 30, clock.now(), limit=20))
                 if not batch:
                     return got
                 got += [m.id for m in batch]
@@ -116,13 +118,13 @@ def test_certification_conflicts_between_nodes_are_retried_and_nothing_is_leased
 def test_produce_connections_wait_for_earlier_cluster_writes_and_others_do_not(on_node):
     """Produce's INSERTs wait until the node has applied what the cluster committed before them
     (the order test below relies on it); the lock and ack paths do not pay for the wait."""
-    storage = on_node(1)
+    _, db = on_node(1)
 
     def sync_wait(conn):
         return int(conn.exec_driver_sql("SELECT @@SESSION.wsrep_sync_wait").scalar())
 
-    assert storage.db.tx(sync_wait, produce=True) & 4
-    assert not storage.db.tx(sync_wait) & 4
+    assert db.tx(sync_wait, produce=True) & 4
+    assert not db.tx(sync_wait) & 4
 
 
 def _broker_on(galera, galera_url, zk_hosts, node):

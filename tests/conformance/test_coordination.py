@@ -238,7 +238,7 @@ def cluster(coordinators, tmp_path):
 
 
 def statuses(broker, ids):
-    return [broker.storage.get_message(i).status for i in ids]
+    return [broker.storage.reads.get_message(i).status for i in ids]
 
 
 def test_queue_consumers_rebalance_as_they_join_and_leave_and_strand_nothing(cluster):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tidemq import clock
-from tidemq_broker.storage import LockHint, AckItem, FlowLimits, NewRow, TopicSettings
+from tidemq_broker.storage import AckItem, FlowLimits, LockHint, LockRequest, NewRow, Shard, TopicSettings
 
 
 @pytest.fixture
@@ -17,17 +17,19 @@ def storage(any_storage):
 def produce(storage, topic, items, delay=0.0):
     """``items``: (priority, flow_key) per message, produced in that order; returns the ids."""
     now = clock.now()
-    return storage.insert_messages([NewRow(topic, f'{{"n": {i}}}', clock.after(now, delay), 0, priority=priority,
+    return storage.messages.insert_messages([NewRow(topic, f'{{"n": {i}}}', clock.after(now, delay), 0,
+                                                    priority=priority,
                                            flow_key=key) for i, (priority, key) in enumerate(items)], now)
 
 
 def lock(storage, topic, limit=100, limits=None, now=None, rank=0, total=1):
-    return storage.lock_batch(topic, rank, total, limit, 30, "c1", now or clock.now(), limits=limits)
+    return storage.leases.lock_batch(LockRequest(Shard(topic, rank, total), "c1", 30, now or clock.now(), limit=limit,
+                                                 limits=limits))
 
 
 def limit(storage, topic, **values):
     limits = FlowLimits(**values)
-    storage.set_topic_limits(topic, limits, clock.now())
+    storage.topics.set_topic_limits(topic, limits, clock.now())
     return limits
 
 
@@ -42,34 +44,35 @@ def test_priority_of_a_message_not_yet_due_does_not_hold_back_due_ones(storage):
     [later] = produce(storage, "f.prio.due", [(9, None)], delay=3600)
     due = produce(storage, "f.prio.due", [(0, None), (1, None)])
     assert [m.id for m in lock(storage, "f.prio.due")] == [due[1], due[0]]
-    assert storage.get_message(later).status == "NEW"
+    assert storage.reads.get_message(later).status == "NEW"
 
 
 def test_next_due_and_earliest_new_look_at_every_priority(storage):
     now = clock.now()
-    storage.insert_messages([NewRow("f.due", "1", clock.after(now, 50), 0, priority=9),
+    storage.messages.insert_messages([NewRow("f.due", "1", clock.after(now, 50), 0, priority=9),
                              NewRow("f.due", "2", clock.after(now, 20), 0, priority=0),
                              NewRow("f.due", "3", clock.after(now, 30), 0, priority=4)], now)
-    assert storage.next_due("f.due", 0, 1) == clock.after(now, 20)
+    assert storage.probes.next_due(Shard("f.due")) == clock.after(now, 20)
     both = {"f.due": {0: clock.after(now, 20), 4: clock.after(now, 30), 9: clock.after(now, 50)}}
-    assert storage.earliest_new(["f.due", "f.none"]) == both
+    assert storage.probes.earliest_new(["f.due", "f.none"]) == both
     # One topic alone (the usual case of a hub with one waiting topic), and many (in chunks).
-    assert storage.earliest_new(["f.due"]) == both
-    assert storage.earliest_new(["f.none"]) == {}
+    assert storage.probes.earliest_new(["f.due"]) == both
+    assert storage.probes.earliest_new(["f.none"]) == {}
     many = [f"f.many.{i}" for i in range(45)]
-    storage.insert_messages([NewRow(topic, "1", clock.after(now, i), 0) for i, topic in enumerate(many)], now)
-    assert storage.earliest_new(["f.due", *many]) == {**both, **{t: {0: clock.after(now, i)} for i, t in enumerate(many)}}
+    storage.messages.insert_messages([NewRow(topic, "1", clock.after(now, i), 0) for i, topic in enumerate(many)], now)
+    assert storage.probes.earliest_new(["f.due", *many]) == {**both, **{t: {0: clock.after(now, i)} for i,
+                                                                        t in enumerate(many)}}
     # A lock and the next-due probe read only the priorities a hint names.
-    assert storage.next_due("f.due", 0, 1, LockHint(priorities=frozenset({4, 9}))) == clock.after(now, 30)
-    assert storage.next_due("f.due", 0, 1, LockHint(priorities=frozenset())) is None
+    assert storage.probes.next_due(Shard("f.due", 0, 1, LockHint(priorities=frozenset({4, 9})))) == clock.after(now, 30)
+    assert storage.probes.next_due(Shard("f.due", 0, 1, LockHint(priorities=frozenset()))) is None
 
 
 def test_limits_round_trip_through_topic_settings(storage):
     limit(storage, "f.settings", max_running=4, rate_per_second=2.5, max_running_per_key=1)
-    [stored] = [s for s in storage.topics() if s.name == "f.settings"]
+    [stored] = [s for s in storage.topics.list_topics() if s.name == "f.settings"]
     assert stored.limits == FlowLimits(4, 2.5, 1)
-    storage.save_topic(TopicSettings("f.plain"), clock.now())
-    assert [s.limits for s in storage.topics() if s.name == "f.plain"] == [None]
+    storage.topics.save_topic(TopicSettings("f.plain"), clock.now())
+    assert [s.limits for s in storage.topics.list_topics() if s.name == "f.plain"] == [None]
 
 
 def test_max_running_caps_leases_until_acks_make_room(storage):
@@ -78,7 +81,7 @@ def test_max_running_caps_leases_until_acks_make_room(storage):
     first = lock(storage, "f.run", limit=10, limits=limits)
     assert len(first) == 3
     assert lock(storage, "f.run", limit=10, limits=limits) == []
-    storage.ack([AckItem(first[0].id, first[0].lease_token, True)], clock.now(), "c1", "b1", TopicSettings)
+    storage.acks.ack([AckItem(first[0].id, first[0].lease_token, True)], clock.now(), "c1", "b1", TopicSettings)
     assert len(lock(storage, "f.run", limit=10, limits=limits)) == 1
 
 
@@ -126,7 +129,7 @@ def test_per_key_limit_passes_over_keys_at_their_limit(storage):
     assert sorted(m.id for m in got) == [ids[0], ids[2], ids[3], ids[5]]
     assert lock(storage, "f.key", limits=limits) == []
     a = next(m for m in got if m.id == ids[0])
-    storage.ack([AckItem(a.id, a.lease_token, True)], clock.now(), "c1", "b1", TopicSettings)
+    storage.acks.ack([AckItem(a.id, a.lease_token, True)], clock.now(), "c1", "b1", TopicSettings)
     assert [m.id for m in lock(storage, "f.key", limits=limits)] == [ids[1]]
 
 

@@ -1,4 +1,4 @@
-"""One conformance suite, run against every storage implementation (SQLite and real MariaDB)."""
+"""One conformance suite, run against every storage implementation (memory, SQLite, MariaDB, Galera)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
 from tidemq import clock, trace
 from tidemq.lifecycle import next_delay
-from tidemq_broker.storage import AckItem, AckOutcome, LockHint, MessageFilter, NewRow, OutageGrace, RequestRef, TopicSettings
+from tidemq_broker.storage import (AckItem, AckOutcome, LockHint, LockRequest, MessageFilter, NewRow, OutageGrace,
+                                  RequestRef, Shard, TopicSettings)
 from tidemq_broker.storages import open_storage
-from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 
 @pytest.fixture
@@ -29,11 +29,11 @@ def rows(topic, n, delay=0.0, **kw):
 
 
 def insert(storage, topic, n, **kw):
-    return storage.insert_messages(rows(topic, n, **kw), clock.now())
+    return storage.messages.insert_messages(rows(topic, n, **kw), clock.now())
 
 
 def lock(storage, topic, limit=100, rank=0, total=1, ttr=30, consumer="c1"):
-    return storage.lock_batch(topic, rank, total, limit, ttr, consumer, clock.now())
+    return storage.leases.lock_batch(LockRequest(Shard(topic, rank, total), consumer, ttr, clock.now(), limit=limit))
 
 
 def settings(name):
@@ -41,13 +41,13 @@ def settings(name):
 
 
 def ack(storage, items):
-    return storage.ack(items, clock.now(), "c1", "b1", settings)
+    return storage.acks.ack(items, clock.now(), "c1", "b1", settings)
 
 
 def test_insert_returns_ids_in_order_and_stores_rows(storage):
     ids = insert(storage, "t.a", 5)
     assert ids == sorted(ids) and len(set(ids)) == 5
-    stored = [storage.get_message(i) for i in ids]
+    stored = [storage.reads.get_message(i) for i in ids]
     assert [m.data for m in stored] == [f'{{"n": {i}}}' for i in range(5)]
     assert {m.status for m in stored} == {"NEW"}
     assert [e["event"] for e in trace.parse(stored[0].trace)] == ["PRODUCED"]
@@ -55,25 +55,26 @@ def test_insert_returns_ids_in_order_and_stores_rows(storage):
 
 def test_millisecond_effect_time_round_trips(storage):
     moment = clock.after(clock.now(), 1.234)
-    [msg_id] = storage.insert_messages([NewRow("t.ms", "1", moment, 0)], clock.now())
-    assert storage.get_message(msg_id).effect_time == moment
+    [msg_id] = storage.messages.insert_messages([NewRow("t.ms", "1", moment, 0)], clock.now())
+    assert storage.reads.get_message(msg_id).effect_time == moment
 
 
 def test_unique_key_deduplicates_within_and_across_batches(storage):
     now = clock.now()
     batch = [NewRow("t.u", "1", now, 0, unique_key="k1"), NewRow("t.u", "2", now, 0, unique_key="k1"),
              NewRow("t.u", "3", now, 0), NewRow("t.other", "4", now, 0, unique_key="k1")]
-    ids = storage.insert_messages(batch, now)
+    ids = storage.messages.insert_messages(batch, now)
     assert ids[0] == ids[1] and len({ids[0], ids[2], ids[3]}) == 3
-    again = storage.insert_messages([NewRow("t.u", "9", now, 0, unique_key="k1")], now)
+    again = storage.messages.insert_messages([NewRow("t.u", "9", now, 0, unique_key="k1")], now)
     assert again == [ids[0]]
     # Both insert paths (plain and deduplicating) pass a literal % and quotes through intact.
     odd = ['"50% off, 100%s"', '"it\'s %(x)s"']
-    got = storage.insert_messages([NewRow("t.u", odd[0], now, 0, unique_key="pct"), NewRow("t.u", odd[1], now, 0),
+    got = storage.messages.insert_messages([NewRow("t.u", odd[0], now, 0, unique_key="pct"), NewRow("t.u", odd[1], now,
+                                                                                                    0),
                                    NewRow("t.u", odd[0], now, 0)], now)
-    assert [storage.get_message(i).data for i in got] == [odd[0], odd[1], odd[0]]
-    assert storage.get_message(ids[0]).data == "1"
-    assert storage.count_by_status("t.u") == {"t.u": {"NEW": 5}}
+    assert [storage.reads.get_message(i).data for i in got] == [odd[0], odd[1], odd[0]]
+    assert storage.reads.get_message(ids[0]).data == "1"
+    assert storage.counts.count_by_status("t.u") == {"t.u": {"NEW": 5}}
 
 
 def test_every_character_a_string_literal_escapes_comes_back_intact(storage):
@@ -81,10 +82,11 @@ def test_every_character_a_string_literal_escapes_comes_back_intact(storage):
     odd = ['"back\\slash \\" and \\\\"', "it's 'quoted'", "nul\0 cr\r lf\n sub\x1a tab\t", 'ünï ✓ 50%',
            '{"a": "\\u00e9\\n"}', "\\", "'", '"']
     rows = [NewRow("t.esc", data, now, 0) for data in odd]
-    plain = storage.insert_messages(rows, now)
-    answered = storage.insert_messages(rows, now, [RequestRef("esc-call", 0, len(rows))])  # the one-string path
-    assert [storage.get_message(i).data for i in plain] == odd
-    assert [storage.get_message(i).data for i in answered] == odd
+    plain = storage.messages.insert_messages(rows, now)
+    answered = storage.messages.insert_messages(rows, now, [RequestRef("esc-call", 0,
+                                                                       len(rows))])  # the one-string path
+    assert [storage.reads.get_message(i).data for i in plain] == odd
+    assert [storage.reads.get_message(i).data for i in answered] == odd
 
 
 def test_a_failing_batch_stores_nothing(storage):
@@ -92,8 +94,8 @@ def test_a_failing_batch_stores_nothing(storage):
     now = clock.now()
     bad = [NewRow("t.bad", "1", now, 0), NewRow("t.bad", None, now, 0)]  # NOT NULL violated
     with pytest.raises(Exception):
-        storage.insert_messages(bad, now)
-    assert storage.count_by_status() == {"t.keep": {"NEW": 2}}
+        storage.messages.insert_messages(bad, now)
+    assert storage.counts.count_by_status() == {"t.keep": {"NEW": 2}}
 
 
 def test_lock_takes_only_due_messages_oldest_first_up_to_limit(storage):
@@ -110,26 +112,26 @@ def test_lock_takes_only_due_messages_oldest_first_up_to_limit(storage):
 
 def test_leasing_ahead_takes_what_is_due_within_the_window_under_a_lease_that_covers_the_wait(storage):
     now = clock.now()
-    soon = storage.insert_messages([NewRow("t.ahead", str(n), clock.after(now, 20), 0) for n in range(2)], now)
-    later = storage.insert_messages([NewRow("t.ahead", "2", clock.after(now, 90), 0)], now)
-    assert storage.lock_batch("t.ahead", 0, 1, 10, 30, "c1", now) == []  # nothing due now
-    leased = storage.lock_batch("t.ahead", 0, 1, 10, 30, "c1", now, ahead=60)
+    soon = storage.messages.insert_messages([NewRow("t.ahead", str(n), clock.after(now, 20), 0) for n in range(2)], now)
+    later = storage.messages.insert_messages([NewRow("t.ahead", "2", clock.after(now, 90), 0)], now)
+    assert storage.leases.lock_batch(LockRequest(Shard("t.ahead"), "c1", 30, now, limit=10)) == []  # nothing due now
+    leased = storage.leases.lock_batch(LockRequest(Shard("t.ahead"), "c1", 30, now, limit=10, ahead=60))
     assert [m.id for m in leased] == soon  # due within 60 s; the one due in 90 s stays NEW
     assert all(m.effect_time == clock.after(now, 20) for m in leased)  # the consumer starts it then
     for m in leased:
-        stored = storage.get_message(m.id)
+        stored = storage.reads.get_message(m.id)
         assert stored.status == "RUNNING" and stored.lease_expire == clock.after(now, 60 + 30)
         assert "ahead=60s" in stored.trace
-    assert storage.get_message(later[0]).status == "NEW"
+    assert storage.reads.get_message(later[0]).status == "NEW"
 
 
 def test_a_serial_head_is_leased_ahead_only_within_the_window(storage):
-    storage.ensure_topics(["t.serial.ahead"], clock.now())
+    storage.topics.ensure_topics(["t.serial.ahead"], clock.now())
     now = clock.now()
-    [head] = storage.insert_messages([NewRow("t.serial.ahead", "0", clock.after(now, 20), 0)], now)
-    assert storage.lock_serial("t.serial.ahead", 30, "c1", now, ahead=10) == []
-    [leased] = storage.lock_serial("t.serial.ahead", 30, "c1", now, ahead=30)
-    assert leased.id == head and storage.get_message(head).lease_expire == clock.after(now, 60)
+    [head] = storage.messages.insert_messages([NewRow("t.serial.ahead", "0", clock.after(now, 20), 0)], now)
+    assert storage.leases.lock_serial(LockRequest(Shard("t.serial.ahead"), "c1", 30, now, ahead=10)) == []
+    [leased] = storage.leases.lock_serial(LockRequest(Shard("t.serial.ahead"), "c1", 30, now, ahead=30))
+    assert leased.id == head and storage.reads.get_message(head).lease_expire == clock.after(now, 60)
 
 
 def test_a_delivery_is_what_the_lock_stored(storage):
@@ -139,7 +141,7 @@ def test_a_delivery_is_what_the_lock_stored(storage):
     got = lock(storage, "t.same", ttr=45, consumer="worker-7")
     assert len(got) == 3
     for msg in got:
-        stored = storage.get_message(msg.id)
+        stored = storage.reads.get_message(msg.id)
         assert (msg.topic, msg.data, msg.status, msg.effect_time, msg.retry_remaining, msg.attempt, msg.ttr,
                 msg.lease_token, msg.consumer) == (
             stored.topic, stored.data, stored.status, stored.effect_time, stored.retry_remaining, stored.attempt,
@@ -154,12 +156,14 @@ def test_a_trace_context_is_stored_and_handed_out_with_every_lease(storage):
     contexts = ["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", None,
                 "00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203332-00"]
     new = [NewRow("t.otel", str(i), now, 1, trace_context=c) for i, c in enumerate(contexts)]
-    ids = storage.insert_messages(new[:2], now, [RequestRef("otel-req", 0, 2)]) + storage.insert_messages(new[2:], now)
-    assert [storage.get_message(i).trace_context for i in ids] == contexts
+    ids = storage.messages.insert_messages(new[:2], now, [RequestRef("otel-req", 0,
+                                                                     2)]) + storage.messages.insert_messages(new[2:],
+                                                                                                             now)
+    assert [storage.reads.get_message(i).trace_context for i in ids] == contexts
     first = {m.id: m for m in lock(storage, "t.otel")}
     assert [first[i].trace_context for i in ids] == contexts
     ack(storage, [AckItem(ids[0], first[ids[0]].lease_token, False, "boom")])
-    stored = storage.get_message(ids[0])  # back to NEW for its retry, with its context
+    stored = storage.reads.get_message(ids[0])  # back to NEW for its retry, with its context
     assert (stored.status, stored.trace_context) == ("NEW", contexts[0]) and contexts[0] not in stored.trace
 
 
@@ -172,14 +176,15 @@ def test_lease_expire_is_set_only_while_running(storage):
              AckItem(ids[1], got[ids[1]].lease_token, False, "x"),    # -> NEW (retry)
              AckItem(ids[4], got[ids[4]].lease_token, False, "x")]    # -> FAIL
     assert ack(storage, items) == [AckOutcome.APPLIED] * 3
-    storage.expire_leases(clock.after(clock.now(), 31), 1, "b1", lambda topic: 10)       # the oldest lease -> NEW
-    storage.requeue([ids[4]], None, 0, clock.now())    # FAIL -> NEW
-    states = {i: storage.get_message(i) for i in ids}
+    # The oldest lease -> NEW.
+    storage.leases.expire_leases(clock.after(clock.now(), 31), 1, "b1", lambda topic: 10)
+    storage.messages.requeue([ids[4]], None, 0, clock.now())    # FAIL -> NEW
+    states = {i: storage.reads.get_message(i) for i in ids}
     assert {m.status for m in states.values()} >= {"SUCCESS", "NEW", "RUNNING"}
     for msg in states.values():
         assert (msg.lease_expire is not None) == (msg.status == "RUNNING"), msg
     # The console lists each status in full through that index.
-    console = AdminSqlStore(storage.db)
+    console = storage.console
     for status in ("NEW", "RUNNING", "SUCCESS"):
         listed = console.list_page(MessageFilter(status=status), 100).messages
         assert sorted(m.id for m in listed) == sorted(
@@ -191,18 +196,18 @@ def test_a_retried_pull_reads_back_only_its_own_lease_and_release_gives_back_bot
     the caller releases the token before retrying, which returns both leases to NEW."""
     ids = insert(storage, "t.retry.pull", 4)
     token = "ab" * 16
-    first = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.now(), token)
-    second = storage.lock_batch("t.retry.pull", 0, 1, 2, 30, "c1", clock.after(clock.now(), 0.01), token)
+    first = storage.leases.lock_batch(LockRequest(Shard("t.retry.pull"), "c1", 30, clock.now(), limit=2,
+                                                  lease_token=token))
+    second = storage.leases.lock_batch(LockRequest(Shard("t.retry.pull"), "c1", 30, clock.after(clock.now(), 0.01),
+                                                   limit=2, lease_token=token))
     assert [m.id for m in first] == ids[:2] and [m.id for m in second] == ids[2:]
-    assert storage.release(token, clock.now()) == 4
-    assert {storage.get_message(i).status for i in ids} == {"NEW"}
+    assert storage.leases.release(token, clock.now()) == 4
+    assert {storage.reads.get_message(i).status for i in ids} == {"NEW"}
 
 
 def id_step(storage) -> int:
-    """The server's id increment (3 on a 3-node Galera cluster, 1 elsewhere)."""
-    if storage.db.dialect.single_writer:
-        return 1
-    return storage.db.tx(lambda conn: int(conn.exec_driver_sql("SELECT @@GLOBAL.auto_increment_increment").scalar()))
+    """How far apart one server's ids are (3 on a 3-node Galera cluster, 1 on one server)."""
+    return storage.probes.id_step()
 
 
 def test_lock_shards_by_id_modulo_total(storage):
@@ -220,42 +225,47 @@ def test_lock_shards_by_id_modulo_total(storage):
 def test_a_lock_takes_other_shards_messages_once_stranded_and_its_own_first(storage):
     step = id_step(storage)
     now = clock.now()
-    old = storage.insert_messages([NewRow("t.str", f'"old{i}"', clock.after(now, -5), 0) for i in range(6)], now)
-    fresh = storage.insert_messages([NewRow("t.str", f'"new{i}"', now, 0) for i in range(6)], now)
+    old = storage.messages.insert_messages([NewRow("t.str", f'"old{i}"', clock.after(now, -5), 0) for i in range(6)],
+                                           now)
+    fresh = storage.messages.insert_messages([NewRow("t.str", f'"new{i}"', now, 0) for i in range(6)], now)
 
     def shard(ids, rank):
         return [i for i in ids if (i // step) % 2 == rank]
 
     # Stranded: due for longer than 2 s. The fresh ones of shard 1 are not; its old ones are.
-    got = storage.lock_batch("t.str", 0, 2, 100, 30, "c0", clock.now(), hint=LockHint(stranded=2.0))
+    got = storage.leases.lock_batch(LockRequest(Shard("t.str", 0, 2, LockHint(stranded=2.0)), "c0", 30, clock.now(),
+                                                limit=100))
     assert sorted(m.id for m in got) == sorted(shard(old, 0) + shard(fresh, 0) + shard(old, 1))
     assert [m.id for m in got] == sorted(old)[: len(shard(old, 0)) + len(shard(old, 1))] + shard(fresh, 0)  # oldest first
     assert shard(old, 0) and shard(old, 1)
     # With no room left after its own, a lock takes no stranded message.
-    storage.insert_messages([NewRow("t.str", f'"late{i}"', clock.after(now, -5), 0) for i in range(6)], now)
-    again = storage.lock_batch("t.str", 1, 2, 2, 30, "c1", clock.now(), hint=LockHint(stranded=2.0))
+    storage.messages.insert_messages([NewRow("t.str", f'"late{i}"', clock.after(now, -5), 0) for i in range(6)], now)
+    again = storage.leases.lock_batch(LockRequest(Shard("t.str", 1, 2, LockHint(stranded=2.0)), "c1", 30, clock.now(),
+                                                  limit=2))
     assert len(again) == 2 and all((m.id // step) % 2 == 1 for m in again)
     # A lock fills its batch with its own shard first, whatever the others' times.
     # The next due time counts another shard's message from when it becomes stranded.
-    storage.insert_messages([NewRow("t.str2", '"x"', clock.after(now, 10), 0) for _ in range(2 * step)], now)
-    due = {rank: storage.next_due("t.str2", rank, 2, LockHint(stranded=3.0)) for rank in range(2)}
-    plain = {rank: storage.next_due("t.str2", rank, 2) for rank in range(2)}
+    storage.messages.insert_messages([NewRow("t.str2", '"x"', clock.after(now, 10), 0) for _ in range(2 * step)], now)
+    due = {rank: storage.probes.next_due(Shard("t.str2", rank, 2, LockHint(stranded=3.0))) for rank in range(2)}
+    plain = {rank: storage.probes.next_due(Shard("t.str2", rank, 2)) for rank in range(2)}
     assert plain[0] == plain[1] == clock.after(now, 10) and due == plain  # both shards have one
-    lone = storage.insert_messages([NewRow("t.str3", '"x"', clock.after(now, 10), 0)], now)[0]
+    lone = storage.messages.insert_messages([NewRow("t.str3", '"x"', clock.after(now, 10), 0)], now)[0]
     other = 1 - (lone // step) % 2
-    assert storage.next_due("t.str3", other, 2) is None
-    assert storage.next_due("t.str3", other, 2, LockHint(stranded=3.0)) == clock.after(now, 13)
+    assert storage.probes.next_due(Shard("t.str3", other, 2)) is None
+    assert storage.probes.next_due(Shard("t.str3", other, 2, LockHint(stranded=3.0))) == clock.after(now, 13)
 
 
 def test_a_lock_and_the_next_due_probe_read_from_the_floor(storage):
     now = clock.now()
-    early = storage.insert_messages([NewRow("t.floor", '"early"', clock.after(now, -60), 0)], now)
-    late = storage.insert_messages([NewRow("t.floor", '"late"', clock.after(now, -1), 0)], now)
+    early = storage.messages.insert_messages([NewRow("t.floor", '"early"', clock.after(now, -60), 0)], now)
+    late = storage.messages.insert_messages([NewRow("t.floor", '"late"', clock.after(now, -1), 0)], now)
     floor = clock.after(now, -30)
-    assert storage.next_due("t.floor", 0, 1, LockHint(floor=floor)) == clock.after(now, -1)
-    assert storage.next_due("t.floor", 0, 1) == clock.after(now, -60)
-    got = storage.lock_batch("t.floor", 0, 1, 10, 30, "c", clock.now(), hint=LockHint(floor=floor))
-    none = storage.lock_batch("t.floor", 0, 1, 10, 30, "c", clock.now(), hint=LockHint(priorities=frozenset({5})))
+    assert storage.probes.next_due(Shard("t.floor", 0, 1, LockHint(floor=floor))) == clock.after(now, -1)
+    assert storage.probes.next_due(Shard("t.floor")) == clock.after(now, -60)
+    got = storage.leases.lock_batch(LockRequest(Shard("t.floor", 0, 1, LockHint(floor=floor)), "c", 30, clock.now(),
+                                                limit=10))
+    none = storage.leases.lock_batch(LockRequest(Shard("t.floor", 0, 1, LockHint(priorities=frozenset({5}))), "c", 30,
+                                                 clock.now(), limit=10))
     assert none == []  # a priority the hint does not name is not read
     assert [m.id for m in got] == late  # the floor promised nothing earlier: the lock believes it
     assert [m.id for m in lock(storage, "t.floor")] == early
@@ -287,13 +297,13 @@ def test_ack_success_is_applied_once_and_stale_tokens_are_refused(storage):
     [msg] = lock(storage, "t.ack")
     assert ack(storage, [AckItem(msg_id, "wrong-token", True)]) == [AckOutcome.STALE]
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.APPLIED]
-    stored = storage.get_message(msg_id)
+    stored = storage.reads.get_message(msg_id)
     # The same ack again (its reply was lost with a connection) is answered as recorded and
     # changes nothing; another outcome under that lease, or another lease's, is refused.
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.APPLIED]
     assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "late")]) == [AckOutcome.STALE]
     assert ack(storage, [AckItem(msg_id, "wrong-token", True)]) == [AckOutcome.STALE]
-    again = storage.get_message(msg_id)
+    again = storage.reads.get_message(msg_id)
     assert again.status == "SUCCESS" and again.finish_time is not None
     assert again.trace.count("SUCCESS") == 1 and (again.version, again.trace) == (stored.version, stored.trace)
 
@@ -304,7 +314,7 @@ def test_a_repeated_failure_ack_is_answered_once_it_ended_in_fail(storage):
     assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
     assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.STALE]
-    stored = storage.get_message(msg_id)
+    stored = storage.reads.get_message(msg_id)
     assert stored.status == "FAIL" and stored.trace.count("FAIL") == 1
 
 
@@ -313,12 +323,12 @@ def test_ack_failure_retries_on_schedule_then_fails(storage):
     [msg] = lock(storage, "t.retry")
     before = clock.now()
     assert ack(storage, [AckItem(msg_id, msg.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
-    stored = storage.get_message(msg_id)
+    stored = storage.reads.get_message(msg_id)
     assert stored.status == "NEW" and stored.retry_remaining == 1
     assert timedelta(seconds=4.9) <= stored.effect_time - before <= timedelta(seconds=6)
     assert "RETRY" in stored.trace and "error=boom" in stored.trace
-    storage.requeue([], "t.retry", 0, clock.now())  # not FAIL: nothing moves
-    assert storage.get_message(msg_id).status == "NEW"
+    storage.messages.requeue([], "t.retry", 0, clock.now())  # not FAIL: nothing moves
+    assert storage.reads.get_message(msg_id).status == "NEW"
 
 
 def test_mixed_batch_ack_in_one_call(storage):
@@ -327,22 +337,22 @@ def test_mixed_batch_ack_in_one_call(storage):
     items = [AckItem(got[0].id, got[0].lease_token, True), AckItem(got[1].id, got[1].lease_token, False, "bad"),
              AckItem(got[2].id, "stolen", True)]
     assert ack(storage, items) == [AckOutcome.APPLIED, AckOutcome.APPLIED, AckOutcome.STALE]
-    assert [storage.get_message(i).status for i in ids] == ["SUCCESS", "FAIL", "RUNNING"]
+    assert [storage.reads.get_message(i).status for i in ids] == ["SUCCESS", "FAIL", "RUNNING"]
 
 
 def test_touch_extends_only_a_held_lease(storage):
     insert(storage, "t.touch", 1)
     [msg] = lock(storage, "t.touch", ttr=5)
-    assert storage.extend_leases([(msg.id, msg.lease_token)], 600, clock.now())[0]
-    assert storage.get_message(msg.id).lease_expire > clock.after(clock.now(), 500)
-    assert not storage.extend_leases([(msg.id, "other")], 600, clock.now())[0]
+    assert storage.leases.extend_leases([(msg.id, msg.lease_token)], 600, clock.now())[0]
+    assert storage.reads.get_message(msg.id).lease_expire > clock.after(clock.now(), 500)
+    assert not storage.leases.extend_leases([(msg.id, "other")], 600, clock.now())[0]
 
 
 def test_cancel_removes_only_pending_messages(storage):
     ids = insert(storage, "t.cancel", 2)
     lock(storage, "t.cancel", limit=1)
-    assert storage.cancel([ids[0], ids[1], 999999]) == [False, True, False]
-    assert storage.get_message(ids[1]) is None and storage.get_message(ids[0]).status == "RUNNING"
+    assert storage.messages.cancel([ids[0], ids[1], 999999]) == [False, True, False]
+    assert storage.reads.get_message(ids[1]) is None and storage.reads.get_message(ids[0]).status == "RUNNING"
 
 
 def test_a_poison_message_fails_after_max_deliveries_with_a_trace_that_says_why(storage):
@@ -356,27 +366,27 @@ def test_a_poison_message_fails_after_max_deliveries_with_a_trace_that_says_why(
         leased = {m.id for m in lock(storage, "t.poison", ttr=1) + lock(storage, "t.calm", ttr=1)}
         assert poison in leased
         now = clock.after(now, 2)
-        assert storage.expire_leases(now, 100, "b1", limits.__getitem__) == len(leased)
+        assert storage.leases.expire_leases(now, 100, "b1", limits.__getitem__) == len(leased)
         expected = "FAIL" if delivery == 3 else "NEW"
-        assert storage.get_message(poison).status == expected
-    dead = storage.get_message(poison)
+        assert storage.reads.get_message(poison).status == expected
+    dead = storage.reads.get_message(poison)
     assert (dead.attempt, dead.lease_expire, dead.retry_remaining) == (3, None, 5) and dead.finish_time is not None
     last = trace.parse(dead.trace)[-1]
     assert last["event"] == "FAIL" and last["error"].startswith("lease_expired_3_times") and "max_deliveries_3" in last["error"]
-    assert storage.get_message(other).status == "NEW"
-    assert storage.requeue([poison], None, 0, clock.now()) == 1  # a dead letter like any other
-    assert storage.get_message(poison).status == "NEW"
+    assert storage.reads.get_message(other).status == "NEW"
+    assert storage.messages.requeue([poison], None, 0, clock.now()) == 1  # a dead letter like any other
+    assert storage.reads.get_message(poison).status == "NEW"
 
 
 def test_leases_are_extended_in_one_call_and_lost_ones_say_so(storage):
     ids = insert(storage, "t.beat", 3)
     first = lock(storage, "t.beat", limit=2, ttr=5)
     [third] = lock(storage, "t.beat", limit=1, ttr=5)
-    before = {m.id: storage.get_message(m.id) for m in first + [third]}
+    before = {m.id: storage.reads.get_message(m.id) for m in first + [third]}
     leases = [(m.id, m.lease_token) for m in first] + [(third.id, third.lease_token), (third.id, "0" * 32), (999999, "x")]
-    assert storage.extend_leases(leases, 600, clock.now()) == [True, True, True, False, False]
+    assert storage.leases.extend_leases(leases, 600, clock.now()) == [True, True, True, False, False]
     for msg_id, old in before.items():
-        new = storage.get_message(msg_id)
+        new = storage.reads.get_message(msg_id)
         assert new.lease_expire > clock.after(old.lease_expire, 500)
         assert (new.version, new.trace, new.status) == (old.version, old.trace, "RUNNING")  # heartbeats leave no trace
     assert sorted(ids) == sorted(before)
@@ -385,9 +395,9 @@ def test_leases_are_extended_in_one_call_and_lost_ones_say_so(storage):
 def test_expired_leases_return_to_new_and_name_the_lost_consumer(storage):
     [msg_id] = insert(storage, "t.lease", 1)
     [msg] = lock(storage, "t.lease", ttr=1, consumer="worker-a-0000000001")
-    assert storage.expire_leases(clock.now(), 100, "b1", lambda topic: 10) == 0
-    assert storage.expire_leases(clock.after(clock.now(), 2), 100, "b1", lambda topic: 10) == 1
-    stored = storage.get_message(msg_id)
+    assert storage.leases.expire_leases(clock.now(), 100, "b1", lambda topic: 10) == 0
+    assert storage.leases.expire_leases(clock.after(clock.now(), 2), 100, "b1", lambda topic: 10) == 1
+    stored = storage.reads.get_message(msg_id)
     assert stored.status == "NEW" and stored.lease_token is None
     assert "LEASE_EXPIRED" in stored.trace and "lost_by=worker-a-0000000001" in stored.trace
     assert ack(storage, [AckItem(msg_id, msg.lease_token, True)]) == [AckOutcome.STALE]
@@ -400,89 +410,92 @@ def test_leases_that_ran_out_during_a_database_outage_are_held_for_their_ttr_aft
     expires only once ``back`` is its ttr behind; one that ran out before ``since`` expires now."""
     insert(storage, "t.grace", 3, delay=-60)
     start = clock.now()
-    [before] = storage.lock_batch("t.grace", 0, 1, 1, 1, "c1", clock.after(start, -10))  # ran out at -9
-    [short] = storage.lock_batch("t.grace", 0, 1, 1, 2, "c1", start)  # runs out at +2, in the outage
-    [long] = storage.lock_batch("t.grace", 0, 1, 1, 20, "c1", start)  # runs out at +20, in the outage
+    [before] = storage.leases.lock_batch(LockRequest(Shard("t.grace"), "c1", 1, clock.after(start, -10),
+                                                     limit=1))  # ran out at -9
+    [short] = storage.leases.lock_batch(LockRequest(Shard("t.grace"), "c1", 2, start,
+                                                    limit=1))  # runs out at +2, in the outage
+    [long] = storage.leases.lock_batch(LockRequest(Shard("t.grace"), "c1", 20, start,
+                                                   limit=1))  # runs out at +20, in the outage
     grace = OutageGrace(since=clock.after(start, -5), back=clock.after(start, 30))
-    expire = lambda at: storage.expire_leases(clock.after(start, at), 100, "b1", lambda topic: 10,  # noqa: E731
+    expire = lambda at: storage.leases.expire_leases(clock.after(start, at), 100, "b1", lambda topic: 10,  # noqa: E731
                                               grace=grace)
-    assert expire(30) == 1 and storage.get_message(before.id).status == "NEW"
+    assert expire(30) == 1 and storage.reads.get_message(before.id).status == "NEW"
     assert expire(31.5) == 0  # back + 2 s is not reached yet
-    assert expire(32.5) == 1 and storage.get_message(short.id).status == "NEW"
-    assert expire(49) == 0 and storage.get_message(long.id).status == "RUNNING"
-    assert expire(51) == 1 and storage.get_message(long.id).status == "NEW"
+    assert expire(32.5) == 1 and storage.reads.get_message(short.id).status == "NEW"
+    assert expire(49) == 0 and storage.reads.get_message(long.id).status == "RUNNING"
+    assert expire(51) == 1 and storage.reads.get_message(long.id).status == "NEW"
 
 
 def test_requeue_moves_dead_letters_back(storage):
     ids = insert(storage, "t.dead", 3, retry=0)
     for msg in lock(storage, "t.dead"):
         ack(storage, [AckItem(msg.id, msg.lease_token, False, "x")])
-    assert storage.requeue([ids[0]], None, 2, clock.now()) == 1
-    assert storage.get_message(ids[0]).status == "NEW" and storage.get_message(ids[0]).retry_remaining == 2
-    assert storage.requeue([], "t.dead", 0, clock.now()) == 2
-    assert storage.count_by_status("t.dead") == {"t.dead": {"NEW": 3}}
+    assert storage.messages.requeue([ids[0]], None, 2, clock.now()) == 1
+    assert storage.reads.get_message(ids[0]).status == "NEW" and storage.reads.get_message(ids[0]).retry_remaining == 2
+    assert storage.messages.requeue([], "t.dead", 0, clock.now()) == 2
+    assert storage.counts.count_by_status("t.dead") == {"t.dead": {"NEW": 3}}
 
 
 def test_serial_lock_takes_the_head_only_and_keeps_order_across_retries(storage):
-    storage.ensure_topics(["t.serial"], clock.now())
+    storage.topics.ensure_topics(["t.serial"], clock.now())
     ids = insert(storage, "t.serial", 3, retry=1, schedule=[0.0])
-    [first] = storage.lock_serial("t.serial", 30, "c1", clock.now())
+    [first] = storage.leases.lock_serial(LockRequest(Shard("t.serial"), "c1", 30, clock.now()))
     assert first.id == ids[0]
-    assert storage.lock_serial("t.serial", 30, "c2", clock.now()) == []
-    assert storage.serial_head_due("t.serial") is None
+    assert storage.leases.lock_serial(LockRequest(Shard("t.serial"), "c2", 30, clock.now())) == []
+    assert storage.probes.serial_head_due("t.serial") is None
     ack(storage, [AckItem(first.id, first.lease_token, False, "retry me")])
-    [again] = storage.lock_serial("t.serial", 30, "c1", clock.after(clock.now(), 1))
+    [again] = storage.leases.lock_serial(LockRequest(Shard("t.serial"), "c1", 30, clock.after(clock.now(), 1)))
     assert again.id == ids[0] and again.attempt == 2
 
 
 def test_serial_head_not_due_blocks_later_messages(storage):
-    storage.ensure_topics(["t.sd"], clock.now())
+    storage.topics.ensure_topics(["t.sd"], clock.now())
     now = clock.now()
-    storage.insert_messages([NewRow("t.sd", "1", clock.after(now, 60), 0), NewRow("t.sd", "2", now, 0)], now)
-    [head] = storage.lock_serial("t.sd", 30, "c1", now)
+    storage.messages.insert_messages([NewRow("t.sd", "1", clock.after(now, 60), 0), NewRow("t.sd", "2", now, 0)], now)
+    [head] = storage.leases.lock_serial(LockRequest(Shard("t.sd"), "c1", 30, now))
     assert head.data == "2"  # (order_time, id) order: the due one is first in time
     ack(storage, [AckItem(head.id, head.lease_token, True)])
-    assert storage.lock_serial("t.sd", 30, "c1", clock.now()) == []
-    assert storage.serial_head_due("t.sd") == clock.after(now, 60)
+    assert storage.leases.lock_serial(LockRequest(Shard("t.sd"), "c1", 30, clock.now())) == []
+    assert storage.probes.serial_head_due("t.sd") == clock.after(now, 60)
 
 
 def test_next_due_and_max_id(storage):
-    assert storage.max_id() == 0
+    assert storage.probes.max_id() == 0
     ids = insert(storage, "t.due", 4, delay=10)
-    assert storage.max_id() == max(ids)
-    due = storage.next_due("t.due", 0, 1)
+    assert storage.probes.max_id() == max(ids)
+    due = storage.probes.next_due(Shard("t.due"))
     assert due is not None and due > clock.now()
-    assert storage.next_due("t.none", 0, 1) is None
+    assert storage.probes.next_due(Shard("t.none")) is None
 
 
 def test_recent_inserts_reads_above_the_mark_and_the_missing_ids(storage):
-    assert storage.recent_inserts(0, [], 10) == ([], 0)
+    assert storage.probes.recent_inserts(0, [], 10) == ([], 0)
     ids = insert(storage, "t.recent", 5, delay=7)
-    assert storage.recent_inserts(max(ids), [], 10) == ([], max(ids))
-    got = storage.recent_inserts(ids[1], [ids[0], 10**12], 10)
+    assert storage.probes.recent_inserts(max(ids), [], 10) == ([], max(ids))
+    got = storage.probes.recent_inserts(ids[1], [ids[0], 10**12], 10)
     assert [row[0] for row in got.rows] == [ids[0]] + ids[2:] and got.top == max(ids)
     assert {row[1] for row in got.rows} == {"t.recent"} and all(row[2] > clock.now() for row in got.rows)
     assert {row[3] for row in got.rows} == {0}  # the priority
-    assert [row[0] for row in storage.recent_inserts(0, [], 2).rows] == ids[:2]
+    assert [row[0] for row in storage.probes.recent_inserts(0, [], 2).rows] == ids[:2]
     # The highest id comes with every look, also one above it: how the watch sees ids go back.
-    assert storage.recent_inserts(max(ids) + 1000, [], 10) == ([], max(ids))
+    assert storage.probes.recent_inserts(max(ids) + 1000, [], 10) == ([], max(ids))
 
 
 def test_retention_deletes_old_successes_only(storage):
     ids = insert(storage, "t.ret", 3, retry=0)
     got = lock(storage, "t.ret", limit=2)
     ack(storage, [AckItem(got[0].id, got[0].lease_token, True), AckItem(got[1].id, got[1].lease_token, False)])
-    assert storage.delete_finished("t.ret", clock.now() - timedelta(seconds=10), 100) == 0
-    assert storage.delete_finished("t.ret", clock.after(clock.now(), 1), 100) == 1
-    assert storage.get_message(ids[0]) is None
-    assert storage.get_message(ids[1]).status == "FAIL" and storage.get_message(ids[2]).status == "NEW"
+    assert storage.messages.delete_finished("t.ret", clock.now() - timedelta(seconds=10), 100) == 0
+    assert storage.messages.delete_finished("t.ret", clock.after(clock.now(), 1), 100) == 1
+    assert storage.reads.get_message(ids[0]) is None
+    assert storage.reads.get_message(ids[1]).status == "FAIL" and storage.reads.get_message(ids[2]).status == "NEW"
 
 
 def test_topic_settings_round_trip(storage):
-    storage.ensure_topics(["t.x", "t.y"], clock.now())
-    storage.ensure_topics(["t.x"], clock.now())
-    storage.save_topic(TopicSettings("t.x", retry_count=7, ttr=15, paused=True, alarm_backlog=100), clock.now())
-    topics = {s.name: s for s in storage.topics()}
+    storage.topics.ensure_topics(["t.x", "t.y"], clock.now())
+    storage.topics.ensure_topics(["t.x"], clock.now())
+    storage.topics.save_topic(TopicSettings("t.x", retry_count=7, ttr=15, paused=True, alarm_backlog=100), clock.now())
+    topics = {s.name: s for s in storage.topics.list_topics()}
     assert set(topics) == {"t.x", "t.y"}
     assert topics["t.x"].retry_count == 7 and topics["t.x"].paused and topics["t.x"].alarm_backlog == 100
     assert topics["t.y"] == TopicSettings("t.y")
@@ -502,18 +515,19 @@ def test_list_messages_filters_and_keyset_pages(storage):
 def test_unreachable_database_raises_a_retriable_error(tmp_path):
     store = open_storage("mysql+pymysql://root@127.0.0.1:1/none")
     with pytest.raises(StorageUnavailableError):
-        store.ping()
+        store.schema.ping()
 
 
 def test_backlog_counts_due_scheduled_and_running_per_topic_in_one_reading(storage):
     now = clock.now()
-    storage.insert_messages([NewRow("t.bl", "1", clock.after(now, -30), 0), NewRow("t.bl", "2", clock.after(now, -5), 0),
+    storage.messages.insert_messages([NewRow("t.bl", "1", clock.after(now, -30), 0), NewRow("t.bl", "2",
+                                                                                            clock.after(now, -5), 0),
                              NewRow("t.bl", "3", clock.after(now, 600), 0), NewRow("t.bl2", "4", now, 0)], now)
     insert(storage, "t.done", 1)
     [done] = lock(storage, "t.done")
     ack(storage, [AckItem(done.id, done.lease_token, True)])  # finished rows are not backlog
-    [leased] = storage.lock_batch("t.bl2", 0, 1, 1, 30, "c1", now)
-    backlog = {b.topic: b for b in storage.backlog(now)}
+    [leased] = storage.leases.lock_batch(LockRequest(Shard("t.bl2"), "c1", 30, now, limit=1))
+    backlog = {b.topic: b for b in storage.counts.backlog(now)}
     assert set(backlog) == {"t.bl", "t.bl2"}
     assert (backlog["t.bl"].due, backlog["t.bl"].scheduled, backlog["t.bl"].running) == (2, 1, 0)
     assert backlog["t.bl"].oldest_due == clock.after(now, -30)
@@ -528,7 +542,7 @@ def test_expired_leases_are_counted_per_topic_when_asked(storage):
     lock(storage, "t.exp2", ttr=1)
     by_topic: dict = {"t.exp1": 1}  # added to, not replaced
     later = clock.after(clock.now(), 2)
-    assert storage.expire_leases(later, 100, "b1", lambda topic: 10, by_topic) == 3
+    assert storage.leases.expire_leases(later, 100, "b1", lambda topic: 10, by_topic) == 3
     assert by_topic == {"t.exp1": 3, "t.exp2": 1}
 
 
@@ -536,4 +550,4 @@ def test_id_step_is_how_far_apart_the_ids_of_one_server_are(storage):
     a, b = insert(storage, "conf.step", 2)
     # Ids of one multi-row insert on one server are one step apart: 1 on one server, n on a
     # Galera cluster of n nodes.
-    assert b - a == storage.id_step() >= 1
+    assert b - a == storage.probes.id_step() >= 1

@@ -88,7 +88,7 @@ def check_outcome(storage, topic: str, acked: list[int], log) -> str:
     (the same ``n`` in two rows) or recorded SUCCESS twice; return the figures as a line."""
 
     def settled():
-        counts = storage.count_by_status(topic).get(topic, {})
+        counts = storage.counts.count_by_status(topic).get(topic, {})
         return counts.get("SUCCESS", 0) >= len(set(acked)) and not counts.get("NEW") and not counts.get("RUNNING")
 
     wait_until(settled, 180, 0.2, "every acknowledged message to succeed")

@@ -128,7 +128,7 @@ def _run_fault(settings, app_url, spawn, tmp_path, topic: str, fault, pattern: s
         figures = check_calls(load) + ", " + check_outcome(storage, topic, load.acked, log)
         twice = reruns(log)
         assert not twice, (f"{len(twice)} messages ran twice, none of their workers died: {sorted(twice)[:5]}; "
-                           f"the first one's trace:\n{storage.get_message(min(twice)).trace}")
+                           f"the first one's trace:\n{storage.reads.get_message(min(twice)).trace}")
         said = stack.assert_fault_named_once(pattern, named=named)
         waits = claims(storage, topic, log)
         return (f"{figures}, consumed during the {FAULT:.0f} s fault {during}, claim p50 "

@@ -56,7 +56,7 @@ def test_a_killed_workers_shard_is_taken_over_before_its_session_ends(settings, 
         stop.set()
         producer.join(30)
         assert len(client.coordinator.consumers(topic)) == 2, "the premise failed: the dead session ended already"
-        wait_until(lambda: storage.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(sent), 60, 0.2,
+        wait_until(lambda: storage.counts.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(sent), 60, 0.2,
                    "every message to succeed")
         first_start: dict[int, float] = {}
         for msg_id, _pid, _attempt, start, _end in _runs(log):
@@ -98,7 +98,7 @@ def test_serial_work_moves_on_within_a_short_session_and_never_two_at_once(setti
         victim.send_signal(signal.SIGKILL)  # most likely mid-handler: its message is RUNNING
         victim.wait(10)
         killed_at = time.time()
-        wait_until(lambda: storage.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(ids), 120, 0.2,
+        wait_until(lambda: storage.counts.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(ids), 120, 0.2,
                    "every message to succeed")
         runs = sorted(_runs(log), key=lambda run: run[3])
         resumed = min(start for _i, pid, _a, start, _e in runs if pid != top)

@@ -72,7 +72,7 @@ def test_hostile_requests_leave_the_broker_serving(settings, spawn, tmp_path):
         ids = stub.Produce(pb.ProduceRequest(messages=[pb.NewMessage(topic="t.many", data="1")] * 10000), timeout=60).ids
         assert len(ids) == 10000 and len(set(ids)) == 10000
         assert proc.poll() is None, "the broker process died"
-        assert storage.count_by_status() == {"t.unknown": {"NEW": 1}, "t.many": {"NEW": 10000}}
+        assert storage.counts.count_by_status() == {"t.unknown": {"NEW": 1}, "t.many": {"NEW": 10000}}
     finally:
         channel.close()
         storage.close()

@@ -43,7 +43,7 @@ def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spa
             workers[f"{name}-again"] = spawn(f"{name}-again", TIDEMQ + ["worker", handlers], env)
 
         def settled():
-            counts = storage.count_by_status(TOPIC).get(TOPIC, {})
+            counts = storage.counts.count_by_status(TOPIC).get(TOPIC, {})
             return counts.get("SUCCESS", 0) == len(ids)
 
         wait_until(settled, 180, 0.2, "every message to succeed")
@@ -77,13 +77,13 @@ def test_a_worker_killed_holding_messages_leased_ahead_loses_none_of_them(settin
         wait_until(lambda: len(client.coordinator.consumers(topic)) == 1, 30, what="the first worker registered")
         ids = client.produce_many(topic, [{"n": n} for n in range(10)], delay=6)  # within the prefetch bound (12)
         # The pull takes them about 2 s before they are due (half the 4 s window): kill then.
-        wait_until(lambda: storage.count_by_status(topic).get(topic, {}).get("RUNNING", 0) == len(ids), 30, 0.02,
+        wait_until(lambda: storage.counts.count_by_status(topic).get(topic, {}).get("RUNNING", 0) == len(ids), 30, 0.02,
                    "all leased ahead by the first worker")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert handler_runs(log) == {}, "the premise failed: a message ran before the kill"
         spawn("w1", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
-        wait_until(lambda: storage.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(ids), 60, 0.2,
+        wait_until(lambda: storage.counts.count_by_status(topic).get(topic, {}).get("SUCCESS", 0) == len(ids), 60, 0.2,
                    "every message to succeed after the lease expired")
         messages = {m.id: m for m in all_messages(storage, topic)}
         assert set(messages) == set(ids) and all(success_records(m) == 1 for m in messages.values())

@@ -66,7 +66,7 @@ def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemb
 
         wait_until(lambda: len(intervals) >= 120, 60, what="work after the session expiry")
         ensemble.leader().kill()
-        wait_until(lambda: broker.storage.count_by_status(TOPIC) == {TOPIC: {"SUCCESS": len(ids)}}, 120, 0.05,
+        wait_until(lambda: broker.storage.counts.count_by_status(TOPIC) == {TOPIC: {"SUCCESS": len(ids)}}, 120, 0.05,
                    "every serial message to succeed")
     finally:
         for worker in workers:

@@ -68,7 +68,7 @@ async def test_key_and_priority_reach_the_stored_rows(settings, broker):
             await client.produce("t.aio.flow", {}, priority=12)
         with pytest.raises(ConfigurationError, match="keys has 1 entries for 2 messages"):
             await client.produce_many("t.aio.flow", [1, 2], keys=["a"])
-        rows = {i: broker.storage.get_message(i) for i in (urgent, *pair)}
+        rows = {i: broker.storage.reads.get_message(i) for i in (urgent, *pair)}
         assert (rows[urgent].priority, rows[urgent].flow_key) == (8, "customer-7")
         assert [(rows[i].priority, rows[i].flow_key) for i in pair] == [(3, "a"), (3, None)]
 
@@ -78,7 +78,7 @@ async def test_delay_and_effect_time_hold_a_message_back(settings, broker):
         later = await client.produce("t.aio.delay", {"x": 1}, delay=3600)
         consumer = BatchConsumer("t.aio.delay", client=client)
         assert await consumer.pull(wait=0.2) == []
-        stored = broker.storage.get_message(later)
+        stored = broker.storage.reads.get_message(later)
         assert stored is not None and stored.status == NEW
 
 
@@ -91,7 +91,7 @@ async def test_cancel_deletes_only_pending_messages(settings, broker):
         assert [m.id for m in batch] == [leased]
         assert await client.cancel(leased) is False  # RUNNING: not cancelled
         assert await client.cancel(pending) is False  # gone already
-        assert broker.storage.get_message(pending) is None
+        assert broker.storage.reads.get_message(pending) is None
         assert await client.cancel_many([leased, 10**12]) == [False, False]
 
 
@@ -123,7 +123,7 @@ async def test_bad_input_gets_the_synchronous_client_s_error_and_stores_nothing(
     async with await discovered(settings, broker) as client:
         with pytest.raises(error, match=words):
             await call(client)
-    assert broker.storage.count_by_status("t.aio.bad") == {}
+    assert broker.storage.counts.count_by_status("t.aio.bad") == {}
 
 
 async def test_a_broker_s_refusal_is_raised_as_the_tidemq_error_it_named(settings, broker):
@@ -148,7 +148,7 @@ async def test_concurrent_produces_share_rpcs_and_a_bad_one_fails_alone(settings
         assert all(isinstance(i, int) for i in ids) and len(set(ids)) == 300
         assert client.producer.flushes < 300  # coalesced: fewer RPCs than calls
         assert count(broker.storage, "t.aio.many", NEW) == 300
-        stored = {broker.storage.get_message(i).data for i in ids[:3]}  # type: ignore[union-attr]
+        stored = {broker.storage.reads.get_message(i).data for i in ids[:3]}  # type: ignore[union-attr]
         assert {json.loads(d)["n"] for d in stored} == {0, 1, 2}
 
 
@@ -223,13 +223,12 @@ async def test_tls_and_tokens_work_and_fail_as_with_the_synchronous_client(setti
     from tidemq import clock
     from tidemq.errors import AuthenticationError, PermissionDeniedError
     from tidemq_broker.auth import new_token, token_hash
-    from tidemq_broker.storages.principals import PrincipalStore
 
     ca = Authority(tmp_path / "pki")
     server = ca.server()
     broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key, auth="token")).start()
     token = new_token()
-    PrincipalStore(broker.storage.db).add("aio", "producer", ("orders.*",), token_hash(token), clock.now())
+    broker.storage.principals.add("aio", "producer", ("orders.*",), token_hash(token), clock.now())
 
     def over_tls(**fields) -> AsyncClient:
         return AsyncClient(Settings.from_env({}, brokers=broker.address, rpc_timeout=2, tls_ca=ca.ca, **fields))

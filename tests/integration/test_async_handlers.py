@@ -58,7 +58,7 @@ def test_a_failing_async_handler_is_retried_on_schedule_then_fails(settings, bro
     dies = client.produce(TOPIC, {"fail": 9}, retry=[0, 0])
 
     def settled():
-        a, b = broker.storage.get_message(recovers), broker.storage.get_message(dies)
+        a, b = broker.storage.reads.get_message(recovers), broker.storage.reads.get_message(dies)
         return a.status == SUCCESS and b.status == FAIL
 
     wait_until(settled, 30, 0.1, "one recovered, one dead")
@@ -66,9 +66,9 @@ def test_a_failing_async_handler_is_retried_on_schedule_then_fails(settings, bro
     for msg_id, _, attempt, _, _ in runs(log):
         attempts.setdefault(msg_id, []).append(attempt)
     assert attempts == {recovers: [1, 2], dies: [1, 2, 3]}
-    events = [e["event"] for e in trace.parse(broker.storage.get_message(dies).trace)]
+    events = [e["event"] for e in trace.parse(broker.storage.reads.get_message(dies).trace)]
     assert events.count("RETRY") == 2 and events[-1] == "FAIL"
-    errors = [e.get("error", "") for e in trace.parse(broker.storage.get_message(dies).trace)]
+    errors = [e.get("error", "") for e in trace.parse(broker.storage.reads.get_message(dies).trace)]
     assert "RuntimeError:_attempt_3_fails_on_purpose" in errors[-1]
 
 
@@ -86,7 +86,7 @@ def test_sigterm_lets_running_async_handlers_finish_and_ack_then_exits(settings,
     assert worker.wait(30) == 0
     assert sorted(r[0] for r in runs(log)) == ids  # every running handler finished, nothing new started
     for msg_id in ids:
-        message = broker.storage.get_message(msg_id)
+        message = broker.storage.reads.get_message(msg_id)
         assert message.status == SUCCESS and message.attempt == 1
         assert not [e for e in trace.parse(message.trace) if e["event"] == "LEASE_EXPIRED"]
     assert client.coordinator.consumers(TOPIC) == []  # it left the topic

@@ -27,7 +27,7 @@ def stub(broker):
 
 
 def stored(broker):
-    return sum(n for counts in broker.storage.count_by_status().values() for n in counts.values())
+    return sum(n for counts in broker.storage.counts.count_by_status().values() for n in counts.values())
 
 
 @pytest.mark.parametrize("topic, error, words", [
@@ -202,7 +202,7 @@ def test_a_produce_without_a_deadline_is_answered_and_stored_once(broker):
         reply = pb_grpc.BrokerStub(channel).Produce(pb.ProduceRequest(
             messages=[pb.NewMessage(topic="bad.nodeadline", data="1", retry=-1)], request_id="no-deadline-1"))
         assert len(reply.ids) == 1
-        assert broker.storage.count_by_status("bad.nodeadline") == {"bad.nodeadline": {"NEW": 1}}
+        assert broker.storage.counts.count_by_status("bad.nodeadline") == {"bad.nodeadline": {"NEW": 1}}
     finally:
         channel.close()
 
@@ -237,7 +237,7 @@ def test_a_huge_schedule_field_is_invalid_argument_every_time_with_a_short_messa
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
         details = info.value.details()
         assert len(details) < 400 and "x" * 61 not in details, details
-    assert broker.storage.get_schedule("huge") is None
+    assert broker.storage.schedules.get_schedule("huge") is None
 
 
 def test_a_huge_request_id_is_quoted_with_its_length(stub, broker):

@@ -36,7 +36,7 @@ def test_produce_from_the_shell_and_its_errors(settings, broker):
     ok = run(["produce", "cli.topic", '{"a": 1}', "--delay", "60", "--unique-key", "k1"], env=env)
     assert ok.returncode == 0, ok.stderr
     msg_id = int(ok.stdout.strip())
-    stored = broker.storage.get_message(msg_id)
+    stored = broker.storage.reads.get_message(msg_id)
     assert stored.data == '{"a":1}' and stored.status == "NEW" and stored.unique_key == "k1"
     same = run(["produce", "cli.topic", '{"a": 2}', "--unique-key", "k1"], env=env)
     assert int(same.stdout.strip()) == msg_id
@@ -71,7 +71,7 @@ def test_broker_sigterm_finishes_calls_and_exits_cleanly(settings, spawn, tmp_pa
         stop.set()
         thread.join(30)
         assert errors, "calls after the shutdown must fail (the broker is gone)"
-        stored = storage.count_by_status("term.t").get("term.t", {}).get("NEW", 0)
+        stored = storage.counts.count_by_status("term.t").get("term.t", {}).get("NEW", 0)
         assert stored >= len(acked)
         assert "stopped" in proc.log_path.read_text()
     finally:

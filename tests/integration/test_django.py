@@ -23,6 +23,7 @@ from tests.observe import all_messages, count
 from tests.processes import start_broker_process, wait_registered
 from tests.servers import free_port, wait_until
 from tidemq import Client, Settings
+from tests.sqldb import open_sql
 from tidemq_broker.storages import open_storage
 
 PROJECT = Path(__file__).resolve().parents[1] / "django_project"
@@ -48,15 +49,15 @@ def shop(mariadb, zookeeper):
     for args in (["migrate", "--noinput"], ["tidemq_db", "init"]):
         done = manage(env, *args)
         assert done.returncode == 0, done.stdout + done.stderr
-    storage = open_storage(url)
-    yield url, storage
+    storage, db = open_sql(url)
+    yield url, db
     storage.close()
 
 
 @pytest.fixture
 def shop_url(shop, mariadb):
-    url, storage = shop
-    truncate(storage.db)
+    url, db = shop
+    truncate(db)
     mariadb.execute("DELETE FROM shop_order", "django_shop")
     return url
 

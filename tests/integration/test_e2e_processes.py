@@ -16,7 +16,7 @@ from tidemq_broker.storages import open_storage
 
 
 def _success_count(storage, topic):
-    return storage.count_by_status(topic).get(topic, {}).get("SUCCESS", 0)
+    return storage.counts.count_by_status(topic).get(topic, {}).get("SUCCESS", 0)
 
 
 def test_two_workers_share_a_queue_and_run_every_message_once(settings, spawn, tmp_path):
@@ -42,7 +42,7 @@ def test_two_workers_share_a_queue_and_run_every_message_once(settings, spawn, t
         assert max(runs.values()) == 1, f"ran twice: {[i for i, n in runs.items() if n > 1][:10]}"
         pids = collections.Counter(pid for _, pid in lines)
         assert len(pids) == 2, "both workers should have taken a share"
-        assert storage.count_by_status("e2e.queue") == {"e2e.queue": {"SUCCESS": len(ids)}}
+        assert storage.counts.count_by_status("e2e.queue") == {"e2e.queue": {"SUCCESS": len(ids)}}
     finally:
         client.close()
         storage.close()
@@ -81,7 +81,7 @@ def test_broker_killed_with_sigkill_loses_no_acknowledged_message(settings, spaw
         # The dead broker's ephemeral node goes when its ZooKeeper session expires.
         wait_until(lambda: victim_address not in client.pool.addresses(), 30, 0.1, "the dead broker to leave discovery")
         stored_ids = set()
-        for status_counts in storage.count_by_status("kill.produce").values():
+        for status_counts in storage.counts.count_by_status("kill.produce").values():
             assert set(status_counts) == {"NEW"}
         from tidemq_broker.storage import MessageFilter
 

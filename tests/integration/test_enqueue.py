@@ -20,7 +20,7 @@ from tidemq import BatchConsumer, Message, MessageType, Worker, clock
 from tidemq.consumer import ConsumerSpec
 from tidemq.errors import ConfigurationError, DataTooLargeError, InvalidDelayError, InvalidTopicError
 from tidemq_broker.pulls import PullHub, long_poll
-from tidemq_broker.storage import NewRow, TopicSettings
+from tidemq_broker.storage import LockRequest, NewRow, Shard, TopicSettings
 from tidemq_broker.storages import open_storage
 
 
@@ -107,17 +107,17 @@ def test_rollback_stores_and_delivers_nothing_commit_is_delivered(app_engine, cl
         conn.execute(text("INSERT INTO app_order (item) VALUES ('lost')"))
         gone = tidemq.enqueue(conn, "enq.rollback", {"order": "lost"})
         conn.rollback()
-    assert broker.storage.get_message(gone) is None
+    assert broker.storage.reads.get_message(gone) is None
     assert consumer.pull(max_messages=10, wait=1.0) == []  # a long-poll: returns at once if anything came
 
     worker = received("enq.commit")
     with app_engine.begin() as conn:
         conn.execute(text("INSERT INTO app_order (item) VALUES ('kept')"))
         kept = tidemq.enqueue(conn, "enq.commit", {"order": "kept"})
-        assert broker.storage.get_message(kept) is None  # not visible before the commit
+        assert broker.storage.reads.get_message(kept) is None  # not visible before the commit
     assert worker.wait_for(kept).data == {"order": "kept"}
     assert _orders(app_engine) == ["kept"]
-    wait_until(lambda: broker.storage.get_message(kept).status == tidemq.MessageStatus.SUCCESS.value, 10,
+    wait_until(lambda: broker.storage.reads.get_message(kept).status == tidemq.MessageStatus.SUCCESS.value, 10,
                what="the ack")
 
 
@@ -125,7 +125,7 @@ def test_a_delayed_enqueue_runs_at_its_time_not_at_the_commit(app_engine, client
     worker = received("enq.delay")
     with app_engine.begin() as conn:
         msg_id = tidemq.enqueue(conn, "enq.delay", {"close": 1}, delay=0.8, retry=[1, "2m"])
-    stored = broker.storage.get_message(msg_id)
+    stored = broker.storage.reads.get_message(msg_id)
     assert stored.retry_remaining == 2 and stored.retry_schedule == [1.0, 120.0]
     assert stored.effect_time > clock.now()
     worker.wait_for(msg_id)
@@ -133,12 +133,12 @@ def test_a_delayed_enqueue_runs_at_its_time_not_at_the_commit(app_engine, client
 
 
 def test_the_topic_defaults_and_limits_apply_as_for_produce(app_engine, broker):
-    broker.storage.save_topic(TopicSettings("enq.small", retry_count=7, max_data_bytes=20), clock.now())
+    broker.storage.topics.save_topic(TopicSettings("enq.small", retry_count=7, max_data_bytes=20), clock.now())
     with app_engine.begin() as conn:
         msg_id = tidemq.enqueue(conn, "enq.small", "short")
         with pytest.raises(DataTooLargeError, match="limit is 20 bytes"):
             tidemq.enqueue(conn, "enq.small", "x" * 30)
-    assert broker.storage.get_message(msg_id).retry_remaining == 7
+    assert broker.storage.reads.get_message(msg_id).retry_remaining == 7
 
 
 def test_key_and_priority_are_stored_as_produce_stores_them(app_engine, broker):
@@ -147,7 +147,7 @@ def test_key_and_priority_are_stored_as_produce_stores_them(app_engine, broker):
         plain = tidemq.enqueue(conn, "enq.flow", {"n": 2})
         with pytest.raises(tidemq.ValidationError, match="from 0 to 9"):
             tidemq.enqueue(conn, "enq.flow", {}, priority=10)
-    stored = {m.id: m for m in (broker.storage.get_message(urgent), broker.storage.get_message(plain))}
+    stored = {m.id: m for m in (broker.storage.reads.get_message(urgent), broker.storage.reads.get_message(plain))}
     assert (stored[urgent].priority, stored[urgent].flow_key) == (9, "customer-42")
     assert (stored[plain].priority, stored[plain].flow_key) == (0, None)
 
@@ -168,8 +168,8 @@ def test_refused_input_leaves_the_transaction_usable_and_stores_nothing(app_engi
         conn.execute(text("INSERT INTO app_order (item) VALUES ('b')"))
         good = tidemq.enqueue(conn, "enq.bad", {"ok": True})
     assert _orders(app_engine) == ["a", "b"]
-    assert broker.storage.count_by_status("enq.bad") == {"enq.bad": {tidemq.MessageStatus.NEW.value: 1}}
-    assert broker.storage.get_message(good).data == '{"ok":true}'
+    assert broker.storage.counts.count_by_status("enq.bad") == {"enq.bad": {tidemq.MessageStatus.NEW.value: 1}}
+    assert broker.storage.reads.get_message(good).data == '{"ok":true}'
     with pytest.raises(ConfigurationError, match="not an Engine"):
         tidemq.enqueue(app_engine, "enq.bad", {})
 
@@ -180,7 +180,7 @@ def test_a_unique_key_returns_the_stored_id_within_and_across_transactions(app_e
         assert tidemq.enqueue(conn, "enq.key", {"n": 2}, unique_key="order-1") == first
     with app_engine.begin() as conn:
         assert tidemq.enqueue(conn, "enq.key", {"n": 3}, unique_key="order-1") == first
-    assert broker.storage.get_message(first).data == '{"n":1}'
+    assert broker.storage.reads.get_message(first).data == '{"n":1}'
     # A REPEATABLE READ snapshot taken before another transaction stored the key: the insert
     # still meets the committed row (inserts check keys against the latest version).
     with app_engine.execution_options(isolation_level="REPEATABLE READ").connect() as old:
@@ -189,7 +189,7 @@ def test_a_unique_key_returns_the_stored_id_within_and_across_transactions(app_e
             second = tidemq.enqueue(conn, "enq.key", {"n": 4}, unique_key="order-2")
         assert tidemq.enqueue(old, "enq.key", {"n": 5}, unique_key="order-2") == second
         old.commit()
-    assert broker.storage.get_message(second).data == '{"n":4}'
+    assert broker.storage.reads.get_message(second).data == '{"n":4}'
 
 
 @pytest.mark.parametrize("first_commits", [True, False])
@@ -204,12 +204,12 @@ def test_concurrent_transactions_with_one_key_store_one_message(app_engine, brok
         assert second.is_alive()
         one.commit() if first_commits else one.rollback()
         got = second.value()
-    stored = broker.storage.count_by_status("enq.race")["enq.race"]
+    stored = broker.storage.counts.count_by_status("enq.race")["enq.race"]
     assert stored == {tidemq.MessageStatus.NEW.value: 1}
     if first_commits:
-        assert got == first and broker.storage.get_message(first).data == '{"by":1}'
+        assert got == first and broker.storage.reads.get_message(first).data == '{"by":1}'
     else:
-        assert got != first and broker.storage.get_message(got).data == '{"by":2}'
+        assert got != first and broker.storage.reads.get_message(got).data == '{"by":2}'
 
 
 def _lock_waits(engine) -> int:
@@ -231,7 +231,7 @@ def test_an_orm_session_commits_the_order_and_its_delayed_close_together(app_eng
         msg_id = tidemq.enqueue(session, "order.close.session", {"order_id": order.id}, delay=0.3)
         session.commit()
         order_id = order.id
-    assert broker.storage.get_message(dropped) is None
+    assert broker.storage.reads.get_message(dropped) is None
     assert worker.wait_for(msg_id).data == {"order_id": order_id}
     assert _orders(app_engine) == ["book"]
     assert dropped not in worker.messages
@@ -250,7 +250,7 @@ def test_a_plain_pymysql_connection(pymysql_connect, app_engine, client, broker,
     assert tidemq.enqueue(conn, "enq.pymysql", {"n": 2}, unique_key="pen") == msg_id
     conn.commit()
     assert worker.wait_for(msg_id).data == {"n": 1}
-    assert broker.storage.get_message(gone) is None and _orders(app_engine) == ["pen"]
+    assert broker.storage.reads.get_message(gone) is None and _orders(app_engine) == ["pen"]
 
     auto = pymysql_connect(autocommit=True)
     with pytest.raises(ConfigurationError, match="autocommit"):
@@ -265,7 +265,7 @@ def test_a_waiting_pull_learns_of_a_commit_that_came_after_a_higher_id(mysql_url
     """The enqueue's id is older than a message committed meanwhile; only the hub's watch of
     recent inserts (not a high-water mark, not the slow re-checks, disabled here) can see it."""
     storage = open_storage(mysql_url)
-    hub = PullHub(storage, probe_interval=0.02, recheck=60, earliest_every=10**9)
+    hub = PullHub(storage.probes, probe_interval=0.02, recheck=60, earliest_every=10**9)
     hub.start()
     topic = "enq.gap"
     attempts: list[int] = []
@@ -273,7 +273,8 @@ def test_a_waiting_pull_learns_of_a_commit_that_came_after_a_higher_id(mysql_url
 
     def attempt():
         attempts.append(1)
-        return storage.lock_batch(topic, 0, 1, 10, 30, "c", clock.now()) if committed.is_set() else []
+        return storage.leases.lock_batch(LockRequest(Shard(topic), "c", 30, clock.now(),
+                                                     limit=10)) if committed.is_set() else []
 
     try:
         poll = InThread(long_poll, hub, time.monotonic() + 30, attempt, lambda: None, topic)
@@ -281,7 +282,7 @@ def test_a_waiting_pull_learns_of_a_commit_that_came_after_a_higher_id(mysql_url
         wait_until(lambda: len(attempts) >= 2 and hub._waiters.get(topic), 10, what="the pull to wait again")
         with app_engine.connect() as conn:
             enqueued = tidemq.enqueue(conn, topic, {"late": True})
-            higher = storage.insert_messages([NewRow("enq.other", "{}", clock.now(), 0)], clock.now())[0]
+            higher = storage.messages.insert_messages([NewRow("enq.other", "{}", clock.now(), 0)], clock.now())[0]
             assert higher > enqueued
             wait_until(lambda: hub._inserts.gaps >= 1, 10, what="the watch to pass over the uncommitted id")
             committed.set()
@@ -306,10 +307,10 @@ def test_the_checkout_example_commits_an_order_with_its_delayed_close_or_neither
             order_id, message_id = checkout.place_order(conn, "book")
         with engine.connect() as conn:
             assert list(conn.execute(text("SELECT id, item FROM example_order"))) == [(order_id, "book")]
-        stored = broker.storage.get_message(message_id)
+        stored = broker.storage.reads.get_message(message_id)
         assert stored.data == f'{{"order_id":{order_id}}}' and stored.topic == "example.order.close"
         assert stored.effect_time > clock.now() + timedelta(seconds=checkout.PAYMENT_WINDOW - 60)
-        assert broker.storage.count_by_status("example.order.close")["example.order.close"] == {
+        assert broker.storage.counts.count_by_status("example.order.close")["example.order.close"] == {
             tidemq.MessageStatus.NEW.value: 1}
     finally:
         checkout.metadata.drop_all(engine)

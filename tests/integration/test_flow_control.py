@@ -67,7 +67,7 @@ def finish(client, store, topic, ids, log, timeout=90):
 
 def test_running_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp_path, store):
     topic = "it.flow.running"
-    store.set_topic_limits(topic, FlowLimits(max_running=3), clock.now())
+    store.topics.set_topic_limits(topic, FlowLimits(max_running=3), clock.now())
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(90))), sleep=0.1)
     entries = finish(client, store, topic, ids, log)
@@ -78,7 +78,7 @@ def test_running_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp
 
 def test_per_key_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp_path, store):
     topic = "it.flow.key"
-    store.set_topic_limits(topic, FlowLimits(max_running_per_key=2), clock.now())
+    store.topics.set_topic_limits(topic, FlowLimits(max_running_per_key=2), clock.now())
     keys = [f"customer-{i % 3}" for i in range(60)]
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(60)), keys=keys), sleep=0.1)
@@ -91,13 +91,13 @@ def test_per_key_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp
 
 def test_started_rate_stays_within_a_tenth_of_the_limit(mysql_url, zk_hosts, spawn, tmp_path, store):
     topic, rate, n = "it.flow.rate", 20.0, 120
-    store.set_topic_limits(topic, FlowLimits(rate_per_second=rate), clock.now())
+    store.topics.set_topic_limits(topic, FlowLimits(rate_per_second=rate), clock.now())
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(n))), sleep=0.01)
     finish(client, store, topic, ids, log)
     # The limit is on leases, stamped by the brokers' clock; handler starts in the workers follow
     # them, later and less evenly on a loaded machine.
-    starts = sorted(store.get_message(i).start_time.timestamp() for i in ids)
+    starts = sorted(store.reads.get_message(i).start_time.timestamp() for i in ids)
     # The slope of leases over time (least squares): a pull takes what accrued since the last
     # one, so leases come in clumps, and a first-to-last rate moves by a clump at either end.
     mean_t, mean_k = statistics.fmean(starts), (len(starts) - 1) / 2

@@ -62,11 +62,11 @@ def test_extend_moves_every_lease_still_held_in_one_call(client, broker):
     token = uuid.uuid4().hex
     got = client.pull("hb.extend", "c", max_messages=2, wait=5, ttr=5, lease_token=token)
     assert sorted(d.id for d in got) == ids
-    before = broker.storage.get_message(ids[0]).lease_expire
+    before = broker.storage.reads.get_message(ids[0]).lease_expire
     extended = client.extend([LeaseRef(ids[0], token), LeaseRef(ids[1], uuid.uuid4().hex)], 600, "c")
     assert extended == [True, False]  # the second names a token it was not leased under
-    assert (broker.storage.get_message(ids[0]).lease_expire - before).total_seconds() > 500
-    assert broker.storage.get_message(ids[1]).lease_expire < broker.storage.get_message(ids[0]).lease_expire
+    assert (broker.storage.reads.get_message(ids[0]).lease_expire - before).total_seconds() > 500
+    assert broker.storage.reads.get_message(ids[1]).lease_expire < broker.storage.reads.get_message(ids[0]).lease_expire
 
 
 @pytest.mark.parametrize("leases, ttr, words", [

@@ -32,17 +32,17 @@ def test_a_retry_on_another_broker_gets_the_first_answer_and_stores_nothing(two_
     answer = list(first.Produce(_request("call-1"), timeout=10).ids)
     assert list(second.Produce(_request("call-1"), timeout=10).ids) == answer  # the retry, elsewhere
     assert list(first.Produce(_request("call-1"), timeout=10).ids) == answer  # and on the same broker
-    assert storage.count_by_status("t.idem") == {"t.idem": {"NEW": 3}}
+    assert storage.counts.count_by_status("t.idem") == {"t.idem": {"NEW": 3}}
     other = list(second.Produce(_request("call-2"), timeout=10).ids)
     assert not set(other) & set(answer)
-    assert storage.count_by_status("t.idem") == {"t.idem": {"NEW": 6}}
+    assert storage.counts.count_by_status("t.idem") == {"t.idem": {"NEW": 6}}
 
 
 def test_calls_without_a_request_id_are_not_deduplicated(two_brokers):
     (first, _), storage = two_brokers
     first.Produce(_request("", 2, "t.idem.none"), timeout=10)
     first.Produce(_request("", 2, "t.idem.none"), timeout=10)
-    assert storage.count_by_status("t.idem.none") == {"t.idem.none": {"NEW": 4}}
+    assert storage.counts.count_by_status("t.idem.none") == {"t.idem.none": {"NEW": 4}}
 
 
 @pytest.mark.parametrize("request_id, words", [
@@ -54,7 +54,7 @@ def test_a_malformed_request_id_is_refused_and_nothing_is_stored(two_brokers, re
     with pytest.raises(grpc.RpcError) as caught:
         first.Produce(_request(request_id, 1, "t.idem.bad"), timeout=10)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in caught.value.details()
-    assert storage.count_by_status("t.idem.bad") == {}
+    assert storage.counts.count_by_status("t.idem.bad") == {}
 
 
 def test_a_request_id_reused_for_a_different_call_is_refused(two_brokers):
@@ -64,7 +64,7 @@ def test_a_request_id_reused_for_a_different_call_is_refused(two_brokers):
         second.Produce(_request("call-9", 2, "t.idem.reuse"), timeout=10)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "already used for a Produce call of 3 messages" in caught.value.details()
-    assert storage.count_by_status("t.idem.reuse") == {"t.idem.reuse": {"NEW": 3}}
+    assert storage.counts.count_by_status("t.idem.reuse") == {"t.idem.reuse": {"NEW": 3}}
 
 
 def test_the_client_names_every_produce_call(client, broker):
@@ -86,15 +86,15 @@ def test_only_the_produce_connections_take_several_statements_in_one_string(mysq
     from pymysql.constants import CLIENT
     from sqlalchemy.exc import DBAPIError
 
-    from tidemq_broker.storages import open_storage
+    from tests.sqldb import open_sql
 
-    storage = open_storage(mysql_url)
+    storage, db = open_sql(mysql_url)
     try:
-        with storage.db.engine.connect() as conn:  # the console's and every other path's
+        with db.engine.connect() as conn:  # the console's and every other path's
             assert not conn.connection.dbapi_connection.client_flag & CLIENT.MULTI_STATEMENTS
             with pytest.raises(DBAPIError):
                 conn.exec_driver_sql("SELECT 1; SELECT 2")  # a stacked statement is a syntax error here
-        with storage.db.produce_engine.connect() as conn:
+        with db.produce_engine.connect() as conn:
             assert conn.connection.dbapi_connection.client_flag & CLIENT.MULTI_STATEMENTS
     finally:
         storage.close()

@@ -24,7 +24,7 @@ def test_a_worker_process_logs_json_lines_naming_the_message_and_its_trace(setti
     with trace.get_tracer("app").start_as_current_span("checkout") as parent:
         msg_id = client.produce("logs.json", {"order": 42}, retry=[0.1])
     trace_id = format(parent.get_span_context().trace_id, "032x")
-    wait_until(lambda: broker.storage.get_message(msg_id).status == "SUCCESS", 30, what="the retry to succeed")
+    wait_until(lambda: broker.storage.reads.get_message(msg_id).status == "SUCCESS", 30, what="the retry to succeed")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
 

@@ -11,6 +11,7 @@ import time
 from tests.background import InThread
 from tests.servers import wait_until
 from tidemq import BatchConsumer, clock
+from tidemq_broker.storage import LockRequest, Shard
 
 
 def test_a_message_released_elsewhere_below_the_floor_is_still_delivered(client, broker):
@@ -20,14 +21,15 @@ def test_a_message_released_elsewhere_below_the_floor_is_still_delivered(client,
     consumer.ack(succeeded=[first])
     msg_id = client.produce("t.floor.audit", {"n": 1})
     # Leased and released behind the broker's back, as another broker would.
-    [leased] = broker.storage.lock_batch("t.floor.audit", 0, 1, 1, 60, "elsewhere", clock.now())
+    [leased] = broker.storage.leases.lock_batch(LockRequest(Shard("t.floor.audit"), "elsewhere", 60, clock.now(),
+                                                            limit=1))
     assert leased.id == msg_id
     pull = InThread(lambda: consumer.pull(max_messages=1, wait=30.0))
     wait_until(lambda: broker.hub._waiters.get("t.floor.audit"), 10, what="a waiting pull")
     # The probe sees nothing pending and raises the floor past the message's effect time.
     wait_until(lambda: (broker.hub.hints.get("t.floor.audit").floor or leased.effect_time) > leased.effect_time, 10,
                what="the floor to pass the leased message")
-    broker.storage.release(leased.lease_token, clock.now(), "elsewhere")
+    broker.storage.leases.release(leased.lease_token, clock.now(), "elsewhere")
     released = time.monotonic()
     [got] = pull.value(30)
     # Functional bound: the probe runs every second; a floor nobody corrects would strand it.

@@ -9,10 +9,9 @@ from sqlalchemy import delete, insert, inspect, select, update
 from tidemq import clock
 from tidemq_broker.migrations import upgrade
 from tidemq_broker.schema import SCHEMA_VERSION, message as m, schema_version as v
-from tidemq_broker.storage import AckItem, MessageFilter, NewRow, TopicSettings
-from tidemq_broker.storages import open_storage
+from tidemq_broker.storage import AckItem, LockRequest, MessageFilter, NewRow, Shard, TopicSettings
+from tidemq_broker.storages import open_database, open_storage, sql_storage
 from tidemq.lifecycle import next_delay
-from tidemq_broker.storages.admin_sql import AdminSqlStore
 
 DROPPED = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease", "idx_message_topic_status_id"}
 
@@ -25,13 +24,14 @@ def old_store(request, tmp_path):
         url = f"sqlite:///{tmp_path}/v1.sqlite3"
     else:
         url = request.getfixturevalue("mariadb").create_database(f"migrate_{tmp_path.name[-12:]}".replace("-", "_"))
-    store = open_storage(url)
-    store.create_schema()
+    db = open_database(url)
+    store = sql_storage(db)
+    store.schema.create_schema()
     now = clock.now()
-    ids = store.insert_messages([NewRow("mig", str(i), now, 0) for i in range(3)], now)
-    leased = store.lock_batch("mig", 0, 1, 2, 30, "c", now)
-    store.ack([AckItem(leased[0].id, leased[0].lease_token, True)], now, "c", "b", TopicSettings)
-    with store.db.engine.begin() as conn:
+    ids = store.messages.insert_messages([NewRow("mig", str(i), now, 0) for i in range(3)], now)
+    leased = store.leases.lock_batch(LockRequest(Shard("mig"), "c", 30, now, limit=2))
+    store.acks.ack([AckItem(leased[0].id, leased[0].lease_token, True)], now, "c", "b", TopicSettings)
+    with db.engine.begin() as conn:
         for name, columns in (("idx_message_lease_token", "lease_token"), ("idx_message_status_id", "status, id"),
                               ("idx_message_status_lease", "status, lease_expire"),
                               ("idx_message_topic_status_id", "topic, status, id")):
@@ -43,42 +43,42 @@ def old_store(request, tmp_path):
         conn.execute(update(m).where(m.c.id == leased[0].id).values(lease_expire=clock.after(now, 30)))
         conn.execute(delete(v))
         conn.execute(insert(v).values(version=1, applied_at=now))
-    yield store, ids, leased
+    yield store, db, ids, leased
     store.close()
 
 
-def _indexes(store):
-    return {ix["name"] for ix in inspect(store.db.engine).get_indexes(m.name)}
+def _indexes(db):
+    return {ix["name"] for ix in inspect(db.engine).get_indexes(m.name)}
 
 
 def test_upgrade_applies_version_2_once(old_store):
-    store, ids, leased = old_store
-    assert DROPPED <= _indexes(store)
-    store.create_schema()  # what a starting broker does: it must not claim the new version
-    assert store.schema_version() == 1
+    store, db, ids, leased = old_store
+    assert DROPPED <= _indexes(db)
+    store.schema.create_schema()  # what a starting broker does: it must not claim the new version
+    assert store.schema.schema_version() == 1
 
-    applied = upgrade(store)
+    applied = upgrade(store.schema)
     assert [step.split(":")[0] for step in applied] == [str(n) for n in range(2, SCHEMA_VERSION + 1)]
-    assert store.schema_version() == SCHEMA_VERSION
-    assert not DROPPED & _indexes(store) and "idx_message_topic_status_lease" in _indexes(store)
-    assert "tidemq_produce_request" in inspect(store.db.engine).get_table_names()
-    assert "trace_context" in {column["name"] for column in inspect(store.db.engine).get_columns(m.name)}
-    done, running, new = (store.get_message(i) for i in (leased[0].id, leased[1].id, ids[2]))
+    assert store.schema.schema_version() == SCHEMA_VERSION
+    assert not DROPPED & _indexes(db) and "idx_message_topic_status_lease" in _indexes(db)
+    assert "tidemq_produce_request" in inspect(db.engine).get_table_names()
+    assert "trace_context" in {column["name"] for column in inspect(db.engine).get_columns(m.name)}
+    done, running, new = (store.reads.get_message(i) for i in (leased[0].id, leased[1].id, ids[2]))
     assert (done.status, done.lease_expire) == ("SUCCESS", None)
     assert running.status == "RUNNING" and running.lease_expire is not None  # a live lease is kept
     assert new.status == "NEW" and new.data == "2"
-    console = AdminSqlStore(store.db)
+    console = store.console
     assert [msg.id for msg in console.list_page(MessageFilter(status="SUCCESS"), 10).messages] == [done.id]
-    assert upgrade(store) == []
-    with store.db.engine.connect() as conn:
+    assert upgrade(store.schema) == []
+    with db.engine.connect() as conn:
         assert sorted(conn.execute(select(v.c.version)).scalars()) == list(range(1, SCHEMA_VERSION + 1))
 
 
 def test_a_new_database_starts_at_the_current_version(tmp_path):
     store = open_storage(f"sqlite:///{tmp_path}/new.sqlite3")
     try:
-        assert upgrade(store) == []
-        assert store.schema_version() == SCHEMA_VERSION
+        assert upgrade(store.schema) == []
+        assert store.schema.schema_version() == SCHEMA_VERSION
     finally:
         store.close()
 

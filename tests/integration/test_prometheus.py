@@ -72,9 +72,9 @@ def test_prometheus_counts_and_lateness_agree_with_the_database(settings, spawn,
             thread.join(120)
         client.produce_many(TOPIC, [{"far": n} for n in range(FAR)], delay=3600)
         handled = IMMEDIATE + DELAYED
-        wait_until(lambda: storage.count_by_status(TOPIC).get(TOPIC, {}).get("SUCCESS") == handled, 120, 0.1,
+        wait_until(lambda: storage.counts.count_by_status(TOPIC).get(TOPIC, {}).get("SUCCESS") == handled, 120, 0.1,
                    "every due message SUCCESS")
-        stored = sum(storage.count_by_status(TOPIC)[TOPIC].values())
+        stored = sum(storage.counts.count_by_status(TOPIC)[TOPIC].values())
         assert stored == handled + FAR
 
         # Counters: Prometheus catches up within a few scrapes.

@@ -21,7 +21,7 @@ def test_declare_in_code_is_idempotent_and_bad_input_names_the_form(client, brok
                            timezone="Europe/Berlin", missed="skip", retry=2) is True
     assert client.schedule("reports", "reports.daily", "0 6 * * 1-5", {"kind": "daily"},
                            timezone="Europe/Berlin", missed="skip", retry=2) is False
-    stored = broker.storage.get_schedule("reports")
+    stored = broker.storage.schedules.get_schedule("reports")
     assert (stored.topic, stored.cron, stored.timezone, stored.data, stored.missed, stored.retry) == \
         ("reports.daily", "0 6 * * 1-5", "Europe/Berlin", '{"kind":"daily"}', "skip", 2)
     with pytest.raises(InvalidScheduleError, match="5 fields"):
@@ -30,7 +30,7 @@ def test_declare_in_code_is_idempotent_and_bad_input_names_the_form(client, brok
         client.schedule("bad", "reports.daily", "0 6 * * *", timezone="Berlin/Mitte")
     with pytest.raises(InvalidTopicError):
         client.schedule("bad", "bad topic", "0 6 * * *")
-    assert broker.storage.get_schedule("bad") is None
+    assert broker.storage.schedules.get_schedule("bad") is None
 
 
 def test_a_consumer_declared_with_a_schedule_receives_its_ticks(client, broker):
@@ -44,7 +44,7 @@ def test_a_consumer_declared_with_a_schedule_receives_its_ticks(client, broker):
 
     worker = Worker(registered_consumers(), client=client).start()
     try:
-        assert broker.storage.get_schedule("sched.consumer").cron == "* * * * * *"
+        assert broker.storage.schedules.get_schedule("sched.consumer").cron == "* * * * * *"
         assert done.wait(30), "three ticks within 30 s"
     finally:
         worker.stop()

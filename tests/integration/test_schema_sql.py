@@ -25,7 +25,7 @@ def _tables(mariadb, database):
 def test_schema_sql_matches_the_metadata(mariadb):
     from_code = mariadb.create_database("drift_code")
     storage = open_storage(from_code)
-    storage.create_schema()
+    storage.schema.create_schema()
     storage.close()
     mariadb.create_database("drift_sql")
     for statement in SCHEMA_SQL.read_text().split(";\n"):

@@ -21,9 +21,8 @@ from tidemq.link import AckItem, LeaseRef
 from tidemq_broker.auth import new_token, token_hash
 from tidemq_broker.server import BrokerServer
 from tidemq_broker.storage import AckItem as StoredAck
-from tidemq_broker.storage import NewRow, TopicSettings
+from tidemq_broker.storage import LockRequest, NewRow, Shard, TopicSettings
 from tidemq_broker.storages import open_storage
-from tidemq_broker.storages.principals import PrincipalStore
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,7 @@ def _client(broker, **settings_fields):
 
 def _principal(store, name, role, topics=("orders.*",)):
     token = new_token()
-    PrincipalStore(store.db).add(name, role, tuple(topics), token_hash(token), clock.now())
+    store.principals.add(name, role, tuple(topics), token_hash(token), clock.now())
     return token
 
 
@@ -69,7 +68,7 @@ def test_a_tls_broker_serves_verifying_clients_and_refuses_plaintext_and_untrust
         clients.append(untrusting)
         with pytest.raises(BrokerUnavailableError, match="CERTIFICATE_VERIFY_FAILED.*TLS failed"):
             untrusting.produce("tls.t", {"n": 3}, timeout=2)
-        assert broker.storage.count_by_status("tls.t")["tls.t"] == {"NEW": 1}
+        assert broker.storage.counts.count_by_status("tls.t")["tls.t"] == {"NEW": 1}
     finally:
         for c in clients:
             c.close()
@@ -93,7 +92,7 @@ def test_mutual_tls_requires_a_client_certificate_the_ca_signed(settings, pki):
         known = _client(broker, tls_ca=ca.ca, tls_cert=client_pair.cert, tls_key=client_pair.key)
         clients.append(known)
         assert known.produce("mtls.t", 3) > 0
-        assert broker.storage.count_by_status("mtls.t")["mtls.t"] == {"NEW": 1}
+        assert broker.storage.counts.count_by_status("mtls.t")["mtls.t"] == {"NEW": 1}
     finally:
         for c in clients:
             c.close()
@@ -122,19 +121,20 @@ class Case:
     def __init__(self, store, rpc, topic):
         self.store, self.rpc, self.topic = store, rpc, topic
         now = clock.now()
-        [self.id] = store.insert_messages([NewRow(topic, '{"k": 1}', now, 0)], now)
+        [self.id] = store.messages.insert_messages([NewRow(topic, '{"k": 1}', now, 0)], now)
         self.token = ""
         if rpc in ("Ack", "Touch", "Extend", "Release", "Requeue"):
-            [leased] = store.lock_batch(topic, 0, 1, 1, 30, "setup", now)
+            [leased] = store.leases.lock_batch(LockRequest(Shard(topic), "setup", 30, now, limit=1))
             self.token = leased.lease_token
         if rpc == "Requeue":
-            store.ack([StoredAck(self.id, self.token, False, "setup")], now, "setup", "setup", TopicSettings)
+            store.acks.ack([StoredAck(self.id, self.token, False, "setup")], now, "setup", "setup", TopicSettings)
         self.before = self.snapshot()
 
     def snapshot(self):
-        m = self.store.get_message(self.id)  # None once cancelled
-        counts = self.store.count_by_status(self.topic).get(self.topic, {})
-        return (m and (m.status, m.version, m.lease_expire, m.trace)), counts, self.store.get_schedule(self.topic)
+        m = self.store.reads.get_message(self.id)  # None once cancelled
+        counts = self.store.counts.count_by_status(self.topic).get(self.topic, {})
+        return (m and (m.status, m.version, m.lease_expire,
+                       m.trace)), counts, self.store.schedules.get_schedule(self.topic)
 
     def call(self, client):
         return {
@@ -159,7 +159,7 @@ def auth_broker(settings):
 
 def test_every_rpc_without_a_token_with_a_wrong_one_and_with_a_revoked_one_is_unauthenticated(auth_broker, store):
     revoked = _principal(store, "gone", "admin", ["*"])
-    PrincipalStore(store.db).revoke("gone", clock.now())
+    store.principals.revoke("gone", clock.now())
     wrong = new_token()
     for label, token in (("no token", ""), ("wrong token", wrong), ("revoked token", revoked)):
         client = _client(auth_broker, token=token)
@@ -320,8 +320,8 @@ def test_a_forbidden_topic_in_a_shared_produce_call_fails_only_its_own_caller(au
             t.join(30)
         assert isinstance(results["3"], PermissionDeniedError)
         assert all(isinstance(results[f"{k}"], list) for k in range(8) if k != 3), results
-        assert store.count_by_status("orders.shared")["orders.shared"] == {"NEW": 350}
-        assert "billing.x" not in store.count_by_status("billing.x")
+        assert store.counts.count_by_status("orders.shared")["orders.shared"] == {"NEW": 350}
+        assert "billing.x" not in store.counts.count_by_status("billing.x")
     finally:
         client.close()
 
@@ -346,7 +346,7 @@ def test_a_worker_process_consumes_through_tls_with_a_token(settings, pki, store
                    what="the worker registered")
         ids = producer.produce_many("jobs.secure", [{"n": n} for n in range(200)])
         wait_until(lambda: {e.id for e in read_log(log)} >= set(ids), 60, 0.1, "200 messages run")
-        wait_until(lambda: store.count_by_status("jobs.secure")["jobs.secure"] == {"SUCCESS": 200}, 30,
+        wait_until(lambda: store.counts.count_by_status("jobs.secure")["jobs.secure"] == {"SUCCESS": 200}, 30,
                    what="200 acks stored")
     finally:
         producer.close()
@@ -429,7 +429,7 @@ def test_large_anonymous_requests_cost_the_broker_no_memory_while_a_client_keeps
         # request, under the 64 MiB limit), and 10,000 small ones.
         assert len(client.produce_many("steady.bulk", ["y" * 999_990] * 60, timeout=120)) == 60
         assert len(client.produce_many("steady.many", [{"i": i} for i in range(10_000)], timeout=120)) == 10_000
-        counts = store.count_by_status()
+        counts = store.counts.count_by_status()
         assert counts["steady.bulk"] == {"NEW": 60} and counts["steady.many"] == {"NEW": 10_000}
         assert counts["steady.t"] == {"NEW": 20 + len(produced)}
     finally:

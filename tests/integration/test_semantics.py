@@ -9,7 +9,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 
 from tests.servers import wait_until
 from tidemq import BatchConsumer, Client, Message, MessageType, Worker
@@ -27,7 +27,7 @@ def run_worker(client, topic, handler, type=MessageType.QUEUE, **options):
 
 
 def status_of(broker, msg_id):
-    return broker.storage.get_message(msg_id).status
+    return broker.storage.reads.get_message(msg_id).status
 
 
 def test_no_message_runs_before_its_effect_time_and_lateness_is_small(client, broker):
@@ -59,7 +59,7 @@ def test_no_message_runs_before_its_effect_time_and_lateness_is_small(client, br
 
 def test_delays_of_years_are_stored_and_not_delivered(client, broker):
     far = client.produce("delay.far", {"x": 1}, delay=9.9 * 365 * 86400)
-    stored = broker.storage.get_message(far)
+    stored = broker.storage.reads.get_message(far)
     assert stored.effect_time > clock.now() + timedelta(days=3600)
     consumer = BatchConsumer("delay.far", client=client)
     assert consumer.pull(max_messages=10, wait=0.3) == []
@@ -85,7 +85,7 @@ def test_failures_follow_the_retry_schedule_then_succeed(client, broker):
     assert [a for a, _ in attempts] == [1, 2, 3]
     gaps = [b - a for (_, a), (_, b) in zip(attempts, attempts[1:])]
     assert gaps[0] >= 0.3 and gaps[1] >= 0.6, f"retried earlier than scheduled: {gaps}"
-    stored = broker.storage.get_message(msg_id)
+    stored = broker.storage.reads.get_message(msg_id)
     events = [e["event"] for e in trace.parse(stored.trace)]
     assert events == ["PRODUCED", "LOCKED", "RETRY", "LOCKED", "RETRY", "LOCKED", "SUCCESS"]
     assert "error=ValueError:_attempt_1_failed" in stored.trace
@@ -93,7 +93,8 @@ def test_failures_follow_the_retry_schedule_then_succeed(client, broker):
 
 
 def test_topic_default_backoff_then_fail_is_a_dead_letter_that_can_be_requeued(client, broker):
-    broker.storage.save_topic(TopicSettings("retry.default", retry_count=2, retry_base=0.05, retry_max=0.2), clock.now())
+    broker.storage.topics.save_topic(TopicSettings("retry.default", retry_count=2, retry_base=0.05, retry_max=0.2),
+                                     clock.now())
     broker.topics.refresh()
     failures = []
 
@@ -105,7 +106,7 @@ def test_topic_default_backoff_then_fail_is_a_dead_letter_that_can_be_requeued(c
     try:
         msg_id = client.produce("retry.default", {"n": 1})  # retry=None: the topic's count (2)
         wait_until(lambda: status_of(broker, msg_id) == "FAIL", 15, what="FAIL after retries")
-        stored = broker.storage.get_message(msg_id)
+        stored = broker.storage.reads.get_message(msg_id)
         assert failures == [1, 2, 3] and stored.retry_remaining == 0
         fail_line = [e for e in trace.parse(stored.trace) if e["event"] == "FAIL"][0]
         assert len(fail_line["error"]) <= trace.ERROR_TEXT_LIMIT + 3
@@ -113,7 +114,7 @@ def test_topic_default_backoff_then_fail_is_a_dead_letter_that_can_be_requeued(c
         wait_until(lambda: len(failures) == 4, 10, what="the requeued message to run again")
         wait_until(lambda: status_of(broker, msg_id) == "FAIL", 10, what="FAIL again")
         assert client.requeue(topic="retry.default") == 1
-        assert "REQUEUED" in broker.storage.get_message(msg_id).trace
+        assert "REQUEUED" in broker.storage.reads.get_message(msg_id).trace
     finally:
         worker.stop()
 
@@ -127,7 +128,7 @@ def test_expired_lease_is_delivered_again_and_the_late_ack_is_refused(client, br
     assert again.id == held.id == msg_id and again.attempt == 2
     assert first.ack(succeeded=[msg_id]).stale == [msg_id]
     assert second.ack(succeeded=[msg_id]).applied == [msg_id]
-    stored = broker.storage.get_message(msg_id)
+    stored = broker.storage.reads.get_message(msg_id)
     assert stored.status == "SUCCESS" and stored.trace.count("SUCCESS") == 1
     assert "lost_by=slow-consumer" in stored.trace
 
@@ -143,7 +144,7 @@ def test_an_abandoned_pull_is_given_back_by_the_token_its_caller_chose(client, b
     assert client.release(token, "leaver") == 0
     again = BatchConsumer("release.t", client=client).pull(max_messages=10, wait=5)
     assert sorted(m.id for m in again) == ids and {m.attempt for m in again} == {1}
-    assert "RELEASED consumer=leaver" in broker.storage.get_message(ids[0]).trace
+    assert "RELEASED consumer=leaver" in broker.storage.reads.get_message(ids[0]).trace
 
 
 def test_touch_extends_the_lease(client, broker):
@@ -151,7 +152,7 @@ def test_touch_extends_the_lease(client, broker):
     consumer = BatchConsumer("lease.touch", ttr=2, client=client)
     [msg] = consumer.pull(max_messages=1, wait=5)
     assert msg.touch(120)
-    assert broker.storage.get_message(msg_id).lease_expire > clock.now() + timedelta(seconds=100)
+    assert broker.storage.reads.get_message(msg_id).lease_expire > clock.now() + timedelta(seconds=100)
     assert consumer.ack(succeeded=[msg_id]).applied == [msg_id]
     assert not msg.touch(120)  # finished: nothing to extend
 
@@ -162,7 +163,7 @@ def test_cancel_only_removes_pending_messages(client, broker):
     consumer = BatchConsumer("cancel.t", client=client)
     assert [m.id for m in consumer.pull(max_messages=5, wait=5)] == [running]
     assert client.cancel(pending) is True
-    assert broker.storage.get_message(pending) is None
+    assert broker.storage.reads.get_message(pending) is None
     assert client.cancel(running) is False and status_of(broker, running) == "RUNNING"
     consumer.ack(succeeded=[running])
     assert client.cancel(running) is False and status_of(broker, running) == "SUCCESS"
@@ -176,7 +177,7 @@ def test_batch_consumer_acks_mixed_outcomes_in_one_call(client, broker):
     assert sorted(m.id for m in got) == ids
     result = consumer.ack(succeeded=ids[:7], failed={i: "bad row" for i in ids[7:]})
     assert sorted(result.applied) == ids and result.stale == []
-    assert broker.storage.count_by_status("batch.mixed") == {"batch.mixed": {"SUCCESS": 7, "FAIL": 3}}
+    assert broker.storage.counts.count_by_status("batch.mixed") == {"batch.mixed": {"SUCCESS": 7, "FAIL": 3}}
 
 
 def test_concurrent_duplicates_through_two_brokers_store_one_message(settings, broker):
@@ -198,7 +199,7 @@ def test_concurrent_duplicates_through_two_brokers_store_one_message(settings, b
         for t in threads:
             t.join()
         assert len(results) == 8 and len(set(results)) == 1
-        assert broker.storage.count_by_status("dedup.t") == {"dedup.t": {"NEW": 1}}
+        assert broker.storage.counts.count_by_status("dedup.t") == {"dedup.t": {"NEW": 1}}
     finally:
         for c in clients:
             c.close()
@@ -206,18 +207,18 @@ def test_concurrent_duplicates_through_two_brokers_store_one_message(settings, b
 
 
 def test_paused_topic_accepts_but_does_not_deliver(client, broker):
-    broker.storage.save_topic(TopicSettings("paused.t", paused=True), clock.now())
+    broker.storage.topics.save_topic(TopicSettings("paused.t", paused=True), clock.now())
     broker.topics.refresh()
     msg_id = client.produce("paused.t", {})
     consumer = BatchConsumer("paused.t", client=client)
     assert consumer.pull(max_messages=5, wait=0.5) == []
-    broker.storage.save_topic(TopicSettings("paused.t", paused=False), clock.now())
+    broker.storage.topics.save_topic(TopicSettings("paused.t", paused=False), clock.now())
     broker.topics.refresh()
     assert [m.id for m in consumer.pull(max_messages=5, wait=5)] == [msg_id]
 
 
 def test_topic_max_data_size_is_enforced_by_the_broker(client, broker):
-    broker.storage.save_topic(TopicSettings("small.t", max_data_bytes=64), clock.now())
+    broker.storage.topics.save_topic(TopicSettings("small.t", max_data_bytes=64), clock.now())
     broker.topics.refresh()
     with pytest.raises(DataTooLargeError, match="limit is 64 bytes"):
         client.produce("small.t", "y" * 100)
@@ -238,13 +239,14 @@ def test_idle_waiting_consumers_cost_the_broker_a_fixed_rate_of_queries(client, 
     for t in threads:
         t.start()
     time.sleep(1.0)  # let every pull reach its wait; the count below starts after that
-    event.listen(broker.storage.db.engine, "before_cursor_execute", listener)
+    # Every engine of the process: the broker's storage is the only one working meanwhile.
+    event.listen(Engine, "before_cursor_execute", listener)
     try:
         window = 4.0
         time.sleep(window)
         rate = len(statements) / window
     finally:
-        event.remove(broker.storage.db.engine, "before_cursor_execute", listener)
+        event.remove(Engine, "before_cursor_execute", listener)
         stop.set()
         client.produce_many("idle.t0", [{}] * 1)
         client.produce_many("idle.t1", [{}] * 1)

@@ -9,24 +9,24 @@ import threading
 from sqlalchemy import text
 
 from tests.servers import wait_until
+from tests.sqldb import open_sql
 from tidemq import clock
-from tidemq_broker.storage import NewRow, TopicSettings
-from tidemq_broker.storages import open_storage
+from tidemq_broker.storage import LockRequest, NewRow, Shard, TopicSettings
 
 
 def test_a_serial_lease_waits_for_the_topics_row_lock(mysql_url):
-    storage = open_storage(mysql_url)
+    storage, db = open_sql(mysql_url)
     try:
         now = clock.now()
-        storage.save_topic(TopicSettings("t.serial.lock"), now)
-        storage.insert_messages([NewRow("t.serial.lock", str(n), now, 0) for n in range(2)], now)
+        storage.topics.save_topic(TopicSettings("t.serial.lock"), now)
+        storage.messages.insert_messages([NewRow("t.serial.lock", str(n), now, 0) for n in range(2)], now)
         result: list = []
-        with storage.db.engine.connect() as holder:
+        with db.engine.connect() as holder:
             holder.execute(text("SELECT name FROM tidemq_topic WHERE name = 't.serial.lock' FOR UPDATE"))
             leasing = threading.Thread(target=lambda: result.append(
-                storage.lock_serial("t.serial.lock", 30, "c2", clock.now())))
+                storage.leases.lock_serial(LockRequest(Shard("t.serial.lock"), "c2", 30, clock.now()))))
             leasing.start()
-            with storage.db.engine.connect() as probe:
+            with db.engine.connect() as probe:
                 # InnoDB refreshes innodb_trx only when it was last read over 0.1 s ago: poll slower.
                 wait_until(lambda: probe.execute(text(
                     "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'")).scalar(), 10,

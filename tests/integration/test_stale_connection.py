@@ -9,26 +9,26 @@ from sqlalchemy.engine import make_url
 
 from tidemq import clock
 from tidemq_broker.storage import NewRow
-from tidemq_broker.storages import open_storage
+from tests.sqldb import open_sql
 
 
 def test_a_connection_killed_in_the_pool_is_replaced_without_an_error_or_a_duplicate(mysql_url):
-    storage = open_storage(mysql_url, pool_size=1)
+    storage, db = open_sql(mysql_url, pool_size=1)
     url = make_url(mysql_url)
     admin = pymysql.connect(host=url.host, port=url.port, user=url.username, password=url.password or "",
                             database=url.database, autocommit=True)
     try:
         now = clock.now()
-        storage.insert_messages([NewRow("t.stale", '"first"', now, 0)], now)
-        pooled = storage.db.tx(lambda conn: conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar())
+        storage.messages.insert_messages([NewRow("t.stale", '"first"', now, 0)], now)
+        pooled = db.tx(lambda conn: conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar())
         with admin.cursor() as cur:
             cur.execute(f"KILL CONNECTION {int(pooled)}")  # as wait_timeout or a server restart would
-        [new_id] = storage.insert_messages([NewRow("t.stale", '"second"', now, 0)], now)
-        assert storage.get_message(new_id).data == '"second"'
+        [new_id] = storage.messages.insert_messages([NewRow("t.stale", '"second"', now, 0)], now)
+        assert storage.reads.get_message(new_id).data == '"second"'
         with admin.cursor() as cur:
             cur.execute("SELECT data FROM tidemq_message WHERE topic = 't.stale' ORDER BY id")
             assert [row[0] for row in cur.fetchall()] == ['"first"', '"second"']  # once each
-        assert storage.db.tx(lambda conn: conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()) != pooled
+        assert db.tx(lambda conn: conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()) != pooled
     finally:
         admin.close()
         storage.close()

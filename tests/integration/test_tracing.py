@@ -35,7 +35,7 @@ def test_one_trace_runs_from_the_producer_to_each_handler_attempt(client, broker
         assert done.wait(20), f"attempts so far: {attempts}"
     finally:
         worker.stop()
-    stored = broker.storage.get_message(msg_id)
+    stored = broker.storage.reads.get_message(msg_id)
     assert tracing.trace_id_of(stored.trace_context) == format(parent.get_span_context().trace_id, "032x")
     assert stored.trace != "" and stored.trace_context not in stored.trace  # the two are not mixed up
 

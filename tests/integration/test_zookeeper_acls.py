@@ -147,7 +147,7 @@ def test_tidemq_with_the_credentials_works_end_to_end(broker, client):
     finally:
         worker.stop()
     assert ran == ids
-    wait_until(lambda: all(broker.storage.get_message(i).status == "SUCCESS" for i in ids), 10,
+    wait_until(lambda: all(broker.storage.reads.get_message(i).status == "SUCCESS" for i in ids), 10,
                what="every ack recorded")
 
 

@@ -9,7 +9,7 @@ import pytest
 from tidemq import Settings
 from tidemq.errors import ConfigurationError, PermissionDeniedError, ValidationError
 from tidemq_broker.auth import CALLER, authorize, bearer_token, checks_topics, new_token, parse_patterns, token_hash
-from tidemq_broker.storages.principals import Principal
+from tidemq_broker.storage import Principal
 
 
 def _as(role, topics):

@@ -12,7 +12,7 @@ from tidemq.errors import MalformedRequestError, ValidationError
 from tidemq.validation import check_flow_key, check_priority
 from tidemq_broker.flow import check_limits, parse_limit
 from tidemq_broker.storage import FlowLimits
-from tidemq_broker.storages.flow import refill
+from tidemq_broker.flow import refill
 
 
 def test_limits_in_range_pass_and_out_of_range_name_the_limit():

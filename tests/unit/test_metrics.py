@@ -86,15 +86,15 @@ def test_group_commits_count_rows_per_topic_and_expiries_per_topic():
 
 def test_backlog_gauges_come_from_the_leaders_reading_and_go_with_its_leadership(tmp_path):
     storage = open_storage(f"sqlite:///{tmp_path}/store.sqlite3")
-    storage.create_schema()
+    storage.schema.create_schema()
     collector = broker_metrics.BacklogCollector()
     registry = prometheus_client.CollectorRegistry()
     registry.register(collector)
     try:
         now = datetime.now(timezone.utc).replace(tzinfo=None)
-        storage.insert_messages([NewRow("u.bl", "1", now - timedelta(seconds=30), 0),
+        storage.messages.insert_messages([NewRow("u.bl", "1", now - timedelta(seconds=30), 0),
                                  NewRow("u.bl", "2", now + timedelta(hours=1), 0)], now)
-        job = BacklogRefresh(storage, "broker-a", collector=collector)
+        job = BacklogRefresh(storage.counts, "broker-a", collector=collector)
         assert registry.get_sample_value("tidemq_backlog_due_messages", {"topic": "u.bl"}) is None
         job.run()
         assert registry.get_sample_value("tidemq_backlog_due_messages", {"topic": "u.bl"}) == 1

@@ -1,4 +1,4 @@
-"""The broker's group-commit writer and long-poll hub, against an in-memory storage: batching,
+"""The broker's group-commit writer and long-poll hub, against the memory storage: batching,
 the isolation of a bad request, wake-ups and cancellation. No database, no sleeps."""
 
 from __future__ import annotations
@@ -13,62 +13,51 @@ from tests.servers import wait_until
 from tidemq import clock
 from tidemq.errors import TidemqError
 from tidemq_broker.pulls import PullHub, long_poll
-from tidemq_broker.storage import NewRow, RecentInserts, TopicSettings
+from tidemq_broker.storage import NewRow
+from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
 from tidemq_broker.writer import GroupCommitWriter
 
 
-class MemoryStore:
-    """The few storage operations the writer and the hub use, in memory. ``gate`` (when set)
-    holds every insert until it is opened, so requests pile up behind a commit."""
+class Gated:
+    """The memory storage's message writes, each insert held at ``gate`` (when set) until it is
+    opened, so requests pile up behind a commit; ``inserts`` records each insert's data."""
 
-    def __init__(self) -> None:
+    def __init__(self, messages) -> None:
+        self._messages = messages
         self.inserts: list[list[str]] = []
         self.gate: threading.Event | None = None
         self.inserting = threading.Event()
-        self.next_id = 1
-        self.topic_rows: set[str] = set()
-        self.lock = threading.Lock()
 
     def insert_messages(self, rows, now, requests=(), **who):
         self.inserting.set()
         if self.gate is not None:
             self.gate.wait(30)
-        if any(row.data == "bad" for row in rows):
-            raise ValueError("the database refused a row")
-        with self.lock:
-            self.inserts.append([row.data for row in rows])
-            ids = list(range(self.next_id, self.next_id + len(rows)))
-            self.next_id += len(rows)
+        ids = self._messages.insert_messages(rows, now, requests, **who)
+        self.inserts.append([row.data for row in rows])
         return ids
 
-    def ensure_topics(self, names, now):
-        self.topic_rows.update(names)
-
-    def topics(self):
-        return [TopicSettings(name) for name in sorted(self.topic_rows)]
-
-    def max_id(self):
-        return self.next_id - 1
-
-    def recent_inserts(self, after, missing, limit):
-        return RecentInserts([], self.max_id())
-
-    def earliest_new(self, topics):
-        return {}
+    def __getattr__(self, name):
+        return getattr(self._messages, name)
 
 
 def _rows(*datas: str) -> list[NewRow]:
-    return [NewRow("t.write", data, clock.now(), 0) for data in datas]
+    # "bad" leaves retry_remaining NULL, which the table refuses: the whole insert fails.
+    return [NewRow("t.write", data, clock.now(), None if data == "bad" else 0) for data in datas]
 
 
 @pytest.fixture
-def store():
-    return MemoryStore()
+def storage():
+    return open_memory_storage()
 
 
-def _writer(store, commits, slots=1):
-    return GroupCommitWriter(store, TopicCache(store), "b:1", lambda earliest, ids: commits.append(max(ids)),
+@pytest.fixture
+def store(storage):
+    return Gated(storage.messages)
+
+
+def _writer(storage, store, commits, slots=1):
+    return GroupCommitWriter(store, TopicCache(storage.topics), "b:1", lambda earliest, ids: commits.append(max(ids)),
                              slots=slots)
 
 
@@ -77,9 +66,9 @@ def _call(writer, rows) -> InThread:
     return InThread(writer.write, rows, 30)
 
 
-def test_requests_that_queue_behind_a_commit_share_the_next_one(store):
+def test_requests_that_queue_behind_a_commit_share_the_next_one(storage, store):
     commits: list[int] = []
-    writer = _writer(store, commits)
+    writer = _writer(storage, store, commits)
     store.gate = threading.Event()
     try:
         first = _call(writer, _rows("0"))
@@ -95,14 +84,14 @@ def test_requests_that_queue_behind_a_commit_share_the_next_one(store):
         for call, got in zip(waiting, ids):  # each caller gets its own rows' ids, in its order
             assert [store.inserts[1][i - 2] for i in got] == [row.data for row in call.args[0]]
         assert commits == [1, 41]
-        assert store.topic_rows == {"t.write"}
+        assert [t.name for t in storage.topics.list_topics()] == ["t.write"]
     finally:
         store.gate.set()
         writer.stop()
 
 
-def test_a_request_that_breaks_the_shared_commit_is_refused_alone(store):
-    writer = _writer(store, [])
+def test_a_request_that_breaks_the_shared_commit_is_refused_alone(storage, store):
+    writer = _writer(storage, store, [])
     store.gate = threading.Event()
     try:
         blocker = _call(writer, _rows("first"))
@@ -114,17 +103,18 @@ def test_a_request_that_breaks_the_shared_commit_is_refused_alone(store):
         store.gate.set()
         assert blocker.value() == [1]
         assert len(good1.value()) == 2 and len(good2.value()) == 1
-        with pytest.raises(TidemqError, match="the database refused a row"):
+        with pytest.raises(TidemqError, match="column retry_remaining cannot be NULL"):
             bad.value()
         stored = [data for insert in store.inserts for data in insert]
         assert sorted(stored) == ["first", "x1", "x2", "z1"]  # nothing of the bad request, all of the others
+        assert storage.counts.count_by_status() == {"t.write": {"NEW": 4}}
     finally:
         store.gate.set()
         writer.stop()
 
 
-def test_a_stopped_writer_commits_what_was_queued_and_refuses_new_rows(store):
-    writer = _writer(store, [])
+def test_a_stopped_writer_commits_what_was_queued_and_refuses_new_rows(storage, store):
+    writer = _writer(storage, store, [])
     store.gate = threading.Event()
     try:
         running = _call(writer, _rows("running"))
@@ -140,8 +130,8 @@ def test_a_stopped_writer_commits_what_was_queued_and_refuses_new_rows(store):
         store.gate.set()
 
 
-def test_two_slots_commit_side_by_side_and_a_lone_request_needs_no_other_thread(store):
-    writer = _writer(store, [], slots=2)
+def test_two_slots_commit_side_by_side_and_a_lone_request_needs_no_other_thread(storage, store):
+    writer = _writer(storage, store, [], slots=2)
     assert writer.write(_rows("alone")) == [1]  # committed in this thread: nothing else runs
     store.gate = threading.Event()
     try:
@@ -159,14 +149,14 @@ def test_two_slots_commit_side_by_side_and_a_lone_request_needs_no_other_thread(
         store.gate.set()
 
 
-def _hub(store) -> PullHub:
-    hub = PullHub(store, probe_interval=60, recheck=60)  # only notifications wake a waiter here
+def _hub(storage) -> PullHub:
+    hub = PullHub(storage.probes, probe_interval=60, recheck=60)  # only notifications wake a waiter here
     hub.start()
     return hub
 
 
-def test_a_waiting_pull_wakes_when_its_topic_gets_a_due_message(store):
-    hub = _hub(store)
+def test_a_waiting_pull_wakes_when_its_topic_gets_a_due_message(storage, store):
+    hub = _hub(storage)
     attempts: list[datetime] = []
     ready = threading.Event()
 
@@ -191,8 +181,8 @@ def test_a_waiting_pull_wakes_when_its_topic_gets_a_due_message(store):
         poller.join(5)
 
 
-def test_stopping_the_hub_ends_waiting_pulls_at_once_with_nothing(store):
-    hub = _hub(store)
+def test_stopping_the_hub_ends_waiting_pulls_at_once_with_nothing(storage, store):
+    hub = _hub(storage)
     started = threading.Event()
 
     def attempt():
@@ -210,8 +200,8 @@ def test_stopping_the_hub_ends_waiting_pulls_at_once_with_nothing(store):
     assert not poller.is_alive() and result == [[]]
 
 
-def test_a_pull_sleeps_until_the_next_due_time_of_its_shard(store):
-    hub = _hub(store)
+def test_a_pull_sleeps_until_the_next_due_time_of_its_shard(storage, store):
+    hub = _hub(storage)
     calls: list[datetime] = []
     due = clock.after(clock.now(), 0.3)
 

@@ -26,7 +26,7 @@ def _safe_next(target: str) -> str:
 @bp.route("/login", methods=["GET", "POST"])
 def login():  # type: ignore[no-untyped-def]
     c = console()
-    no_users = not c.admin.users()
+    no_users = not c.storage.console.users()
     if request.method == "GET":
         if g.user is not None:
             return redirect(url_for("dashboard.index"))
@@ -40,13 +40,13 @@ def login():  # type: ignore[no-untyped-def]
         error = f"Too many failed sign-ins. Try again in {wait:.0f} s."
         return render_template("login.html", error=error, name=name, no_users=no_users,
                                next=request.form.get("next", "")), 429
-    user = authenticate(c.admin, name, password)
+    user = authenticate(c.storage.console, name, password)
     if user is None:
         return render_template("login.html", error="Wrong user name or password.", name=name,
                                no_users=no_users, next=request.form.get("next", "")), 401
     c.throttle.succeeded(name, address)
     login_user(user.name)
-    c.sessions.sweep(clock.now(), current_app.config["TIDEMQ_SESSION_IDLE"],
+    c.storage.sessions.sweep(clock.now(), current_app.config["TIDEMQ_SESSION_IDLE"],
                      current_app.config["TIDEMQ_SESSION_LIFETIME"], failures_kept=timedelta(days=1))
     return redirect(_safe_next(request.form.get("next", "")))
 

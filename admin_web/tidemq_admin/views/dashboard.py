@@ -6,7 +6,7 @@ from flask import Blueprint, render_template
 
 from tidemq import clock
 from tidemq.lifecycle import STATUSES, MessageStatus
-from tidemq_broker.storages.admin_sql import TopicBacklog, hours_ago
+from tidemq_broker.storage import TopicBacklog, hours_ago
 
 from ..charts import line_chart
 from . import console
@@ -22,17 +22,17 @@ REFRESH_SECONDS = 5  # how often an open dashboard refreshes its figures in plac
 def index():  # type: ignore[no-untyped-def]
     c = console()
     now = clock.now()
-    topics = {t.name for t in c.storage.topics()}
-    present = c.admin.topics_present()
-    backlog = c.admin.backlog(sorted(topics | set(present)), now)
+    topics = {t.name for t in c.storage.topics.list_topics()}
+    present = c.storage.console.topics_present()
+    backlog = c.storage.console.backlog(sorted(topics | set(present)), now)
     # NEW is the backlog query's due + scheduled: counted once, now.
     new = MessageStatus.NEW.value
-    counted = c.admin.topic_counts(known={name: {new: b.due + b.scheduled} for name, b in backlog.items()},
+    counted = c.storage.console.topic_counts(known={name: {new: b.due + b.scheduled} for name, b in backlog.items()},
                                    topics=present)
     counts = counted.counts
     names = sorted(set(counts) | topics)
     since = hours_ago(now, CHART_HOURS - 1)
-    stats = c.admin.topic_stats(since)
+    stats = c.storage.console.topic_stats(since)
     hours = [hours_ago(now, CHART_HOURS - 1 - i) for i in range(CHART_HOURS)]
     labels = [h.strftime("%H:00") for h in hours]
     rows = []
@@ -56,5 +56,5 @@ def index():  # type: ignore[no-untyped-def]
                      "charts": charts})
     totals = {s.value: sum(counts.get(n, {}).get(s.value, 0) for n in names) for s in STATUSES}
     # A refresh asks for the page again (tidemq.js) and swaps in its #live part: same view, no reload.
-    return render_template("dashboard.html", rows=rows, totals=totals, alarms=c.admin.open_alarms(),
+    return render_template("dashboard.html", rows=rows, totals=totals, alarms=c.storage.console.open_alarms(),
                            hours=CHART_HOURS, now=now, counted=counted, refresh_seconds=REFRESH_SECONDS)

@@ -51,7 +51,7 @@ def _only_changes(edit: MessageEdit, msg: StoredMessage) -> tuple[MessageEdit, l
 @bp.route(f"/messages/<int(max={MAX_ID}):id>/edit", methods=["GET", "POST"])
 def edit(id: int):  # type: ignore[no-untyped-def]
     c = console()
-    msg = c.storage.get_message(id)
+    msg = c.storage.reads.get_message(id)
     if msg is None:
         abort(404, description=f"Message {id} does not exist.")
     if request.method == "GET":
@@ -64,9 +64,9 @@ def edit(id: int):  # type: ignore[no-untyped-def]
     if not changed:
         flash("Nothing changed.", "info")
         return redirect(url_for("messages.detail", id=id))
-    updated = c.storage.edit_message(id, version, edit, clock.now(), g.user.name, changed)
+    updated = c.storage.messages.edit_message(id, version, edit, clock.now(), g.user.name, changed)
     if updated is None:
-        current = c.storage.get_message(id)
+        current = c.storage.reads.get_message(id)
         if current is None:
             abort(404, description=f"Message {id} was deleted meanwhile.")
         why = (f"it is {RUNNING} on a consumer; wait until it finishes or its lease expires"
@@ -81,7 +81,7 @@ def edit(id: int):  # type: ignore[no-untyped-def]
 def retry(id: int):  # type: ignore[no-untyped-def]
     c = console()
     retries = _retries(request.form.get("retries", "0"))
-    moved = c.storage.requeue([id], None, retries, clock.now(), event=Event.ADMIN_RETRY, user=g.user.name)
+    moved = c.storage.messages.requeue([id], None, retries, clock.now(), event=Event.ADMIN_RETRY, user=g.user.name)
     if moved:
         flash(f"Message {id} is {NEW} again and due now.", "ok")
     else:
@@ -91,7 +91,7 @@ def retry(id: int):  # type: ignore[no-untyped-def]
 
 @bp.route(f"/messages/<int(max={MAX_ID}):id>/cancel", methods=["POST"])
 def cancel(id: int):  # type: ignore[no-untyped-def]
-    if console().storage.cancel([id])[0]:
+    if console().storage.messages.cancel([id])[0]:
         log.info("admin %s cancelled message %s", g.user.name, id)
         flash(f"Message {id} was pending and is now cancelled.", "ok")
         return redirect(url_for("messages.index"))
@@ -101,7 +101,7 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
 
 @bp.route(f"/messages/<int(max={MAX_ID}):id>/delete", methods=["POST"])
 def delete(id: int):  # type: ignore[no-untyped-def]
-    if console().storage.delete_messages([id]):
+    if console().storage.messages.delete_messages([id]):
         log.info("admin %s deleted message %s", g.user.name, id)
         flash(f"Message {id} deleted.", "ok")
         return redirect(_back(url_for("messages.index")))
@@ -120,13 +120,13 @@ def bulk():  # type: ignore[no-untyped-def]
         flash("Select messages first (the boxes on the left).", "error")
         return redirect(back)
     if action == "delete":
-        n = c.storage.delete_messages(ids)
+        n = c.storage.messages.delete_messages(ids)
         log.info("admin %s deleted %d messages: %s", g.user.name, n, ids[:50])
         kept = "" if n == len(ids) else f" ({RUNNING} ones are kept)"
         flash(f"Deleted {n} of {len(ids)} selected messages{kept}.", "ok")
     elif action == "requeue":
         retries = _retries(request.form.get("retries", "0"))
-        n = c.storage.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_RETRY, user=g.user.name)
+        n = c.storage.messages.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_RETRY, user=g.user.name)
         kept = "" if n == len(ids) else f" (only {FAIL} ones move)"
         flash(f"Requeued {n} of {len(ids)} selected messages{kept}.", "ok")
     else:
@@ -149,10 +149,11 @@ def requeue_matching():  # type: ignore[no-untyped-def]
     retries = _retries(request.form.get("retries", "0"))
     total, after = 0, 0
     while True:
-        ids = c.admin.matching_ids(flt, after, _BULK_CHUNK)
+        ids = c.storage.console.matching_ids(flt, after, _BULK_CHUNK)
         if not ids:
             break
-        total += c.storage.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_REQUEUE, user=g.user.name)
+        total += c.storage.messages.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_REQUEUE,
+                                            user=g.user.name)
         after = ids[-1]
     flash(f"Requeued {total} failed message{'s' if total != 1 else ''}" +
           (f" of topic {flt.topic}" if flt.topic else " across all topics") + ".", "ok")
@@ -174,7 +175,7 @@ def produce():  # type: ignore[no-untyped-def]
     now = clock.now()
     row = NewRow(topic=v["topic"], data=v["data"], effect_time=clock.after(now, v["delay"]),
                  retry_remaining=v["retry"], unique_key=v["unique_key"])
-    c.storage.ensure_topics([v["topic"]], now)
-    msg_id = c.storage.insert_messages([row], now, user=g.user.name, via="console")[0]
+    c.storage.topics.ensure_topics([v["topic"]], now)
+    msg_id = c.storage.messages.insert_messages([row], now, user=g.user.name, via="console")[0]
     flash(f"Produced message {msg_id} to {v['topic']}.", "ok")
     return redirect(url_for("messages.detail", id=msg_id))

@@ -27,17 +27,17 @@ def index():  # type: ignore[no-untyped-def]
     elapsed_ms = None
     if not parsed.errors:
         started = time.perf_counter()
-        page = c.admin.list_page(parsed.value, PAGE_SIZE, before_id)
+        page = c.storage.console.list_page(parsed.value, PAGE_SIZE, before_id)
         elapsed_ms = (time.perf_counter() - started) * 1000
     args = filter_args(request.args)
-    topics = [t.name for t in c.storage.topics()]
+    topics = [t.name for t in c.storage.topics.list_topics()]
     return render_template("messages.html", page=page, errors=parsed.errors, args=args, topics=topics,
                            before_id=before_id, elapsed_ms=elapsed_ms, filtered=bool(args), flt=parsed.value)
 
 
 @bp.route(f"/messages/<int(max={MAX_ID}):id>")
 def detail(id: int):  # type: ignore[no-untyped-def]
-    msg = console().storage.get_message(id)
+    msg = console().storage.reads.get_message(id)
     if msg is None:
         abort(404, description=f"Message {id} does not exist (it may have been deleted or cleaned up by retention).")
     return render_template("message.html", msg=msg, trace=trace.parse(msg.trace))

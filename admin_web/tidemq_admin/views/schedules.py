@@ -24,7 +24,7 @@ bp = Blueprint("schedules", __name__)
 @bp.route("/schedules")
 def index():  # type: ignore[no-untyped-def]
     now = clock.now()
-    rows = [(s, None if s.paused else next_tick(s, now)) for s in console().storage.schedules()]
+    rows = [(s, None if s.paused else next_tick(s, now)) for s in console().storage.schedules.list_schedules()]
     return render_template("schedules.html", rows=rows)
 
 
@@ -39,7 +39,7 @@ def edit(name: str):  # type: ignore[no-untyped-def]
 
 
 def _existing(name: str) -> Schedule:
-    found = console().storage.get_schedule(name) if len(name) <= NAME_MAX_LENGTH else None
+    found = console().storage.schedules.get_schedule(name) if len(name) <= NAME_MAX_LENGTH else None
     if found is None:
         abort(404, description=f"There is no schedule named {quote(name)}.")
     return found
@@ -52,11 +52,11 @@ def _form(current: Optional[Schedule]):  # type: ignore[no-untyped-def]
     if parsed.errors:
         return render_template("schedule_edit.html", schedule=current, form=request.form, errors=parsed.errors), 400
     storage = console().storage
-    if current is None and storage.get_schedule(parsed.value.name) is not None:
+    if current is None and storage.schedules.get_schedule(parsed.value.name) is not None:
         errors = {"name": f"a schedule named {quote(parsed.value.name)} exists; edit it instead"}
         return render_template("schedule_edit.html", schedule=None, form=request.form, errors=errors), 400
     now = clock.now()
-    storage.put_schedule(parsed.value, now)
+    storage.schedules.put_schedule(parsed.value, now)
     log.info("admin %s saved schedule %s", g.user.name, parsed.value.name)
     following = next_tick(parsed.value, now)
     flash(f"Schedule {parsed.value.name} saved; next tick "
@@ -76,7 +76,7 @@ def resume(name: str):  # type: ignore[no-untyped-def]
 
 def _set_paused(name: str, paused: bool):  # type: ignore[no-untyped-def]
     _existing(name)
-    console().storage.pause_schedule(name, paused, clock.now())
+    console().storage.schedules.pause_schedule(name, paused, clock.now())
     log.info("admin %s %s schedule %s", g.user.name, "paused" if paused else "resumed", name)
     flash(f"Schedule {name} {'paused' if paused else 'resumed: ticks from now on, none caught up'}.", "ok")
     return redirect(url_for("schedules.index"))
@@ -85,7 +85,7 @@ def _set_paused(name: str, paused: bool):  # type: ignore[no-untyped-def]
 @bp.route("/schedules/<name>/delete", methods=["POST"])
 def delete(name: str):  # type: ignore[no-untyped-def]
     _existing(name)
-    console().storage.delete_schedule(name)
+    console().storage.schedules.delete_schedule(name)
     log.info("admin %s deleted schedule %s", g.user.name, name)
     flash(f"Schedule {name} deleted; messages it produced stay.", "ok")
     return redirect(url_for("schedules.index"))

@@ -22,7 +22,7 @@ bp = Blueprint("topics", __name__)
 
 
 def _settings(name: str) -> TopicSettings:
-    for s in console().storage.topics():
+    for s in console().storage.topics.list_topics():
         if s.name == name:
             return s
     return TopicSettings(name)
@@ -31,8 +31,8 @@ def _settings(name: str) -> TopicSettings:
 @bp.route("/topics")
 def index():  # type: ignore[no-untyped-def]
     c = console()
-    counted = c.admin.topic_counts()
-    return render_template("topics.html", topics=c.storage.topics(), counts=counted.counts, counted=counted)
+    counted = c.storage.console.topic_counts()
+    return render_template("topics.html", topics=c.storage.topics.list_topics(), counts=counted.counts, counted=counted)
 
 
 @bp.route("/topics/<name>/edit", methods=["GET", "POST"])
@@ -48,7 +48,7 @@ def edit(name: str):  # type: ignore[no-untyped-def]
     if parsed.errors:
         return render_template("topic_edit.html", topic=current, form=request.form, errors=parsed.errors,
                                max_deliveries=MAX_DELIVERIES), 400
-    console().storage.save_topic(parsed.value, clock.now())
+    console().storage.topics.save_topic(parsed.value, clock.now())
     log.info("admin %s saved settings of topic %s", g.user.name, name)
     flash(f"Settings of {name} saved. Brokers apply them within a few seconds.", "ok")
     return redirect(url_for("topics.index"))
@@ -69,7 +69,7 @@ def _set_paused(name: str, paused: bool):  # type: ignore[no-untyped-def]
         check_topic(name)
     except ValidationError as exc:
         return render_template("error.html", code=400, title="Bad topic name", detail=str(exc)), 400
-    console().storage.save_topic(replace(_settings(name), paused=paused), clock.now())
+    console().storage.topics.save_topic(replace(_settings(name), paused=paused), clock.now())
     log.info("admin %s %s topic %s", g.user.name, "paused" if paused else "resumed", name)
     flash(f"Topic {name} {'paused: consumers get nothing until you resume it' if paused else 'resumed'}.", "ok")
     return redirect(url_for("topics.index"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tidemq import clock
 from ..metrics import BACKLOG, BacklogCollector
-from ..storage import Storage
+from ..storage import Counts
 
 __all__ = ["BacklogRefresh"]
 
@@ -15,16 +15,16 @@ class BacklogRefresh:
 
     name = "backlog-gauges"
 
-    def __init__(self, storage: Storage, owner: str, interval: float = 5.0,
+    def __init__(self, counts: Counts, owner: str, interval: float = 5.0,
                  collector: BacklogCollector = BACKLOG) -> None:
-        self._storage = storage
+        self._counts = counts
         self._owner = owner
         self.interval = interval
         self._collector = collector
 
     def run(self) -> int:
         now = clock.now()
-        rows = self._storage.backlog(now)
+        rows = self._counts.backlog(now)
         self._collector.publish(self._owner, rows, now)
         return 0  # a refresh is not work worth a log line
 

@@ -6,7 +6,7 @@ import time
 
 from tidemq import clock
 
-from ..storage import Storage
+from ..storage import Counts
 
 __all__ = ["TopicCounts"]
 
@@ -22,15 +22,15 @@ class TopicCounts:
 
     name = "topic-counts"
 
-    def __init__(self, storage: Storage, interval: float = 10.0, budget: float = 20.0) -> None:
-        self._storage = storage
+    def __init__(self, counts: Counts, interval: float = 10.0, budget: float = 20.0) -> None:
+        self._counts = counts
         self._base = interval
         self._budget = budget
         self.interval = interval
 
     def run(self) -> int:
         started = time.monotonic()
-        counts = self._storage.count_by_status()
-        self._storage.save_topic_counts(counts, clock.now())
+        counts = self._counts.count_by_status()
+        self._counts.save_topic_counts(counts, clock.now())
         self.interval = max(self._base, (time.monotonic() - started) * self._budget)
         return sum(n for by_status in counts.values() for n in by_status.values())

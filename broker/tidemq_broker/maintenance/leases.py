@@ -19,7 +19,7 @@ from tidemq import clock
 from .. import metrics
 from ..errors import StorageUnavailableError
 from ..intake import MAX_TTR
-from ..storage import OutageGrace, Storage
+from ..storage import Leasing, OutageGrace
 
 __all__ = ["LeaseExpiry"]
 
@@ -33,9 +33,9 @@ class LeaseExpiry:
 
     name = "lease-expiry"
 
-    def __init__(self, storage: Storage, broker: str, on_requeued: Callable[[Sequence[str]], None],
+    def __init__(self, leases: Leasing, broker: str, on_requeued: Callable[[Sequence[str]], None],
                  max_deliveries: Callable[[str], int], interval: float = 0.5, batch: int = 1000) -> None:
-        self._storage = storage
+        self._leases = leases
         self._max_deliveries = max_deliveries
         self._broker = broker
         self._on_requeued = on_requeued
@@ -52,7 +52,7 @@ class LeaseExpiry:
         by_topic: dict[str, int] = {}
         try:
             while True:
-                moved = self._storage.expire_leases(now, self._batch, self._broker, self._max_deliveries,
+                moved = self._leases.expire_leases(now, self._batch, self._broker, self._max_deliveries,
                                                     by_topic, grace)
                 total += moved
                 if moved < self._batch:

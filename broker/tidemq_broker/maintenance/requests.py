@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tidemq import clock
-from ..storage import Storage
+from ..storage import MessageWrites
 
 __all__ = ["ProduceRequests", "PRODUCE_REQUEST_HOURS"]
 
@@ -19,9 +19,9 @@ class ProduceRequests:
 
     name = "produce-requests"
 
-    def __init__(self, storage: Storage, hours: float = PRODUCE_REQUEST_HOURS, interval: float = 300.0,
+    def __init__(self, messages: MessageWrites, hours: float = PRODUCE_REQUEST_HOURS, interval: float = 300.0,
                  batch: int = 5000) -> None:
-        self._storage = storage
+        self._messages = messages
         self._keep = timedelta(hours=max(hours, PRODUCE_REQUEST_HOURS))
         self.interval = interval
         self._batch = batch
@@ -30,7 +30,7 @@ class ProduceRequests:
         before = clock.now() - self._keep
         total = 0
         while True:
-            deleted = self._storage.delete_produce_requests(before, self._batch)
+            deleted = self._messages.delete_produce_requests(before, self._batch)
             total += deleted
             if deleted < self._batch:
                 return total

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from tidemq import clock
 from tidemq.lifecycle import retention_deletes_success
-from ..storage import Storage
+from ..storage import MessageWrites, TopicStore
 
 __all__ = ["Retention"]
 
@@ -21,20 +21,21 @@ class Retention:
 
     name = "retention"
 
-    def __init__(self, storage: Storage, interval: float = 60.0, batch: int = 1000) -> None:
-        self._storage = storage
+    def __init__(self, topics: TopicStore, messages: MessageWrites, interval: float = 60.0, batch: int = 1000) -> None:
+        self._topics = topics
+        self._messages = messages
         self.interval = interval
         self._batch = batch
 
     def run(self) -> int:
         total = 0
         now = clock.now()
-        for settings in self._storage.topics():
+        for settings in self._topics.list_topics():
             if not retention_deletes_success(settings.retention_days, settings.archive):
                 continue
             before = now - timedelta(days=settings.retention_days)
             while True:
-                deleted = self._storage.delete_finished(settings.name, before, self._batch)
+                deleted = self._messages.delete_finished(settings.name, before, self._batch)
                 total += deleted
                 if deleted < self._batch:
                     break

@@ -24,7 +24,7 @@ from tidemq import clock
 
 from ..errors import RetriableError
 from ..schedules import MISSED_AFTER, due_ticks, next_tick, unique_key
-from ..storage import NewRow, Schedule, Storage
+from ..storage import NewRow, Schedule, ScheduleStore
 
 __all__ = ["ScheduleTicks"]
 
@@ -38,9 +38,9 @@ class ScheduleTicks:
 
     name = "schedules"
 
-    def __init__(self, storage: Storage, produce: Produce, default_retry: Callable[[str], int],
+    def __init__(self, schedules: ScheduleStore, produce: Produce, default_retry: Callable[[str], int],
                  interval: float = 0.25, missed_after: float = MISSED_AFTER, reload: float = 5.0) -> None:
-        self._storage = storage
+        self._store = schedules
         self._reload = reload
         self._loaded_at = float("-inf")
         self._schedules: list[Schedule] = []
@@ -55,7 +55,7 @@ class ScheduleTicks:
     def run(self) -> int:
         produced = 0
         if time.monotonic() - self._loaded_at >= self._reload:
-            self._schedules = self._storage.schedules()
+            self._schedules = self._store.list_schedules()
             self._loaded_at = time.monotonic()
             names = {schedule.name for schedule in self._schedules}
             for gone in [name for name in self._next if name not in names]:
@@ -90,7 +90,7 @@ class ScheduleTicks:
             retry = schedule.retry if schedule.retry is not None else self._default_retry(schedule.topic)
             self._produce([NewRow(topic=schedule.topic, data=schedule.data, effect_time=tick, retry_remaining=retry,
                                   unique_key=unique_key(schedule.name, tick)) for tick in due.produce])
-        self._storage.advance_schedule(schedule.name, due.last)
+        self._store.advance_schedule(schedule.name, due.last)
         # Should another leader have gone further, the ticks this copy repeats are refused by
         # their unique keys; the next read of the table brings the copy up to date.
         self._schedules[index] = dataclasses.replace(schedule, last_tick=due.last)

@@ -1,4 +1,10 @@
-"""The SQL implementations of the storage interface, and the factory that opens one."""
+"""The implementations of the storage interface, and the factory that opens one.
+
+``open_storage(url)`` builds a :class:`~tidemq_broker.storage.Storage` on MySQL/MariaDB or SQLite:
+one component per role, each around the same :class:`~.database.SqlDatabase`. What differs
+between MySQL and SQLite is the database's dialect object, not a subclass. ``memory`` holds the
+memory storage (``open_memory_storage``): the same roles on dicts in one process, for unit tests.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,21 @@ from tidemq.config import masked_url
 from ..errors import ConfigurationError, quote
 from .database import SqlDatabase
 from .dialect import SqlDialect
-from .sql import SqlStorage
+from ..storage import Storage
+from .acks import Acks
+from .admin_sql import SqlConsole
+from .counts import StatusCounts
+from .leases import Leases
+from .migrations import Migrations
+from .principals import SqlPrincipals
+from .probes import PullProbes
+from .reads import Reads
+from .schedules import Schedules
+from .sessions import SqlSessions
+from .topics import Topics
+from .writes import Writes
 
-__all__ = ["open_database", "open_storage"]
+__all__ = ["open_database", "open_storage", "sql_storage"]
 
 
 def _dialect_for(url: str) -> SqlDialect:
@@ -45,6 +63,15 @@ def open_database(url: str, **options: Any) -> SqlDatabase:
             "addresses as host1:3306,host2:3306, or sqlite:///relative/file, sqlite:////absolute/file") from None
 
 
-def open_storage(url: str, **options: Any) -> SqlStorage:
-    """The message store at SQLAlchemy ``url``: MySQL/MariaDB or SQLite."""
-    return SqlStorage(open_database(url, **options))
+def open_storage(url: str, **options: Any) -> Storage:
+    """The storage at SQLAlchemy ``url``: MySQL/MariaDB or SQLite (see :func:`open_database`)."""
+    return sql_storage(open_database(url, **options))
+
+
+def sql_storage(db: SqlDatabase) -> Storage:
+    """The storage over ``db``: every role's component shares its engine and transactions, and
+    closing the storage closes ``db``."""
+    return Storage(schema=Migrations(db), messages=Writes(db), leases=Leases(db), acks=Acks(db),
+                   probes=PullProbes(db), topics=Topics(db), reads=Reads(db), counts=StatusCounts(db),
+                   schedules=Schedules(db), principals=SqlPrincipals(db), sessions=SqlSessions(db),
+                   console=SqlConsole(db), closer=db.close)

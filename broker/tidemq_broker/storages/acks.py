@@ -13,11 +13,11 @@ from tidemq.lifecycle import MessageStatus
 from tidemq.link import AckItem, AckOutcome
 
 from ..schema import message as m
-from ..storage import TopicSettings
+from ..records import TopicSettings
 from .changes import apply
 from .database import SqlDatabase
 from .ids import ids_in
-from .reads import to_message
+from .rows import to_message
 
 __all__ = ["Acks"]
 
@@ -94,7 +94,7 @@ class Acks:
                 failed.append(item)
         if failed:
             rows = conn.execute(select(m).where(m.c.id.in_([item.id for item in failed])))
-            full = {row.id: to_message(row) for row in rows}
+            full = {row.id: to_message(row._mapping) for row in rows}
             for item in failed:
                 msg = full[item.id]
                 change = lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker)

@@ -2,83 +2,34 @@
 
 Console users, keyset pages of messages that stay fast on millions of rows, edits and deletes
 that append a trace line naming the admin, and the figures the dashboard shows. It works on any
-SQL store (MySQL/MariaDB or SQLite): it receives the storage's database object and shares its engine and
-transactions. Message edits and deletes are transitions, so they are the storage's own
-operations (``Storage.edit_message``, ``Storage.delete_messages``).
+SQL store (MySQL/MariaDB or SQLite): the factory gives it the storage's database object, so it
+shares its engine and transactions. Message edits and deletes are transitions, so they are the storage's own
+operations (``MessageWrites.edit_message``, ``MessageWrites.delete_messages``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from sqlalchemy import Connection, case, delete, func, insert, select, update
 
 from tidemq.lifecycle import STATUSES, MessageStatus
 
+from ..records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, MessageFilter, MessagePage, TopicBacklog,
+                       TopicCounts)
 from ..schema import admin_session
 from ..schema import admin_user as u
 from ..schema import alarm as a
 from ..schema import message as m
 from ..schema import topic_count as tc
 from ..schema import topic_stats as ts
-from ..storage import MessageFilter, StoredMessage
 from .database import SqlDatabase
-from .reads import to_message, topics_present
+from .reads import topics_present
+from .rows import to_message
 
-__all__ = ["AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "AdminSqlStore", "SCAN_WINDOW",
-           "COUNTED_FROM"]
-
-#: Ids examined per page when a filter has no index (text, time ranges): bounds a page's cost.
-SCAN_WINDOW = 50_000
-#: A status with at least this many messages in the leader's stored count is shown from that
-#: count (refreshed every ~10 s) instead of being counted on each page view: counting 10,000
-#: index entries takes a few milliseconds.
-COUNTED_FROM = 10_000
-_CHUNK = 1000
-
-
-@dataclass(frozen=True)
-class TopicCounts:
-    """Messages per topic and status; ``stored`` names the statuses taken from the leader's
-    count of ``counted_at`` (None: everything was counted just now)."""
-
-    counts: dict[str, dict[str, int]]
-    stored: list[str]
-    counted_at: Optional[datetime]
-
-
-@dataclass(frozen=True)
-class AdminUser:
-    """A console user; ``role`` is ``admin`` (may change things) or ``viewer`` (may look)."""
-
-    name: str
-    password_hash: str
-    role: str
-
-
-@dataclass
-class MessagePage:
-    """One page of messages, newest id first.
-
-    ``next_before_id`` continues the list (None: nothing older). ``scanned_from`` is the lowest
-    id examined when the filter needed a bounded scan; the page may then hold fewer rows than
-    asked while older matches still exist.
-    """
-
-    messages: list[StoredMessage]
-    next_before_id: Optional[int]
-    scanned_from: Optional[int] = None
-
-
-@dataclass
-class TopicBacklog:
-    """NEW messages of a topic: due now, due later, and the effect time of the oldest due one."""
-
-    due: int = 0
-    scheduled: int = 0
-    oldest_due: Optional[datetime] = None
+__all__ = ["SqlConsole"]
 
 
 @dataclass
@@ -91,7 +42,7 @@ class _Plan:
     index: Optional[str] = None
 
 
-class AdminSqlStore:
+class SqlConsole:
     """Console operations over the storage's database object; each method is one transaction."""
 
     def __init__(self, db: SqlDatabase) -> None:
@@ -148,7 +99,7 @@ class AdminSqlStore:
                 floor = max(top - window, 0)
                 conds.append(m.c.id >= floor)
             found = self._walk(conn, plan, conds, limit + 1, newest_first=True)
-            rows = [to_message(r) for r in _rows(conn, found[:limit])]
+            rows = [to_message(r._mapping) for r in _rows(conn, found[:limit])]
             if len(found) > limit:
                 return MessagePage(rows, found[limit - 1], floor)
             more = floor is not None and floor > 1
@@ -164,7 +115,7 @@ class AdminSqlStore:
         for branch in plan.branches or [[]]:
             stmt = select(m.c.id).where(*conds, *branch).order_by(order).limit(limit)
             if plan.index:
-                stmt = _force_index(stmt, plan.index)
+                stmt = self._db.dialect.force_index(stmt, plan.index)
             found.extend(conn.execute(stmt).scalars())
         found.sort(reverse=newest_first)
         return found[:limit]
@@ -310,14 +261,3 @@ def _rows(conn: Connection, ids: list[int]) -> list[Any]:
         return []
     by_id = {row.id: row for row in conn.execute(select(m).where(m.c.id.in_(ids)))}
     return [by_id[i] for i in ids if i in by_id]
-
-
-def _force_index(stmt: Any, index: str) -> Any:
-    for dialect in ("mysql", "mariadb"):
-        stmt = stmt.with_hint(m, f"FORCE INDEX ({index})", dialect_name=dialect)
-    return stmt
-
-
-def hours_ago(now: datetime, hours: int) -> datetime:
-    """The start of the hour ``hours`` before ``now`` (chart windows)."""
-    return now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours)

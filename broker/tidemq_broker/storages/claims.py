@@ -39,8 +39,8 @@ from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
+from ..records import LeasedMessage, Shard
 from ..schema import message as m
-from ..storage import LeasedMessage, LockHint
 from .changes import apply
 from .dialect import SqlDialect
 from .ids import ids_in
@@ -53,17 +53,17 @@ _LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.a
                    m.c.priority]
 
 
-def due_candidates(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, limit: int,
-                   due_by: datetime, now: datetime, hint: LockHint = LockHint(),
+def due_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime, now: datetime,
                    columns: Sequence[Any] = ()) -> list[Any]:
-    """Up to ``limit`` NEW messages of ``topic`` due by ``due_by`` in the lock's order (``id``,
-    ``priority``, ``effect_time`` and ``columns`` of each), by a non-locking read of the lock
-    index where ``hint`` says they can be: first the shard's own, then (``hint.stranded``,
-    several shards) other shards' messages due for longer than that.
+    """Up to ``limit`` NEW messages of ``shard.topic`` due by ``due_by`` in the lock's order
+    (``id``, ``priority``, ``effect_time`` and ``columns`` of each), by a non-locking read of the
+    lock index where ``shard.hint`` says they can be: first the shard's own, then
+    (``hint.stranded``, several shards) other shards' messages due for longer than that.
 
     One range per priority, each read in index order from the hint's floor (a union of
     ``ORDER BY effect_time, id LIMIT`` per priority, one statement), merged here.
     """
+    topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint
     priorities = sorted(hint.priorities, reverse=True) if hint.priorities is not None else PRIORITIES_DESC
     if not priorities:
         return []
@@ -99,6 +99,8 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     if not rows:
         return []
     apply(conn, change, ids_in([row.id for row in rows]))
+    # What the UPDATE stored, without reading it back: the rows as read plus what the lease set
+    # (rows.leased builds the same from a row the change was applied to, at a dict per row).
     rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
     sets = change.values
     return [LeasedMessage(row.id, topic, row.data, change.target.value if change.target else _NEW, row.effect_time,

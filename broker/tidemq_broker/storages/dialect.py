@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from ..schema import topic as t
+
+if TYPE_CHECKING:
+    from .enqueue import CallerTransaction
 
 __all__ = ["SqlDialect"]
 
@@ -60,10 +63,31 @@ class SqlDialect(abc.ABC):
         """Insert sign-in failure rows whose key is not stored yet, and hold a write lock on the
         row of every key in ``values`` (new or not) until the transaction ends."""
 
-    def lock_index_hint(self, stmt: Any) -> Any:
-        """``stmt`` (a SELECT of message rows) made to read the lock index, where the dialect
-        needs telling."""
+    @abc.abstractmethod
+    def enqueue_keyed(self, tx: "CallerTransaction", values: dict[str, Any]) -> Optional[int]:
+        """Insert the message row ``values`` (it has a unique key) in the caller's transaction
+        ``tx``, or nothing when its (topic, unique_key) is stored; return the id of the row
+        stored under that key."""
+
+    def force_index(self, stmt: Any, index: str) -> Any:
+        """``stmt`` (a SELECT of message rows) made to read ``index``, where the dialect needs
+        telling."""
         return stmt
+
+    def lock_index_hint(self, stmt: Any) -> Any:
+        """``stmt`` (a SELECT of message rows) made to read the lock index."""
+        return self.force_index(stmt, "idx_message_lock")
+
+    def alter_table(self, conn: Connection, table: str, columns: Sequence[str] = (), drop_index: Optional[str] = None,
+                    add_index: Optional[str] = None) -> None:
+        """A schema step's change of ``table``: add ``columns`` (each ``name TYPE ...``), drop the
+        index ``drop_index``, add the index ``add_index`` (``name (column, ...)``), in that order."""
+        for column in columns:
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column}")
+        if drop_index:
+            conn.exec_driver_sql(f"DROP INDEX {drop_index}")
+        if add_index:
+            conn.exec_driver_sql(f"CREATE INDEX {add_index.replace(' (', f' ON {table} (', 1)}")
 
     def id_step(self, conn: Connection) -> int:
         """How far apart the ids one server hands out are (1 here; see the MySQL dialect)."""

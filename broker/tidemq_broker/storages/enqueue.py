@@ -6,10 +6,11 @@ nothing here commits or rolls back, so the message exists exactly when the calle
 
 The statements are the produce path's, one row at a time: the row comes from ``row_values``
 with the lifecycle's ``produce`` change, and a unique key dedupes as in ``Writes.insert_messages``.
-On MySQL a keyed row is inserted with ``ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)``: a
-repeat answers the existing id in the same round trip, and InnoDB takes an exclusive lock on the
-key, so a second transaction enqueuing the same key waits until the first one ends (then gets
-its id, or inserts if it rolled back) instead of storing a duplicate.
+A keyed row is the dialect's (``SqlDialect.enqueue_keyed``): on MySQL
+``ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)``, so a repeat answers the existing id in the
+same round trip, and InnoDB takes an exclusive lock on the key, so a second transaction
+enqueuing the same key waits until the first one ends (then gets its id, or inserts if it rolled
+back) instead of storing a duplicate.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional, Protocol
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.dialects import mysql
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.expression import Executable
 
 from tidemq import lifecycle
@@ -28,9 +27,15 @@ from tidemq.errors import ConfigurationError
 
 from ..schema import message as m
 from ..schema import topic as t
-from ..storage import NewRow, TopicSettings
-from .reads import setting_columns
-from .writes import row_values
+from ..records import NewRow, TopicSettings
+from .dialect import SqlDialect
+from .mysql import MySqlDialect
+from .sqlite import SqliteDialect
+from .rows import row_values
+from .topics import setting_columns
+
+#: The dialect of each SQLAlchemy dialect name enqueue can write for.
+_DIALECTS: dict[str, type[SqlDialect]] = {"mysql": MySqlDialect, "sqlite": SqliteDialect}
 
 __all__ = ["CallerTransaction", "SqlAlchemyTransaction", "DbApiTransaction", "topic_settings", "insert_message"]
 
@@ -38,8 +43,8 @@ __all__ = ["CallerTransaction", "SqlAlchemyTransaction", "DbApiTransaction", "to
 class CallerTransaction(Protocol):
     """The caller's open transaction, as this module needs it: run one statement."""
 
-    #: "mysql" or "sqlite": which statements to write.
-    dialect: str
+    #: Which statements to write.
+    dialect: SqlDialect
 
     def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
         """Run ``stmt``; return the connection's last insert id and the rows it read."""
@@ -51,9 +56,10 @@ class SqlAlchemyTransaction:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self.dialect = conn.dialect.name
-        if self.dialect not in ("mysql", "sqlite"):
-            raise ConfigurationError(f"enqueue needs MySQL/MariaDB (or SQLite for development), not {self.dialect}")
+        name = conn.dialect.name
+        if name not in _DIALECTS:
+            raise ConfigurationError(f"enqueue needs MySQL/MariaDB (or SQLite for development), not {name}")
+        self.dialect = _DIALECTS[name]()
 
     def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
         result = self._conn.execute(stmt)
@@ -65,11 +71,11 @@ class DbApiTransaction:
     """A plain DB-API connection to MySQL/MariaDB (PyMySQL's ``format`` paramstyle): statements
     are compiled for MySQL and run on a cursor of it."""
 
-    dialect = "mysql"
     _compiler = mysql.dialect(paramstyle="pyformat")
 
     def __init__(self, dbapi_connection: Any) -> None:
         self._conn = dbapi_connection
+        self.dialect: SqlDialect = MySqlDialect()
 
     def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
         compiled = stmt.compile(dialect=self._compiler)
@@ -107,14 +113,7 @@ def insert_message(tx: CallerTransaction, row: NewRow, now: datetime, **who: obj
     if not row.unique_key:
         new_id, _ = tx.execute(insert(m).values(values))
         return _id(new_id)
-    if tx.dialect == "mysql":
-        stmt = mysql_insert(m).values(values)
-        # LAST_INSERT_ID(id) makes a duplicate report the stored row's id as the insert id.
-        new_id, _ = tx.execute(stmt.on_duplicate_key_update(id=func.last_insert_id(m.c.id)))
-        return _id(new_id)
-    tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing(index_elements=["topic", "unique_key"]))
-    _, rows = tx.execute(select(m.c.id).where(m.c.topic == row.topic, m.c.unique_key == row.unique_key))
-    return _id(rows[0][0] if rows else None)
+    return _id(tx.dialect.enqueue_keyed(tx, values))
 
 
 def _id(value: Optional[int]) -> int:

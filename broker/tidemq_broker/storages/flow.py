@@ -14,52 +14,32 @@ order of the lock itself (priority, effect_time, id) and names the chosen ids.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Optional
 
 from sqlalchemy import Connection, func, select, update
 
 from tidemq.lifecycle import Change, MessageStatus
 
+from ..flow import KEY_WINDOW, refill, within_key_limit
+from ..records import FlowLimits, LeasedMessage, LockRequest, Shard
 from ..schema import message as m
 from ..schema import topic as t
-from ..storage import FlowLimits, LeasedMessage, LockHint
 from .claims import due_candidates, lease_rows
 from .dialect import SqlDialect
 
-__all__ = ["lock_limited", "BURST_SECONDS", "CATCH_UP_SECONDS", "refill"]
+__all__ = ["lock_limited"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
-#: The rate's bucket starts, after an idle spell, with this many seconds of tokens (at least
-#: one): a topic that was idle starts a tenth of a second's worth at once, not a burst.
-BURST_SECONDS = 0.1
-#: While consumers keep leasing, the bucket keeps up to this many seconds of tokens, so pulls
-#: that come late on a busy machine catch up instead of losing the tokens that accrued meanwhile
-#: (a bucket of a tenth of a second loses all but that much of every longer gap). A gap longer
-#: than this is idleness: the bucket starts over at BURST_SECONDS.
-CATCH_UP_SECONDS = 1.0
-#: How many due messages a per-key lock looks at for each one it may take: keys at their limit
-#: are passed over, up to this depth.
-_KEY_WINDOW = 10
 
 
-def refill(tokens: Optional[float], at: Optional[datetime], rate: float, now: datetime) -> float:
-    """The bucket's tokens at ``now``: what it held at ``at`` plus ``rate`` per second since, at
-    most CATCH_UP_SECONDS' worth. A bucket never used, or left alone longer than
-    CATCH_UP_SECONDS, starts over at BURST_SECONDS' worth; a clock that went back adds nothing."""
-    burst = max(1.0, rate * BURST_SECONDS)
-    if tokens is None or at is None or (now - at).total_seconds() > CATCH_UP_SECONDS:
-        return burst
-    return min(max(burst, rate * CATCH_UP_SECONDS), tokens + max(0.0, (now - at).total_seconds()) * rate)
-
-
-def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, limit: int,
-                 change: Change, due_by: datetime, now: datetime, hint: LockHint = LockHint()) -> list[LeasedMessage]:
-    """Lease up to ``limit`` due messages of the shard (and stranded ones of other shards, as
-    ``hint`` allows) as the topic's stored limits allow."""
+def lock_limited(conn: Connection, dialect: SqlDialect, request: LockRequest, change: Change,
+                 due_by: datetime) -> list[LeasedMessage]:
+    """Lease up to ``request.limit`` due messages of its shard (and stranded ones of other shards,
+    as the hint allows) as the topic's stored limits allow."""
+    topic, now = request.topic, request.now
     row = conn.execute(select(t.c.max_running, t.c.rate_per_second, t.c.max_running_per_key, t.c.rate_tokens,
                               t.c.rate_at).where(t.c.name == topic).with_for_update()).first()
     stored = FlowLimits(row.max_running, row.rate_per_second, row.max_running_per_key) if row else FlowLimits()
-    allowed = limit
+    allowed = request.limit
     if stored.max_running is not None:
         running = conn.execute(select(func.count()).select_from(m)
                                .where(m.c.topic == topic, m.c.status == _RUNNING)).scalar() or 0
@@ -71,9 +51,9 @@ def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, t
     if allowed <= 0:
         return []
     if stored.max_running_per_key is not None:
-        ids = _per_key(conn, dialect, topic, rank, total, allowed, stored.max_running_per_key, due_by, now, hint)
+        ids = _per_key(conn, dialect, request.shard, allowed, stored.max_running_per_key, due_by, now)
     else:
-        ids = [c.id for c in due_candidates(conn, dialect, topic, rank, total, allowed, due_by, now, hint)]
+        ids = [c.id for c in due_candidates(conn, dialect, request.shard, allowed, due_by, now)]
     taken = lease_rows(conn, topic, ids, change)
     if stored.rate_per_second is not None and taken:
         # rate_at is the last start: a gap since longer than CATCH_UP_SECONDS is idleness.
@@ -81,25 +61,15 @@ def lock_limited(conn: Connection, dialect: SqlDialect, topic: str, rank: int, t
     return taken
 
 
-def _per_key(conn: Connection, dialect: SqlDialect, topic: str, rank: int, total: int, allowed: int,
-             per_key: int, due_by: datetime, now: datetime, hint: LockHint) -> list[int]:
+def _per_key(conn: Connection, dialect: SqlDialect, shard: Shard, allowed: int, per_key: int, due_by: datetime,
+             now: datetime) -> list[int]:
     """Due messages in the lock's order, skipping those whose key already has ``per_key``
     RUNNING (counting what this lock takes). Messages without a key are not limited by it."""
-    candidates = due_candidates(conn, dialect, topic, rank, total, allowed * _KEY_WINDOW, due_by, now, hint,
-                                columns=[m.c.flow_key])
+    candidates = due_candidates(conn, dialect, shard, allowed * KEY_WINDOW, due_by, now, columns=[m.c.flow_key])
     keys = sorted({c.flow_key for c in candidates if c.flow_key is not None})
     held: dict[str, int] = {}
     if keys:
         held = dict(conn.execute(select(m.c.flow_key, func.count())
-                                 .where(m.c.topic == topic, m.c.status == _RUNNING, m.c.flow_key.in_(keys))
+                                 .where(m.c.topic == shard.topic, m.c.status == _RUNNING, m.c.flow_key.in_(keys))
                                  .group_by(m.c.flow_key)).all())
-    chosen: list[int] = []
-    for candidate in candidates:
-        if candidate.flow_key is not None:
-            if held.get(candidate.flow_key, 0) >= per_key:
-                continue
-            held[candidate.flow_key] = held.get(candidate.flow_key, 0) + 1
-        chosen.append(candidate.id)
-        if len(chosen) == allowed:
-            break
-    return chosen
+    return within_key_limit([(c.id, c.flow_key) for c in candidates], held, per_key, allowed)

@@ -55,9 +55,7 @@ def _lease_indexes(db: SqlDatabase) -> None:
         if "idx_message_topic_status_lease" not in present:
             conn.exec_driver_sql(f"CREATE INDEX idx_message_topic_status_lease ON {m.name} (topic, status, lease_expire)")
         for name in sorted(replaced & present):
-            # MySQL names the table in DROP INDEX; SQLite's index names are global.
-            on = f" ON {m.name}" if conn.dialect.name in ("mysql", "mariadb") else ""
-            conn.exec_driver_sql(f"DROP INDEX {name}{on}")
+            db.dialect.alter_table(conn, m.name, drop_index=name)
 
 
 def _max_deliveries(db: SqlDatabase) -> None:
@@ -66,8 +64,8 @@ def _max_deliveries(db: SqlDatabase) -> None:
     columns = {column["name"] for column in inspect(db.engine).get_columns(TOPIC.name)}
     if TOPIC.max_deliveries not in columns:
         with db.engine.begin() as conn:
-            conn.exec_driver_sql(f"ALTER TABLE {TOPIC.name} ADD COLUMN {TOPIC.max_deliveries} INTEGER NOT NULL "
-                                 f"DEFAULT {DEFAULT_MAX_DELIVERIES}")
+            db.dialect.alter_table(conn, TOPIC.name, [f"{TOPIC.max_deliveries} INTEGER NOT NULL "
+                                                      f"DEFAULT {DEFAULT_MAX_DELIVERIES}"])
 
 
 def _produce_requests(db: SqlDatabase) -> None:
@@ -87,7 +85,7 @@ def _trace_context(db: SqlDatabase) -> None:
     columns = {column["name"] for column in inspect(db.engine).get_columns(MESSAGE.name)}
     if MESSAGE.trace_context not in columns:
         with db.engine.begin() as conn:
-            conn.exec_driver_sql(f"ALTER TABLE {MESSAGE.name} ADD COLUMN {MESSAGE.trace_context} VARCHAR(255) NULL")
+            db.dialect.alter_table(conn, MESSAGE.name, [f"{MESSAGE.trace_context} VARCHAR(255) NULL"])
 
 
 def _topic_counts(db: SqlDatabase) -> None:
@@ -108,33 +106,21 @@ def _flow_control(db: SqlDatabase) -> None:
     columns = {column["name"] for column in inspector.get_columns(MESSAGE.name)}
     topic_columns = {column["name"] for column in inspector.get_columns(TOPIC.name)}
     index = next((ix for ix in inspector.get_indexes(MESSAGE.name) if ix["name"] == "idx_message_lock"), None)
-    message_changes = []
+    message_columns = []
     if MESSAGE.priority not in columns:
-        message_changes.append(f"ADD COLUMN {MESSAGE.priority} INTEGER NOT NULL DEFAULT 0")
+        message_columns.append(f"{MESSAGE.priority} INTEGER NOT NULL DEFAULT 0")
     if MESSAGE.flow_key not in columns:
-        message_changes.append(f"ADD COLUMN {MESSAGE.flow_key} VARCHAR(255) NULL")
+        message_columns.append(f"{MESSAGE.flow_key} VARCHAR(255) NULL")
     new_index = index is None or MESSAGE.priority not in index["column_names"]
-    topic_changes = [f"ADD COLUMN {name} {kind} NULL" for name, kind in (
+    topic_columns_added = [f"{name} {kind} NULL" for name, kind in (
         (TOPIC.max_running, "INTEGER"), (TOPIC.rate_per_second, "DOUBLE"), (TOPIC.max_running_per_key, "INTEGER"),
         (TOPIC.rate_tokens, "DOUBLE"), (TOPIC.rate_at, "DATETIME(3)")) if name not in topic_columns]
     lock_index = f"idx_message_lock ({MESSAGE.topic}, {MESSAGE.status}, {MESSAGE.priority} DESC, {MESSAGE.effect_time})"
     with db.engine.begin() as conn:
-        if conn.dialect.name in ("mysql", "mariadb"):
-            if new_index:
-                message_changes += (["DROP INDEX idx_message_lock"] if index else []) + [f"ADD INDEX {lock_index}"]
-            if message_changes:
-                conn.exec_driver_sql(f"ALTER TABLE {MESSAGE.name} " + ", ".join(message_changes))
-            if topic_changes:
-                conn.exec_driver_sql(f"ALTER TABLE {TOPIC.name} " + ", ".join(topic_changes))
-            return
-        for change in message_changes:
-            conn.exec_driver_sql(f"ALTER TABLE {MESSAGE.name} {change}")
-        for change in topic_changes:
-            conn.exec_driver_sql(f"ALTER TABLE {TOPIC.name} {change.replace('DATETIME(3)', 'DATETIME')}")
-        if new_index:
-            if index:
-                conn.exec_driver_sql("DROP INDEX idx_message_lock")
-            conn.exec_driver_sql(f"CREATE INDEX {lock_index.replace(' (', f' ON {MESSAGE.name} (', 1)}")
+        db.dialect.alter_table(conn, MESSAGE.name, message_columns,
+                               drop_index="idx_message_lock" if new_index and index else None,
+                               add_index=lock_index if new_index else None)
+        db.dialect.alter_table(conn, TOPIC.name, topic_columns_added)
 
 
 def _schedules(db: SqlDatabase) -> None:
@@ -158,7 +144,7 @@ assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "
 
 
 class Migrations:
-    """Create the schema, read its version, apply one step."""
+    """Create the schema, read its version, apply one step; and whether the database answers."""
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
@@ -180,6 +166,9 @@ class Migrations:
                 conn.execute(insert(v).values(version=SCHEMA_VERSION, applied_at=clock.now()))
 
         self._db.tx(record)
+
+    def ping(self) -> None:
+        self._db.tx(lambda conn: conn.execute(select(1)).scalar())
 
     def schema_version(self) -> int:
         return self._db.tx(lambda conn: conn.execute(select(func.max(v.c.version))).scalar() or 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import pymysql
 from pymysql.constants import CLIENT, SERVER_STATUS
@@ -22,7 +22,10 @@ from tidemq.tables import PRODUCE_REQUEST
 from ..schema import login_failure, message, topic
 from .dialect import SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
-from .writes import INSERT_COLUMNS
+from .rows import INSERT_COLUMNS
+
+if TYPE_CHECKING:
+    from .enqueue import CallerTransaction
 
 __all__ = ["MySqlDialect"]
 
@@ -229,13 +232,31 @@ class MySqlDialect(SqlDialect):
         stmt = mysql_insert(login_failure).values(values)
         conn.execute(stmt.on_duplicate_key_update(key_hash=stmt.inserted.key_hash))
 
-    def lock_index_hint(self, stmt: Any) -> Any:
+    def enqueue_keyed(self, tx: "CallerTransaction", values: dict[str, Any]) -> Optional[int]:
+        # LAST_INSERT_ID(id) makes a duplicate report the stored row's id as the insert id, in
+        # the same round trip; InnoDB's exclusive lock on the key makes a second transaction
+        # enqueuing it wait for the first to end.
+        stmt = mysql_insert(message).values(values)
+        new_id, _ = tx.execute(stmt.on_duplicate_key_update(id=func.last_insert_id(message.c.id)))
+        return new_id
+
+    def force_index(self, stmt: Any, index: str) -> Any:
         # With the console's (topic, status, lease_expire) index present, the optimizer may pick
         # an index merge plus a filesort of every NEW row of the topic, which made each lock
         # cost hundreds of ms on 200k due messages. Naming every priority makes one bounded
         # range per priority (each ends at the first message not yet due), read in index order:
-        # no row is sorted.
-        return stmt.with_hint(message, "FORCE INDEX (idx_message_lock)", dialect_name="mysql")
+        # no row is sorted. The console's pages walk (topic, status, lease_expire) the same way.
+        for name in ("mysql", "mariadb"):
+            stmt = stmt.with_hint(message, f"FORCE INDEX ({index})", dialect_name=name)
+        return stmt
+
+    def alter_table(self, conn: Connection, table: str, columns: Sequence[str] = (), drop_index: Optional[str] = None,
+                    add_index: Optional[str] = None) -> None:
+        # One ALTER TABLE: MySQL rebuilds the table once for all of its changes.
+        changes = [f"ADD COLUMN {column}" for column in columns] + \
+            ([f"DROP INDEX {drop_index}"] if drop_index else []) + ([f"ADD INDEX {add_index}"] if add_index else [])
+        if changes:
+            conn.exec_driver_sql(f"ALTER TABLE {table} " + ", ".join(changes))
 
 
 def _tls_args(url: str) -> dict[str, Any]:

@@ -1,31 +1,18 @@
-"""Principals: the identities brokers that authenticate accept, stored with a hash of their token."""
+"""Principals of the SQL storage: the identities brokers that authenticate accept, stored with a
+hash of their token."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional
-
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import ValidationError, quote
+from ..records import Principal
 from ..schema import principal as p
 from .database import SqlDatabase
 
-__all__ = ["Principal", "PrincipalStore"]
-
-
-@dataclass(frozen=True)
-class Principal:
-    """One principal: its role, the topic patterns it covers, whether it was revoked."""
-
-    name: str
-    role: str
-    topics: tuple[str, ...]
-    token_hash: str
-    created: datetime
-    revoked: Optional[datetime] = None
+__all__ = ["SqlPrincipals"]
 
 
 def _principal(row) -> Principal:
@@ -33,7 +20,7 @@ def _principal(row) -> Principal:
                      row.revoked)
 
 
-class PrincipalStore:
+class SqlPrincipals:
     """Adding, listing and revoking principals; the active ones by token hash."""
 
     def __init__(self, db: SqlDatabase) -> None:

@@ -9,7 +9,7 @@ from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..schema import schedule as s
-from ..storage import Schedule
+from ..records import Schedule
 from .database import SqlDatabase
 
 __all__ = ["Schedules"]
@@ -27,7 +27,7 @@ class Schedules:
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
-    def put(self, schedule: Schedule, now: datetime) -> bool:
+    def put_schedule(self, schedule: Schedule, now: datetime) -> bool:
         def work(conn: Connection) -> bool:
             row = conn.execute(select(s.c.cron, s.c.timezone).where(s.c.name == schedule.name)
                                .with_for_update()).first()
@@ -50,25 +50,25 @@ class Schedules:
             # Declared by two workers at once: the other one inserted it; this one updates it.
             return self._db.tx(work)
 
-    def list(self) -> list[Schedule]:
+    def list_schedules(self) -> list[Schedule]:
         rows = self._db.tx(lambda conn: conn.execute(select(s).order_by(s.c.name)).all())
         return [_schedule(row) for row in rows]
 
-    def get(self, name: str) -> Optional[Schedule]:
+    def get_schedule(self, name: str) -> Optional[Schedule]:
         row = self._db.tx(lambda conn: conn.execute(select(s).where(s.c.name == name)).first())
         return None if row is None else _schedule(row)
 
-    def delete(self, name: str) -> bool:
+    def delete_schedule(self, name: str) -> bool:
         return self._db.tx(lambda conn: conn.execute(delete(s).where(s.c.name == name)).rowcount) == 1
 
-    def pause(self, name: str, paused: bool, now: datetime) -> bool:
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> bool:
         values: dict[str, object] = {"paused": paused, "update_time": now}
         if not paused:
             values["ticks_from"] = now  # what fell due during the pause is not caught up
         return self._db.tx(lambda conn: conn.execute(
             update(s).where(s.c.name == name).values(**values)).rowcount) == 1
 
-    def advance(self, name: str, tick: datetime) -> bool:
+    def advance_schedule(self, name: str, tick: datetime) -> bool:
         # Guarded so that a leader that lost leadership mid-round cannot move a schedule back.
         return self._db.tx(lambda conn: conn.execute(
             update(s).where(s.c.name == name, or_(s.c.last_tick.is_(None), s.c.last_tick < tick))

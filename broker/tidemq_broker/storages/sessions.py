@@ -10,36 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Optional, Sequence
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
+from ..records import SessionUser
 from ..schema import admin_session as s
 from ..schema import admin_user as u
 from ..schema import login_failure as f
 from .database import SqlDatabase
 
-__all__ = ["SessionStore", "SessionUser"]
+__all__ = ["SqlSessions", "digest", "TOUCH_EVERY"]
 
 # A session's last_seen is written at most this often: a page view is a read, not a write.
-_TOUCH_EVERY = timedelta(seconds=60)
+TOUCH_EVERY = timedelta(seconds=60)
 
 
-def _digest(text: str) -> str:
+def digest(text: str) -> str:
+    """How a session id or a sign-in key is stored: its SHA-256, in hex."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-@dataclass(frozen=True)
-class SessionUser:
-    """The user a live session belongs to, as stored now (a changed role applies at once)."""
-
-    name: str
-    role: str
-
-
-class SessionStore:
+class SqlSessions:
     """Sessions (create, resolve, end one, end all of a user) and sign-in attempts per key."""
 
     def __init__(self, db: SqlDatabase) -> None:
@@ -49,14 +42,14 @@ class SessionStore:
     def create(self, user_name: str, now: datetime) -> str:
         """Start a session for ``user_name``; returns the id to hand to the browser (shown once)."""
         session_id = secrets.token_urlsafe(32)
-        self._db.tx(lambda c: c.execute(insert(s).values(id_hash=_digest(session_id), user_name=user_name,
+        self._db.tx(lambda c: c.execute(insert(s).values(id_hash=digest(session_id), user_name=user_name,
                                                          created=now, last_seen=now)))
         return session_id
 
     def resolve(self, session_id: str, now: datetime, idle: timedelta, lifetime: timedelta) -> Optional[SessionUser]:
         """The user of a live session, or None when the id is unknown, ended, idle longer than
         ``idle`` or older than ``lifetime`` (such a row is deleted)."""
-        key = _digest(session_id)
+        key = digest(session_id)
 
         def work(conn: Connection) -> Optional[SessionUser]:
             row = conn.execute(select(s.c.created, s.c.last_seen, u.c.name, u.c.role)
@@ -66,7 +59,7 @@ class SessionStore:
             if row.last_seen < now - idle or row.created < now - lifetime:
                 conn.execute(delete(s).where(s.c.id_hash == key))
                 return None
-            if row.last_seen < now - _TOUCH_EVERY:
+            if row.last_seen < now - TOUCH_EVERY:
                 conn.execute(update(s).where(s.c.id_hash == key).values(last_seen=now))
             return SessionUser(row.name, row.role)
 
@@ -74,7 +67,7 @@ class SessionStore:
 
     def end(self, session_id: str) -> None:
         """End one session (sign-out)."""
-        self._db.tx(lambda c: c.execute(delete(s).where(s.c.id_hash == _digest(session_id))))
+        self._db.tx(lambda c: c.execute(delete(s).where(s.c.id_hash == digest(session_id))))
 
     def end_all(self, user_name: str) -> int:
         """End every session of ``user_name`` (its password changed); returns how many."""
@@ -104,8 +97,8 @@ class SessionStore:
         The rows are inserted first (with no failures) when missing: a locking read of a row that
         does not exist yet locks nothing under READ COMMITTED, so the first attempts of a new key
         would each have read no failures and gone ahead together."""
-        hashes = sorted(_digest(k) for k in keys)  # one order: no deadlock between processes
-        by_hash = {_digest(k): k for k in keys}
+        hashes = sorted(digest(k) for k in keys)  # one order: no deadlock between processes
+        by_hash = {digest(k): k for k in keys}
 
         def work(conn: Connection) -> float:
             self._db.dialect.insert_failure_keys(
@@ -124,8 +117,8 @@ class SessionStore:
         """The password was right: forget the failures of ``clear``, and take back the attempt
         counted on ``undo`` (a key whose earlier failures stay)."""
         def work(conn: Connection) -> None:
-            conn.execute(delete(f).where(f.c.key_hash.in_([_digest(k) for k in clear])))
-            conn.execute(update(f).where(f.c.key_hash.in_([_digest(k) for k in undo]), f.c.failures > 0)
+            conn.execute(delete(f).where(f.c.key_hash.in_([digest(k) for k in clear])))
+            conn.execute(update(f).where(f.c.key_hash.in_([digest(k) for k in undo]), f.c.failures > 0)
                          .values(failures=f.c.failures - 1))
 
         self._db.tx(work)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..schema import login_failure
@@ -13,6 +13,9 @@ from ..schema import message as m
 from ..schema import topic as t
 from ..errors import ConfigurationError
 from .dialect import SqlDialect
+
+if TYPE_CHECKING:
+    from .enqueue import CallerTransaction
 
 __all__ = ["SqliteDialect"]
 
@@ -57,6 +60,16 @@ class SqliteDialect(SqlDialect):
     def insert_failure_keys(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         # The process lock already serialises every transaction: inserting is all there is to do.
         conn.execute(sqlite_insert(login_failure).values(values).on_conflict_do_nothing(index_elements=["key_hash"]))
+
+    def enqueue_keyed(self, tx: "CallerTransaction", values: dict[str, Any]) -> Optional[int]:
+        tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing(index_elements=["topic", "unique_key"]))
+        _, rows = tx.execute(select(m.c.id).where(m.c.topic == values["topic"], m.c.unique_key == values["unique_key"]))
+        return rows[0][0] if rows else None
+
+    def alter_table(self, conn: Connection, table: str, columns: Sequence[str] = (), drop_index: Optional[str] = None,
+                    add_index: Optional[str] = None) -> None:
+        super().alter_table(conn, table, [column.replace("DATETIME(3)", "DATETIME") for column in columns], drop_index,
+                            add_index)
 
     def lock_topic_row(self, conn: Connection, topic: str) -> bool:
         """Nothing to lock: the database object's process lock already serialises every transaction."""

@@ -5,7 +5,6 @@ Each operation applies one lifecycle transition (``tidemq.lifecycle``) to the ro
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
@@ -13,41 +12,20 @@ from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from tidemq import lifecycle
-from tidemq.lifecycle import Change, Event, MessageStatus
+from tidemq.lifecycle import Event, MessageStatus
 from tidemq.tables import MESSAGE as M
 
-from ..errors import MalformedRequestError, quote
+from ..records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..schema import message as m
 from ..schema import produce_request as r
-from ..storage import MessageEdit, NewRow, RequestRef, StoredMessage
 from .changes import apply, guard
 from .database import SqlDatabase
-from .reads import to_message
+from .request_ids import Claims, answer, id_list
+from .rows import row_values, to_message
 
-__all__ = ["Writes", "INSERT_COLUMNS", "row_values"]
+__all__ = ["Writes"]
 
 _CHUNK = 1000  # ids per IN (...) list and rows per batch
-#: Every column an INSERT writes (all but the id), in the table's order.
-INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
-
-
-def row_values(row: NewRow, change: Change) -> dict[str, Any]:
-    """The full INSERT values of ``row`` as the lifecycle's ``produce`` change starts it."""
-    values = {
-        M.topic: row.topic,
-        M.data: row.data,
-        M.effect_time: row.effect_time,
-        M.order_time: row.effect_time,
-        M.retry_remaining: row.retry_remaining,
-        M.retry_schedule: json.dumps(row.retry_schedule) if row.retry_schedule is not None else None,
-        M.unique_key: row.unique_key or None,
-        M.trace: change.trace,
-        M.trace_context: row.trace_context or None,
-        M.priority: row.priority,
-        M.flow_key: row.flow_key or None,
-        **change.values,
-    }
-    return {name: values[name] for name in INSERT_COLUMNS}
 
 
 class Writes:
@@ -63,7 +41,7 @@ class Writes:
 
         def work(conn: Connection, look_first: bool) -> list[int]:
             ids: list[int] = [0] * len(rows)
-            claims = _Claims.of(requests, _stored_answers(conn, requests) if look_first else {})
+            claims = Claims.of(requests, _stored_answers(conn, requests) if look_first else {})
             for ref, found in claims.answered.items():
                 ids[ref.start : ref.start + ref.count] = found
             skip = claims.skipped()
@@ -93,7 +71,7 @@ class Writes:
                 # A plain INSERT: a request id stored already (or by a transaction still open,
                 # which it waits for) makes it fail, and the whole unit of work is redone below.
                 conn.execute(insert(r), [{"request_id": ref.request_id, "created": now,
-                                          "ids": ",".join(str(i) for i in ids[ref.start : ref.start + ref.count])}
+                                          "ids": id_list(ids[ref.start : ref.start + ref.count])}
                                          for ref in ours])
             return ids
 
@@ -159,7 +137,7 @@ class Writes:
         def work(conn: Connection) -> Optional[StoredMessage]:
             if apply(conn, change, m.c.id == id, m.c.version == version) != 1:
                 return None
-            return to_message(conn.execute(select(m).where(m.c.id == id)).one())
+            return to_message(conn.execute(select(m).where(m.c.id == id)).one()._mapping)
 
         return self._db.tx(work)
 
@@ -185,56 +163,11 @@ class Writes:
         return self._db.tx(work)
 
 
-class _Claims:
-    """How the requests of one insert are answered: from what is stored, by this insert, or as a
-    repeat of another request of it (a retry that reached the same broker while its original
-    still waited for a commit)."""
-
-    def __init__(self) -> None:
-        self.answered: dict[RequestRef, list[int]] = {}  # committed before: their stored ids
-        self.ours: list[RequestRef] = []  # stored by this insert, with its ids
-        self.repeats: list[tuple[RequestRef, RequestRef]] = []  # (repeat, first) within this insert
-
-    @classmethod
-    def of(cls, requests: Sequence[RequestRef], stored: dict[str, list[int]]) -> "_Claims":
-        claims = cls()
-        first: dict[str, RequestRef] = {}
-        for ref in requests:
-            earlier = stored.get(ref.request_id)
-            size = len(earlier) if earlier is not None else first[ref.request_id].count if ref.request_id in first \
-                else ref.count
-            if size != ref.count:
-                raise MalformedRequestError(f"request_id {quote(ref.request_id)} was already used for a Produce call of "
-                                            f"{size} messages, not {ref.count}")
-            if earlier is not None:
-                claims.answered[ref] = earlier
-            elif ref.request_id in first:
-                claims.repeats.append((ref, first[ref.request_id]))
-            else:
-                first[ref.request_id] = ref
-                claims.ours.append(ref)
-        return claims
-
-    def skipped(self) -> set[int]:
-        """Row indexes not to insert: answered before, or repeating another request here."""
-        refs = list(self.answered) + [repeat for repeat, _ in self.repeats]
-        return {i for ref in refs for i in range(ref.start, ref.start + ref.count)}
-
-
 def _stored_answers(conn: Connection, requests: Sequence[RequestRef]) -> dict[str, list[int]]:
     """The ids each already stored request id was answered."""
     names = sorted({ref.request_id for ref in requests})
     found = conn.execute(select(r.c.request_id, r.c.ids).where(r.c.request_id.in_(names))).all()
-    return {name: _answer(ids) for name, ids in found}
-
-
-def _answer(stored: str) -> list[int]:
-    """Stored ids: "r<first>:<step>:<count>" (consecutive, written in the INSERT's round trip)
-    or a comma-separated list."""
-    if stored.startswith("r"):
-        first, step, count = (int(part) for part in stored[1:].split(":"))
-        return [first + k * step for k in range(count)]
-    return [int(i) for i in stored.split(",")]
+    return {name: answer(ids) for name, ids in found}
 
 
 def _ids_by_unique_key(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -1,0 +1,211 @@
+"""Leases in memory: the batch lock (with the lock hints, stranded shards and flow limits), the
+serial lock, release, extend, expire, and acks.
+
+Every rule a lock follows in SQL holds here, read from the same places: which messages are due
+(the shard rule with the id step, the hint's floor and priorities, other shards' messages once
+stranded), in which order (``rows.lock_order``), how many the topic's stored limits allow
+(``tidemq_broker.flow``), and what the lease writes (``rows.lease_change``). Nothing is ever
+held by another transaction here, so nothing is skipped as locked.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Optional, Sequence
+
+from tidemq import clock, lifecycle
+from tidemq.lifecycle import MessageStatus
+from tidemq.link import AckItem, AckOutcome
+from tidemq.tables import MESSAGE as M
+
+from ...flow import KEY_WINDOW, refill, within_key_limit
+from ...records import FlowLimits, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
+from ..rows import expiries, lease_change, leased, lock_order, to_message
+from .state import MemoryState, apply
+from .topics import topic_row
+
+__all__ = ["MemoryLeases", "MemoryAcks", "due_candidates"]
+
+_NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
+_SUCCESS, _FAIL = MessageStatus.SUCCESS.value, MessageStatus.FAIL.value
+Row = dict[str, Any]
+
+
+def due_candidates(state: MemoryState, shard: Shard, limit: int, due_by: datetime, now: datetime) -> list[Row]:
+    """Up to ``limit`` NEW messages of the shard due by ``due_by``, in the lock's order, read where
+    the hint says they can be: the shard's own first, then (``hint.stranded``, several shards)
+    other shards' messages due for longer than that."""
+    hint = shard.hint
+    if hint.priorities is not None and not hint.priorities:
+        return []
+    stranded_by = clock.after(now, -hint.stranded)
+    own: list[Row] = []
+    others: list[Row] = []
+    for row in state.rows(shard.topic, _NEW):
+        when = row[M.effect_time]
+        if when > due_by or (hint.floor is not None and when < hint.floor) or \
+                (hint.priorities is not None and row[M.priority] not in hint.priorities):
+            continue
+        if shard.total <= 1 or state.shard_of(row[M.id], shard.total) == shard.rank:
+            own.append(row)
+        elif hint.stranded > 0 and when <= stranded_by:
+            others.append(row)
+    return (sorted(own, key=lock_order) + sorted(others, key=lock_order))[:limit]
+
+
+class MemoryLeases:
+    """Lease, release, extend and expire."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+
+    def lock_batch(self, request: LockRequest) -> list[LeasedMessage]:
+        change = lease_change(request)
+        due_by = clock.after(request.now, request.ahead)
+        with self._state.lock:
+            if request.limits is not None and request.limits.any:
+                rows = self._limited(request, due_by)
+            else:
+                rows = due_candidates(self._state, request.shard, request.limit, due_by, request.now)
+            return self._lease(rows, change, request.topic)
+
+    def _limited(self, request: LockRequest, due_by: datetime) -> list[Row]:
+        """The candidates a lock takes as the topic's stored limits allow (the caller's copy may
+        be old), with the rate's bucket taken from."""
+        state, now = self._state, request.now
+        row = state.topics.get(request.topic)
+        stored = FlowLimits(row["max_running"], row["rate_per_second"], row["max_running_per_key"]) if row \
+            else FlowLimits()
+        allowed = request.limit
+        if stored.max_running is not None:
+            allowed = min(allowed, stored.max_running - sum(1 for _ in state.rows(request.topic, _RUNNING)))
+        tokens = 0.0
+        if row is not None and stored.rate_per_second is not None:
+            tokens = refill(row["rate_tokens"], row["rate_at"], stored.rate_per_second, now)
+            allowed = min(allowed, int(tokens))
+        if allowed <= 0:
+            return []
+        if stored.max_running_per_key is not None:
+            candidates = due_candidates(state, request.shard, allowed * KEY_WINDOW, due_by, now)
+            keys = {c[M.flow_key] for c in candidates if c[M.flow_key] is not None}
+            held: dict[str, int] = {}
+            for running in state.rows(request.topic, _RUNNING):
+                if running[M.flow_key] in keys:
+                    held[running[M.flow_key]] = held.get(running[M.flow_key], 0) + 1
+            chosen = set(within_key_limit([(c[M.id], c[M.flow_key]) for c in candidates], held,
+                                          stored.max_running_per_key, allowed))
+            taken = [c for c in candidates if c[M.id] in chosen]
+        else:
+            taken = due_candidates(state, request.shard, allowed, due_by, now)
+        if row is not None and stored.rate_per_second is not None and taken:
+            # rate_at is the last start: a gap since longer than CATCH_UP_SECONDS is idleness.
+            row.update(rate_tokens=tokens - len(taken), rate_at=now)
+        return taken
+
+    def _lease(self, rows: list[Row], change: lifecycle.Change, topic: str) -> list[LeasedMessage]:
+        apply(self._state, change, rows)
+        return [leased(row, topic) for row in sorted(rows, key=lock_order)]
+
+    def lock_serial(self, request: LockRequest) -> list[LeasedMessage]:
+        topic, state = request.topic, self._state
+        change = lease_change(request, serial=True)
+        due_by = clock.after(request.now, request.ahead)
+        with state.lock:
+            if topic not in state.topics:
+                # As in SQL: a topic only ``tidemq.enqueue`` wrote to gets its default row here.
+                state.topics[topic] = topic_row(TopicSettings(topic), request.now)
+            if any(True for _ in state.rows(topic, _RUNNING)):
+                return []
+            head = min(state.rows(topic, _NEW), key=lambda row: (row[M.order_time], row[M.id]), default=None)
+            if head is None or head[M.effect_time] > due_by:
+                return []
+            return self._lease([head], change, topic)
+
+    def release(self, lease_token: str, now: datetime, consumer: str = "", broker: str = "") -> int:
+        change = lifecycle.release(now, consumer or "-", broker)
+        with self._state.lock:
+            return apply(self._state, change, [row for row in self._state.rows(status=_RUNNING)
+                                               if row[M.lease_token] == lease_token])
+
+    def extend_leases(self, leases: Sequence[tuple[int, str]], ttr: int, now: datetime) -> list[bool]:
+        change = lifecycle.extend(now, ttr)
+        state = self._state
+        with state.lock:
+            held = {(id, token) for id, token in set(leases) if id in state.messages
+                    and state.messages[id][M.status] == _RUNNING and state.messages[id][M.lease_token] == token}
+            apply(state, change, [state.messages[id] for id, _ in held])
+            return [(id, token) in held for id, token in leases]
+
+    def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int],
+                      by_topic: Optional[dict[str, int]] = None, grace: Optional[OutageGrace] = None) -> int:
+        elapsed = (now - grace.back).total_seconds() if grace is not None else 0.0
+
+        def ran_out(row: Row) -> bool:
+            expire = row[M.lease_expire]
+            if expire is None or not expire < now:
+                return False
+            # A lease that ran out during an outage is held until its end plus the lease's ttr.
+            return grace is None or expire < grace.since or (row[M.ttr] or 0) <= elapsed
+
+        counts: dict[str, int] = {}
+        with self._state.lock:
+            expired = sorted((row for row in self._state.rows(status=_RUNNING) if ran_out(row)),
+                             key=lambda row: (row[M.lease_expire], row[M.id]))[:limit]
+            # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
+            back: dict[tuple[Optional[str], str], list[Row]] = {}
+            for row in expired:
+                most = max_deliveries(row[M.topic])
+                if lifecycle.delivered_out(row[M.attempt], most):
+                    change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], broker,
+                                              expiries(row[M.trace]) + 1)
+                    _tally(counts, row[M.topic], apply(self._state, change, [row]))
+                else:
+                    back.setdefault((row[M.consumer], row[M.topic]), []).append(row)
+            for (consumer, topic), rows in back.items():
+                _tally(counts, topic, apply(self._state, lifecycle.lease_lost(now, consumer, broker), rows))
+        if by_topic is not None:
+            for topic, n in counts.items():
+                _tally(by_topic, topic, n)
+        return sum(counts.values())
+
+
+class MemoryAcks:
+    """Outcomes: SUCCESS, a retry, or FAIL, as the lifecycle decides, each guarded by the lease."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+
+    def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
+            topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+        state = self._state
+        with state.lock:
+            # Judged on the rows as they were before this batch, as the SQL storage reads them.
+            held = {i: state.messages[i][M.lease_token] for i in {item.id for item in items}
+                    if i in state.messages and state.messages[i][M.status] == _RUNNING}
+            done = {i: (row[M.status], row[M.lease_token]) for i in {item.id for item in items}
+                    if (row := state.messages.get(i)) is not None and row[M.status] != _RUNNING}
+            outcomes: list[AckOutcome] = []
+            succeeded: list[Row] = []
+            failed: list[AckItem] = []
+            for item in items:
+                if item.id not in held or held.pop(item.id) != item.lease_token:
+                    # A repeat of an ack this lease already recorded is answered as applied.
+                    repeat = done.get(item.id) == (_SUCCESS if item.success else _FAIL, item.lease_token)
+                    outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
+                    continue
+                outcomes.append(AckOutcome.APPLIED)
+                if item.success:
+                    succeeded.append(state.messages[item.id])
+                else:
+                    failed.append(item)
+            for item in failed:
+                msg = to_message(state.messages[item.id])
+                apply(state, lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker),
+                      [state.messages[item.id]])
+            apply(state, lifecycle.succeed(now, consumer, broker), succeeded)
+            return outcomes
+
+
+def _tally(counts: dict[str, int], topic: str, n: int) -> None:
+    if n:
+        counts[topic] = counts.get(topic, 0) + n

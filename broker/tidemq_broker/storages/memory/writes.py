@@ -1,0 +1,118 @@
+"""Produce and the operators' changes in memory: insert (unique keys, request ids), cancel,
+requeue, edit, delete, retention; each applies the lifecycle's Change as the SQL storage does."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional, Sequence
+
+from tidemq import lifecycle
+from tidemq.lifecycle import Event, MessageStatus
+from tidemq.tables import MESSAGE as M
+
+from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
+from ..request_ids import Claims
+from ..rows import row_values, to_message
+from .state import NOT_NULL, ConstraintError, MemoryState, apply
+
+__all__ = ["MemoryWrites"]
+
+_CHUNK = 1000  # as the SQL storage: requeue by id moves the first 1000 of the ids
+
+
+class MemoryWrites:
+    """Inserts and the transitions operators and producers start."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+
+    def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
+                        **who: object) -> list[int]:
+        change = lifecycle.produce(now, **who)
+        state = self._state
+        with state.lock:
+            stored = {ref.request_id: state.requests[ref.request_id][1] for ref in requests
+                      if ref.request_id in state.requests}
+            claims = Claims.of(requests, stored)
+            skip = claims.skipped()
+            values = {i: row_values(row, change) for i, row in enumerate(rows) if i not in skip}
+            for row in values.values():
+                empty = sorted(name for name in NOT_NULL if row[name] is None)
+                if empty:  # refused whole, before anything is stored
+                    raise ConstraintError(f"column {empty[0]} cannot be NULL")
+            ids: list[int] = [0] * len(rows)
+            for ref, found in claims.answered.items():
+                ids[ref.start : ref.start + ref.count] = found
+            # As the SQL storage inserts them: the rows without a unique key first, in order,
+            # then the keyed ones, each (topic, unique_key) stored once and its id shared.
+            plain = [i for i in values if not values[i][M.unique_key]]
+            keyed = [i for i in values if values[i][M.unique_key]]
+            for i in plain:
+                ids[i] = self._insert(values[i])
+            for i in keyed:
+                key = (values[i][M.topic], values[i][M.unique_key])
+                ids[i] = state.unique[key] if key in state.unique else self._insert(values[i])
+            for repeat, original in claims.repeats:
+                ids[repeat.start : repeat.start + repeat.count] = ids[original.start : original.start + original.count]
+            for ref in claims.ours:
+                state.requests[ref.request_id] = (now, ids[ref.start : ref.start + ref.count])
+            return ids
+
+    def _insert(self, values: dict[str, Any]) -> int:
+        id = self._state.new_id()
+        self._state.insert({M.id: id, **values})
+        return id
+
+    def delete_produce_requests(self, before: datetime, limit: int) -> int:
+        with self._state.lock:
+            old = [name for name, (created, _) in self._state.requests.items() if created < before][:limit]
+            for name in old:
+                del self._state.requests[name]
+            return len(old)
+
+    def cancel(self, ids: Sequence[int]) -> list[bool]:
+        change = lifecycle.cancel()
+        state = self._state
+        with state.lock:
+            pending = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
+            apply(state, change, [state.messages[i] for i in pending])
+            return [i in pending for i in ids]
+
+    def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
+                event: Event = Event.REQUEUED, **who: object) -> int:
+        change = lifecycle.requeue(now, retry, event, **who)
+        state = self._state
+        with state.lock:
+            if ids:
+                chosen = [state.messages[i] for i in sorted(set(ids)) if i in state.messages]
+                return apply(state, change, [row for row in chosen if change.allows(row)][:_CHUNK])
+            return apply(state, change, list(state.rows(topic))) if topic else 0
+
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
+                     changed: Sequence[str]) -> Optional[StoredMessage]:
+        values: dict[str, Any] = {}
+        if edit.data is not None:
+            values[M.data] = edit.data
+        if edit.retry_remaining is not None:
+            values[M.retry_remaining] = edit.retry_remaining
+        if edit.effect_time is not None:
+            values[M.effect_time] = edit.effect_time
+        status = MessageStatus(edit.status) if edit.status is not None else None
+        change = lifecycle.admin_edit(now, user, status, changed, values)
+        with self._state.lock:
+            row = self._state.messages.get(id)
+            if row is None or row[M.version] != version or apply(self._state, change, [row]) != 1:
+                return None
+            return to_message(row)
+
+    def delete_messages(self, ids: Sequence[int]) -> int:
+        with self._state.lock:
+            return apply(self._state, lifecycle.admin_delete(),
+                         [self._state.messages[i] for i in set(ids) if i in self._state.messages])
+
+    def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
+        change = lifecycle.retire()
+        with self._state.lock:
+            old = [row for row in self._state.rows(topic) if change.allows(row) and row[M.finish_time] is not None
+                   and row[M.finish_time] < before][:limit]
+            return apply(self._state, change, old)

@@ -1,0 +1,118 @@
+"""The pull hub's probes of the SQL storage: when a shard or a serial topic next has something
+due, the earliest NEW effect_time of many topics, and the inserts committed since a mark.
+
+Each is a read of one index range or a few index dives, cheap enough to run many times a second.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import Connection, Select, func, literal, not_, null, or_, select, union_all
+
+from tidemq import clock
+from tidemq.lifecycle import MessageStatus
+from tidemq.validation import PRIORITIES_DESC
+
+from ..records import RecentInserts, Shard
+from ..schema import message as m
+from .database import SqlDatabase
+from .reads import any_running
+
+__all__ = ["PullProbes"]
+
+_NEW = MessageStatus.NEW.value
+
+
+class PullProbes:
+    """Next due times, the earliest NEW messages of topics, the highest id, recent inserts."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def next_due(self, shard: Shard) -> Optional[datetime]:
+        topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint
+        priorities = sorted(hint.priorities, reverse=True) if hint.priorities is not None else PRIORITIES_DESC
+        if not priorities:
+            return None
+        after = [m.c.effect_time >= hint.floor] if hint.floor is not None else []
+        parts = [_firsts([topic], priorities, *after, label=0)]
+        if total > 1:
+            own = self._db.dialect.shard_clause(m.c.id, total, rank)
+            parts = [_firsts([topic], priorities, own, *after, label=0)]
+            if hint.stranded > 0:  # other shards' messages, taken once stranded
+                parts.append(_firsts([topic], priorities, not_(own), *after, label=1))
+        rows = self._db.tx(lambda conn: conn.execute(union_all(*parts)).all())
+        times = [clock.after(row.due, hint.stranded) if row.part else row.due for row in rows]
+        return min(times, default=None)
+
+    def earliest_new(self, topics: Sequence[str]) -> dict[str, dict[int, datetime]]:
+        names = list(topics)
+
+        def work(conn: Connection) -> dict[str, dict[int, datetime]]:
+            found: dict[str, dict[int, datetime]] = {}
+            # A bounded statement per chunk of topics (each topic is one index dive per priority).
+            for start in range(0, len(names), _PROBE_TOPICS):
+                chunk = names[start:start + _PROBE_TOPICS]
+                for row in conn.execute(_firsts(chunk, PRIORITIES_DESC, label=0)).all():
+                    found.setdefault(row.topic, {})[row.priority] = row.due
+            return found
+
+        return self._db.tx(work) if names else {}
+
+    def serial_head_due(self, topic: str) -> Optional[datetime]:
+        def work(conn: Connection) -> Optional[datetime]:
+            if any_running(conn, topic):
+                return None
+            return conn.execute(select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
+                                .order_by(m.c.order_time, m.c.id).limit(1)).scalar()
+
+        return self._db.tx(work)
+
+    def max_id(self) -> int:
+        return self._db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
+
+    def id_step(self) -> int:
+        return self._db.tx(self._db.dialect.id_step)
+
+    def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> RecentInserts:
+        # One walk of the primary key from ``after`` plus a lookup by key of each missing id: an
+        # idle probe reads nothing, whatever the size of the table. The highest id comes in the
+        # same statement (one more index dive, no round trip): when it is below ``after`` the ids
+        # went backwards (a TRUNCATE, a restore) and the watch must start again from it. It runs
+        # every 20 ms while pulls wait, so it skips the transaction around it (``autocommit_read``).
+        where = m.c.id > after
+        if missing:
+            where = or_(where, m.c.id.in_(list(missing)))
+        fresh = (select(m.c.id, m.c.topic, m.c.effect_time, m.c.priority).where(where).order_by(m.c.id)
+                 .limit(limit).subquery())
+        stmt = union_all(select(fresh.c.id, fresh.c.topic, fresh.c.effect_time, fresh.c.priority),
+                         select(func.max(m.c.id), null(), null(), null()))
+        rows, top = [], 0
+        for row in self._db.autocommit_read(stmt):
+            if row[1] is None:  # the MAX row: a topic is never NULL
+                top = row[0] or 0
+            else:
+                rows.append((row[0], row[1], row[2], row[3]))
+        rows.sort()
+        return RecentInserts(rows, top)
+
+
+_PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
+
+
+def _firsts(topics: Sequence[str], priorities: Sequence[int], *where: Any, label: int) -> Select[Any]:
+    """The earliest NEW message matching ``where`` of each topic and priority: rows
+    ``(topic, priority, due, part=label)``, a topic and priority without one absent.
+
+    The lock index orders each (topic, NEW) range by priority first, so each is one index dive:
+    a union of ``ORDER BY effect_time LIMIT 1`` per topic and priority (a MIN over the whole
+    range would read every NEW row of the topic).
+    """
+    firsts = [select(m.c.topic.label("topic"), m.c.priority.label("priority"), m.c.effect_time.label("due"))
+              .where(m.c.topic == name, m.c.status == _NEW, m.c.priority == priority, *where)
+              .order_by(m.c.effect_time).limit(1).subquery()
+              for name in topics for priority in priorities]
+    each = union_all(*[select(first.c.topic, first.c.priority, first.c.due) for first in firsts]).subquery()
+    return select(each.c.topic, each.c.priority, each.c.due, literal(label).label("part"))

@@ -1,0 +1,86 @@
+"""A message row as plain values, shared by the SQL and the memory storage.
+
+What an insert writes (:func:`row_values`, for the group commit and ``tidemq.enqueue`` alike),
+what a lease writes (:func:`lease_change`) and hands out (:func:`leased`), and what a stored
+row reads as (:func:`to_message`). Rows are ``{column name: value}`` with the names of
+``tidemq.tables.MESSAGE``, the form ``tidemq.lifecycle.Change.apply_to`` works on.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Mapping
+
+from tidemq import lifecycle
+from tidemq.lifecycle import Change, Event
+from tidemq.tables import MESSAGE as M
+
+from ..records import LeasedMessage, LockRequest, NewRow, StoredMessage
+
+__all__ = ["INSERT_COLUMNS", "row_values", "new_lease_token", "lease_change", "leased", "to_message", "expiries",
+           "lock_order"]
+
+#: Every column an INSERT writes (all but the id), in the table's order.
+INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
+
+
+def row_values(row: NewRow, change: Change) -> dict[str, Any]:
+    """The full INSERT values of ``row`` as the lifecycle's ``produce`` change starts it."""
+    values = {
+        M.topic: row.topic,
+        M.data: row.data,
+        M.effect_time: row.effect_time,
+        M.order_time: row.effect_time,
+        M.retry_remaining: row.retry_remaining,
+        M.retry_schedule: json.dumps(row.retry_schedule) if row.retry_schedule is not None else None,
+        M.unique_key: row.unique_key or None,
+        M.trace: change.trace,
+        M.trace_context: row.trace_context or None,
+        M.priority: row.priority,
+        M.flow_key: row.flow_key or None,
+        **change.values,
+    }
+    return {name: values[name] for name in INSERT_COLUMNS}
+
+
+def new_lease_token() -> str:
+    """A fresh, unguessable lease token (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+def lease_change(request: LockRequest, serial: bool = False) -> Change:
+    """The lifecycle's lease for the rows ``request`` locks, under its token or a fresh one; a
+    batch lease names the shard in the trace."""
+    where = {} if serial else {"rank": f"{request.shard.rank}/{request.shard.total}"}
+    return lifecycle.lease(request.now, request.ttr, request.consumer, request.lease_token or new_lease_token(),
+                           request.ahead, **where, broker=request.broker or None)
+
+
+def lock_order(row: Mapping[str, Any]) -> tuple[int, Any, int]:
+    """The order a lock takes and hands out due messages in: higher priority first, then oldest
+    due, then lowest id."""
+    return -row[M.priority], row[M.effect_time], row[M.id]
+
+
+def leased(row: Mapping[str, Any], topic: str) -> LeasedMessage:
+    """The delivery of ``row`` (at least the columns a delivery holds) once a lease's change was
+    applied to it (``Change.apply_to``)."""
+    return LeasedMessage(row[M.id], topic, row[M.data], row[M.status], row[M.effect_time], row[M.retry_remaining],
+                         row[M.attempt], row[M.ttr], row[M.lease_token], row[M.consumer], row[M.trace_context],
+                         row[M.priority])
+
+
+def to_message(row: Mapping[str, Any]) -> StoredMessage:
+    """A full message row as a StoredMessage."""
+    values = dict(row)
+    schedule = values.get(M.retry_schedule)
+    values[M.retry_schedule] = json.loads(schedule) if schedule else None
+    return StoredMessage(**values)
+
+
+def expiries(trace: str) -> int:
+    """How many times a message's lease expired before, counted from its trace (read only for a
+    message about to fail as poison, which is rare)."""
+    marker = f" {Event.LEASE_EXPIRED.value} "
+    return sum(1 for line in (trace or "").splitlines() if marker in f"{line} ")
