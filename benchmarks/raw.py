@@ -24,7 +24,7 @@ import pymysql
 
 from tidemq import clock, lifecycle, trace
 from tidemq_broker.storage import NewRow
-from tidemq_broker.storages.writes import INSERT_COLUMNS, row_values
+from tidemq_broker.storages.rows import INSERT_COLUMNS, row_values
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",
            "make_due", "Row", "RowCommitter", "GroupCommitter"]

@@ -186,7 +186,7 @@ def test_three_consumers_of_a_topic_produced_through_two_brokers_each_get_a_thir
     per_consumer = collections.Counter(e.pid for e in read_log(log))
     storage = open_storage(galera_url)
     try:
-        step = storage.id_step()
+        step = storage.probes.id_step()
     finally:
         storage.close()
     # The shards (MOD(id DIV step, 3)) split the ids evenly whatever node handed them out. Who
