@@ -32,7 +32,7 @@ def server():
         from tidemq_broker.storages import open_storage
 
         storage = open_storage(url)
-        storage.create_schema()
+        storage.schema.create_schema()
         storage.close()
         add_users(db)
         raw.load(url, "bench.pressure", 2000, lambda i: raw.clock.now())
@@ -65,14 +65,14 @@ def test_the_idle_view_holds_back_purge_until_stopped(server):
     pressure.start()
     assert pressure.counts["rows seen"] == 2000
     assert open_transactions() == [("REPEATABLE READ",)]
-    before = history()
     writer = connect(server.port)
     with writer.cursor() as cur:
         for i in range(200):  # 200 transactions, each leaving undo that purge may not remove
             cur.execute("UPDATE tidemq_message SET version = version + 1 WHERE id = %s", (i + 1,))
     writer.close()
     time.sleep(1.0)  # purge runs on its own timer: give it the chance it must not take
-    assert history() >= before + 200
+    # Undo older than the view may still be purged (the load's own), so count only the 200.
+    assert history() >= 200
     pressure.stop()
     assert pressure.fault_end is not None
     # INNODB_TRX is a cache InnoDB refreshes at most every 0.1 s.
