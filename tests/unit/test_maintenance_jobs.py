@@ -119,7 +119,7 @@ def test_lease_expiry_gives_leases_that_ran_out_during_an_outage_their_ttr_after
     [quick] = storage.lock_batch("t.grace", 0, 1, 1, 2, "c", start)  # runs out at +2, in the outage
     [slow] = storage.lock_batch("t.grace", 0, 1, 1, 15, "c", start)  # runs out at +15, in the outage
     flaky = _Flaky(storage)
-    job = LeaseExpiry(flaky, "b", lambda: None, lambda topic: 10)
+    job = LeaseExpiry(flaky, "b", lambda topics: None, lambda topic: 10)
     assert job.run() == 1 and storage.get_message(gone.id).status == "NEW"  # +0: the database answers
     flaky.away = True
     for _ in range(2):  # +1, +3: the database is away; quick's lease runs out meanwhile
