@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,3 +147,19 @@ def test_no_import_cycle_between_modules():
     for name in sorted(set(graph) - packages):
         visit(name, [])
     assert not cycles, "\n".join(cycles)
+
+
+def test_the_shared_modules_import_without_grpc_or_kazoo():
+    """The broker, the console and the Spark jobs import tidemq's shared modules (states, table
+    names, settings, input checks); ``tidemq/__init__`` exports the client lazily, so they do not
+    load grpc, protobuf or kazoo through it. The client's names are still there on first use."""
+    shared = "tidemq.lifecycle, tidemq.tables, tidemq.config, tidemq.validation, tidemq.clock, tidemq.trace"
+    code = (f"import sys, {shared}\n"
+            "loaded = sorted(m for m in ('grpc', 'google.protobuf', 'kazoo', 'tidemq.client') if m in sys.modules)\n"
+            "import tidemq\n"
+            "assert tidemq.Client.__module__ == 'tidemq.client' and tidemq.TidemqError.__module__ == 'tidemq.errors'\n"
+            "assert set(tidemq.__all__) <= set(dir(tidemq))\n"
+            "print(','.join(loaded))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
