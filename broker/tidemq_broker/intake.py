@@ -22,6 +22,7 @@ from tidemq.validation import (
 )
 
 from tidemq import clock
+from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_TTR, MAX_WAIT, MIN_TTR, check_lease_token
 from tidemq.tracing import check_traceparent
 from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .storage import NewRow
@@ -30,11 +31,6 @@ from .topics import TopicCache
 __all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
            "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id"]
 
-MAX_PULL = 1000
-MAX_WAIT = 60.0
-MAX_TTR = 7 * 24 * 3600
-MAX_AHEAD = 10.0  # seconds before due a pull may hand a message out
-_TOKEN = re.compile(r"[0-9a-f]{32}")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -110,9 +106,9 @@ def check_pull(request: pb.PullRequest) -> None:
 
 
 def check_lease_ttr(seconds: float) -> int:
-    """A lease extension's ttr, rounded to whole seconds, 1 s to MAX_TTR (NaN and infinity refused)."""
-    if not (math.isfinite(seconds) and 1 <= round(seconds) <= MAX_TTR):
-        raise MalformedRequestError(f"ttr_seconds must be between 1 and {MAX_TTR}, got {seconds}")
+    """A lease extension's ttr, rounded to whole seconds, MIN_TTR to MAX_TTR (NaN and infinity refused)."""
+    if not (math.isfinite(seconds) and MIN_TTR <= round(seconds) <= MAX_TTR):
+        raise MalformedRequestError(f"ttr_seconds must be between {MIN_TTR} and {MAX_TTR}, got {seconds}")
     return int(round(seconds))
 
 
@@ -121,13 +117,6 @@ def check_request_id(request_id: str) -> str:
     if request_id and not _REQUEST_ID.fullmatch(request_id):
         raise MalformedRequestError(f"request_id must be 1-64 characters of A-Z a-z 0-9 _ -, got {quote(request_id)}")
     return request_id
-
-
-def check_lease_token(token: str) -> str:
-    """A caller-chosen lease token must be 32 lowercase hex characters (like uuid4().hex)."""
-    if not _TOKEN.fullmatch(token):
-        raise MalformedRequestError(f"lease_token must be 32 lowercase hex characters, got {quote(token)}")
-    return token
 
 
 def check_ids(ids: Sequence[int], what: str = "ids") -> list[int]:

@@ -6,7 +6,6 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from typing import Callable, Optional
 
 from . import metrics, tracing
@@ -15,6 +14,7 @@ from .coordinator import Coordinator, Registration, rank_of
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .lease_keeper import LeaseKeeper
+from .limits import new_lease_token
 from .link import AckItem, BrokerLink, Delivery, LeaseRef, PullHandle
 from .logs import message_context
 from .loop import AsyncHandlers, EventLoopThread
@@ -233,7 +233,7 @@ class QueueRunner:
                 handle = self._pull = PullHandle()
             # The token is ours before the call: if we abandon the call, whatever the broker locked
             # under it (even in a reply already on its way) can be given back at once.
-            token = uuid.uuid4().hex
+            token = new_lease_token()
             try:
                 deliveries = self.link.pull(
                     self.spec.topic, self._consumer, rank=rank, total=total, serial=self.serial, max_messages=want,

@@ -1,5 +1,7 @@
 """Input checks shared by the client (fail before the network) and the broker (trust no client).
 
+The limits they check are defined in :mod:`tidemq.limits` (and exported here too).
+
 Each check raises a ValidationError subclass whose message names the limit or the expected form.
 """
 
@@ -19,6 +21,19 @@ from .errors import (
     InvalidTopicError,
     MalformedRequestError,
     quote,
+)
+from .limits import (
+    DEFAULT_MAX_DATA_BYTES,
+    FLOW_KEY_MAX_LENGTH,
+    MAX_BATCH,
+    MAX_DATA_DEPTH,
+    MAX_DELAY_SECONDS,
+    MAX_RETRIES,
+    PRIORITIES_DESC,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    TOPIC_MAX_LENGTH,
+    UNIQUE_KEY_MAX_LENGTH,
 )
 
 __all__ = [
@@ -47,17 +62,6 @@ __all__ = [
     "check_priority",
 ]
 
-TOPIC_MAX_LENGTH = 255
-UNIQUE_KEY_MAX_LENGTH = 255
-FLOW_KEY_MAX_LENGTH = 255
-# A small fixed range: the broker's lock names every priority, which keeps each one a range of
-# its index that stops at the first message not yet due (tidemq_broker.schema).
-PRIORITY_MIN, PRIORITY_MAX = 0, 9
-PRIORITIES_DESC = tuple(range(PRIORITY_MAX, PRIORITY_MIN - 1, -1))
-DEFAULT_MAX_DATA_BYTES = 1024 * 1024
-MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600  # ten years, leap days included
-MAX_RETRIES = 1000
-MAX_BATCH = 10_000
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._:-]+")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -78,9 +82,6 @@ def check_topic(topic: Any) -> str:
     return topic
 
 
-#: How deep message data may nest lists and objects: deeper data is refused where it enters, so no
-#: reader (the console's editor and pretty printer, a handler's json.loads) meets it.
-MAX_DATA_DEPTH = 64
 
 
 def encode_data(data: Any, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:

@@ -7,7 +7,6 @@ guarded by status RUNNING and that token.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
 
@@ -15,6 +14,7 @@ from sqlalchemy import Connection, Select, func, literal, not_, null, or_, selec
 
 from tidemq import clock, lifecycle
 from tidemq.lifecycle import Event, MessageStatus
+from tidemq.limits import new_lease_token
 from tidemq.validation import PRIORITIES_DESC
 
 from ..schema import message as m
@@ -26,14 +26,9 @@ from .flow import lock_limited
 from .ids import ids_in
 from .reads import topic_values, topics_present
 
-__all__ = ["Leases", "new_lease_token"]
+__all__ = ["Leases"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
-
-
-def new_lease_token() -> str:
-    """A fresh, unguessable lease token (32 hex characters)."""
-    return uuid.uuid4().hex
 
 
 class Leases:
