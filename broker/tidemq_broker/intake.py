@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime
 from typing import Sequence
 
+from tidemq import validation
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.validation import (
     MAX_DELAY_SECONDS,
@@ -16,13 +16,14 @@ from tidemq.validation import (
     check_delay,
     check_topic,
     check_flow_key,
+    check_lease_ttr,
     check_priority,
     check_unique_key,
     parse_duration,
 )
 
 from tidemq import clock
-from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_TTR, MAX_WAIT, MIN_TTR, check_lease_token
+from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_TTR, MAX_WAIT, check_lease_token
 from tidemq.tracing import check_traceparent
 from .errors import InvalidDelayError, InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .storage import NewRow
@@ -88,28 +89,9 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
 
 def check_pull(request: pb.PullRequest) -> None:
     """Reject pull requests whose numbers make no sense."""
-    check_topic(request.topic)
-    if not 1 <= request.max_messages <= MAX_PULL:
-        raise MalformedRequestError(f"max_messages must be between 1 and {MAX_PULL}, got {request.max_messages}")
-    if not (math.isfinite(request.wait_seconds) and 0 <= request.wait_seconds <= MAX_WAIT):
-        raise MalformedRequestError(f"wait_seconds must be between 0 and {MAX_WAIT}, got {request.wait_seconds}")
-    if not (math.isfinite(request.ttr_seconds) and 0 <= request.ttr_seconds <= MAX_TTR):
-        raise MalformedRequestError(f"ttr_seconds must be between 0 (topic default) and {MAX_TTR}, got {request.ttr_seconds}")
-    if not (math.isfinite(request.ahead_seconds) and 0 <= request.ahead_seconds <= MAX_AHEAD):
-        raise MalformedRequestError(f"ahead_seconds must be between 0 and {MAX_AHEAD}, got {request.ahead_seconds}")
-    if request.total < 1 or not 0 <= request.rank < request.total:
-        raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={request.rank} total={request.total}")
-    if len(request.consumer) > 255:
-        raise MalformedRequestError("consumer name is longer than 255 characters")
-    if request.lease_token:
-        check_lease_token(request.lease_token)
-
-
-def check_lease_ttr(seconds: float) -> int:
-    """A lease extension's ttr, rounded to whole seconds, MIN_TTR to MAX_TTR (NaN and infinity refused)."""
-    if not (math.isfinite(seconds) and MIN_TTR <= round(seconds) <= MAX_TTR):
-        raise MalformedRequestError(f"ttr_seconds must be between {MIN_TTR} and {MAX_TTR}, got {seconds}")
-    return int(round(seconds))
+    validation.check_pull(request.topic, rank=request.rank, total=request.total, max_messages=request.max_messages,
+                          wait=request.wait_seconds, ttr=request.ttr_seconds, ahead=request.ahead_seconds,
+                          consumer=request.consumer, lease_token=request.lease_token)
 
 
 def check_request_id(request_id: str) -> str:

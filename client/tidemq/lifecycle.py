@@ -36,11 +36,18 @@ from .tables import MESSAGE as M
 
 __all__ = [
     "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
-    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_lost",
+    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE", "DEFAULT_RETRY_MAX",
+    "DEFAULT_TTR", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_lost",
     "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
 ]
 
 DEFAULT_MAX_DELIVERIES = 10
+#: A topic never configured: retries of a message produced without ``retry``, the backoff between
+#: them (seconds, see next_delay) and the lease length of a pull that names none.
+DEFAULT_RETRY_COUNT = 3
+DEFAULT_RETRY_BASE = 10.0
+DEFAULT_RETRY_MAX = 3600.0
+DEFAULT_TTR = 60
 #: Days a topic without settings keeps its SUCCESS messages (see retention_deletes_success).
 DEFAULT_RETENTION_DAYS = 7
 

@@ -144,3 +144,14 @@ def test_a_change_applies_to_a_row_in_memory_as_to_a_stored_one():
     extend = lifecycle.extend(now, 60)
     extend.apply_to(row)
     assert row[M.version] == 1  # a heartbeat moves no version
+
+
+def test_a_topic_never_configured_has_the_lifecycles_defaults_in_the_broker_and_the_stub():
+    from tidemq.stub import StubTopic
+    from tidemq_broker.storage import TopicSettings
+
+    want = (lifecycle.DEFAULT_RETRY_COUNT, lifecycle.DEFAULT_RETRY_BASE, lifecycle.DEFAULT_RETRY_MAX,
+            lifecycle.DEFAULT_TTR, lifecycle.DEFAULT_MAX_DELIVERIES)
+    for settings in (TopicSettings("t"), StubTopic()):
+        assert (settings.retry_count, settings.retry_base, settings.retry_max, settings.ttr,
+                settings.max_deliveries) == want

@@ -181,7 +181,7 @@ def test_serial_runs_one_at_a_time_in_order_only_on_rank_zero_after_each_ack(stu
     wait_until(lambda: top.runners[0].rank == (0, 1), 5, what="the first consumer at rank 0")
     second = workers([spec], "w2")
     wait_until(lambda: second.runners[0].rank == (1, 2), 5, what="the second consumer at rank 1")
-    ids = [stub.produce(topic, n, retry=1 if n == 0 else 0) for n in range(8)]
+    ids = [stub.produce(topic, n, retry=[0] if n == 0 else 0) for n in range(8)]
     wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 8, 15, what="every serial message to succeed")
     assert runs == [(ids[0], 1), (ids[0], 2)] + [(i, 1) for i in ids[1:]]
     assert peak[0] == 1
