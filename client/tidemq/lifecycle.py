@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE", "DEFAULT_RETRY_MAX",
     "DEFAULT_TTR", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_lost",
     "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
+    "HandlerOutcome", "handler_outcome", "retries_left",
 ]
 
 DEFAULT_MAX_DELIVERIES = 10
@@ -203,7 +204,7 @@ def fail_attempt(msg: Attempted, backoff: Backoff, error: str, now: datetime, co
                  rng: Optional[random.Random] = None) -> Change:
     """RUNNING -> NEW at now + the next delay while retries remain, else RUNNING -> FAIL."""
     error = error or "failed"
-    if msg.retry_remaining > 0:
+    if retries_left(msg.retry_remaining):
         delay = next_delay(msg, backoff, rng)
         values = {M.effect_time: after(now, delay), M.retry_remaining: msg.retry_remaining - 1, M.update_time: now,
                   **_lease_cleared()}
@@ -307,6 +308,29 @@ def restore(now: datetime, retry: int, **who: object) -> Change:
 
 
 # -- policies --------------------------------------------------------------------------------
+def retries_left(retry_remaining: int) -> bool:
+    """Whether a failed attempt is retried (:func:`fail_attempt`) rather than ending in FAIL."""
+    return retry_remaining > 0
+
+
+class HandlerOutcome(_Named):
+    """What a handler's run comes to, decided once where it ends (the worker) by the rule the
+    broker applies to its ack: SUCCESS, RETRY (it raised with retries left: NEW again after the
+    next delay) or FAIL (it raised on its last attempt: a dead letter)."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    FAIL = "fail"
+
+
+def handler_outcome(failed: bool, retry_remaining: int) -> HandlerOutcome:
+    """The outcome of a run that returned (``failed`` False) or raised, of a message delivered
+    with ``retry_remaining`` retries."""
+    if not failed:
+        return HandlerOutcome.SUCCESS
+    return HandlerOutcome.RETRY if retries_left(retry_remaining) else HandlerOutcome.FAIL
+
+
 def next_delay(msg: Attempted, backoff: Backoff, rng: Optional[random.Random] = None) -> float:
     """Seconds until the next attempt of ``msg``, which still has retries left.
 

@@ -8,15 +8,15 @@ import threading
 import time
 from typing import Callable, Optional
 
-from . import metrics, tracing
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration, rank_of
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
+from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
 from .lease_keeper import LeaseKeeper
 from .limits import new_lease_token
+from .lifecycle import HandlerOutcome
 from .link import AckItem, BrokerLink, Delivery, LeaseRef, PullHandle
-from .logs import message_context
 from .loop import AsyncHandlers, EventLoopThread
 from .message import Message, MessageType
 
@@ -99,6 +99,8 @@ class QueueRunner:
         # Deliveries leased ahead of their effect_time wait here for it.
         self._due = DueTimer(self._work.put if self._tasks is None else self._tasks.put,
                              name=f"tidemq-timer-{spec.topic}")
+        # Log context, span, metrics and the outcome around every run (tidemq.handling).
+        self._handling = HandlerWrapper([measured, in_log_context, deciding(self._log_failure), in_span])
         self._threads: list[threading.Thread] = []
         self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
@@ -286,33 +288,17 @@ class QueueRunner:
     def _handle(self, delivery: Delivery) -> None:
         if self._lost_before_start(delivery):
             return
-        error: Optional[Exception] = None
-        started = metrics.handler_started(self.spec.topic, delivery.effect_time)
-        # Log lines made while it runs name the message; its span joins the producer's trace.
-        with message_context(delivery.id, delivery.topic, delivery.trace_context):
-            try:
-                with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
-                    self.spec.handler(self._message(delivery))
-            except Exception as exc:  # the handler's failure is the message's outcome, not ours
-                error = exc
-                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-        self._finish(delivery, started, error)
+        run = Run.of(delivery)
+        self._handling.run(run, lambda: self.spec.handler(self._message(delivery)))
+        self._finish(delivery, run)
 
     async def _handle_async(self, delivery: Delivery) -> None:
         """:meth:`_handle` for an ``async def`` handler, as a task on the event loop."""
         if self._lost_before_start(delivery):
             return
-        error: Optional[Exception] = None
-        started = metrics.handler_started(self.spec.topic, delivery.effect_time)
-        # The context variables these set are the task's own: concurrent handlers do not mix.
-        with message_context(delivery.id, delivery.topic, delivery.trace_context):
-            try:
-                with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
-                    await self.spec.handler(self._message(delivery))  # type: ignore[misc]
-            except Exception as exc:  # the handler's failure is the message's outcome, not ours
-                error = exc
-                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-        self._finish(delivery, started, error)
+        run = Run.of(delivery)
+        await self._handling.run_async(run, lambda: self.spec.handler(self._message(delivery)))  # type: ignore[arg-type]
+        self._finish(delivery, run)
 
     def _lost_before_start(self, delivery: Delivery) -> bool:
         """True (and the slot freed) when a heartbeat found the lease gone while it waited."""
@@ -323,17 +309,17 @@ class QueueRunner:
             self._release(1)
         return lost
 
+    def _log_failure(self, run: Run) -> None:
+        log.warning("handler of %s failed on message %d: %r", self.spec.topic, run.id, run.error)
+
     def _message(self, delivery: Delivery) -> Message:
         lease = LeaseRef(delivery.id, delivery.lease_token)
         return delivery_to_message(delivery, touch=lambda ttr: self._keeper.touch(lease, ttr))
 
-    def _finish(self, delivery: Delivery, started: float, error: Optional[Exception]) -> None:
-        """Queue the outcome for the ack thread and free the handler's slot."""
-        item = AckItem(delivery.id, delivery.lease_token, True)
-        if error is not None:
-            item = AckItem(delivery.id, delivery.lease_token, False, f"{type(error).__name__}: {error}")
-        metrics.handler_finished(self.spec.topic, started, item.success, delivery.retry_remaining)
-        self._keeper.report(item)
+    def _finish(self, delivery: Delivery, run: Run) -> None:
+        """Queue the run's outcome for the ack thread and free the handler's slot."""
+        self._keeper.report(AckItem(delivery.id, delivery.lease_token, run.outcome is HandlerOutcome.SUCCESS,
+                                    run.error_text))
         if not self.serial:
             # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too
             # held every slot one ack batch longer and cost a fifth of the consume rate. The

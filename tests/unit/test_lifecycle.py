@@ -69,6 +69,14 @@ def test_a_failure_retries_while_retries_remain_by_schedule_then_fails():
     assert trace.parse(final.trace)[0]["error"] == "failed"
 
 
+@pytest.mark.parametrize("retry_remaining", [0, 1, 5])
+def test_the_worker_decides_a_runs_outcome_by_the_rule_the_broker_applies_to_its_ack(retry_remaining):
+    change = lifecycle.fail_attempt(_Msg(retry_remaining), _Backoff(), "boom", NOW, "c", "b")
+    outcome = lifecycle.handler_outcome(True, retry_remaining)
+    assert outcome is {Event.RETRY: lifecycle.HandlerOutcome.RETRY, Event.FAIL: lifecycle.HandlerOutcome.FAIL}[change.event]
+    assert lifecycle.handler_outcome(False, retry_remaining) is lifecycle.HandlerOutcome.SUCCESS
+
+
 def test_backoff_grows_exponentially_with_jitter_and_a_ceiling():
     rng = random.Random(7)
     delays = [lifecycle.next_delay(_Msg(5, attempt=a), _Backoff(10, 100), rng) for a in (1, 2, 3, 4, 5, 6)]

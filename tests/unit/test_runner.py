@@ -201,6 +201,8 @@ def test_messages_leased_ahead_start_at_their_effect_time_never_before(stub, wor
     # Due 2 s from now and inside the 5 s window: the waiting pull takes them at once.
     ids = [stub.produce("t.ahead", i, delay=2.0 + i * 0.2) for i in range(5)]
     wait_until(lambda: len(ran) == 5, 30)
+    # The handler's record comes before its ack: wait for the acks too.
+    wait_until(lambda: sorted(stub.ids("t.ahead", "SUCCESS")) == ids, 10, what="every ack")
     for msg_id in ids:
         stored = stub.message(msg_id)
         assert stored.leased_at < stored.effect_time  # handed to the worker ahead of time...
