@@ -1,4 +1,5 @@
-"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling, handlers, heartbeats, acks."""
+"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling and handler slots; the leases
+it holds and the outcomes it sends are kept by a LeaseKeeper and an AckSender."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import threading
 import time
 from typing import Callable, Optional
 
+from .ack_sender import AckSender
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration, rank_of
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
+from .drain import Drain
 from .lease_keeper import LeaseKeeper
 from .limits import new_lease_token
 from .lifecycle import HandlerOutcome
@@ -41,8 +44,10 @@ class QueueRunner:
     """One consumer of a QUEUE or SERIAL_QUEUE topic.
 
     A fetch thread long-polls for at most ``threads + batch`` leased, unacknowledged messages at
-    a time (bounded prefetch), a pool of ``threads`` runs handlers, and a :class:`LeaseKeeper`
-    beats every lease the runner holds and sends outcomes (kept until a broker records them).
+    a time (bounded prefetch), a pool of ``threads`` runs handlers (each run inside the
+    :class:`~tidemq.handling.HandlerWrapper`), a :class:`~tidemq.lease_keeper.LeaseKeeper` beats
+    every lease the runner holds and an :class:`~tidemq.ack_sender.AckSender` sends outcomes
+    (kept until a broker records them).
     Rank and total come from the topic's consumer nodes and are re-read before every pull. A
     SERIAL_QUEUE consumer pulls only while it is rank 0, one message at a time, and asks for the
     next only after the previous outcome is recorded.
@@ -83,10 +88,14 @@ class QueueRunner:
         self._pull: Optional[PullHandle] = None  # the long-poll in flight, cancelled when re-ranked
         self._pull_shard: Optional[tuple[int, int]] = None  # the (rank, total) it was sent with
         self._stopping = threading.Event()
+        # What the runner owns besides its pulls: the leases it holds (heartbeats) and the
+        # outcomes on their way (acks), both bounded by one drain deadline when it stops.
+        self._drain = Drain()
+        self._keeper = LeaseKeeper(link, spec, lambda: self._consumer, self._drain)
         # A serial consumer's one slot frees once its outcome is recorded, a QUEUE slot when its
         # handler returns (see _finish).
-        self._keeper = LeaseKeeper(link, spec, lambda: self._consumer,
-                                   self._release if self.serial else lambda n: None)
+        self._acks = AckSender(link, spec, lambda: self._consumer, self._keeper, self._drain,
+                               self._release if self.serial else lambda n: None)
         # Handler threads take deliveries from one queue: an executor's Future and Condition per
         # message were a third of a worker's CPU at thousands of messages a second.
         self._work: "queue.SimpleQueue[Optional[Delivery]]" = queue.SimpleQueue()
@@ -109,23 +118,24 @@ class QueueRunner:
     @property
     def succeeded(self) -> int:
         """Outcomes recorded as a success."""
-        return self._keeper.succeeded
+        return self._acks.succeeded
 
     @property
     def failed(self) -> int:
         """Outcomes recorded as a failure."""
-        return self._keeper.failed
+        return self._acks.failed
 
     @property
     def stale(self) -> int:
         """Messages whose lease was lost before their outcome was recorded."""
-        return self._keeper.stale
+        return self._keeper.stale + self._acks.stale
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.registration = self.coordinator.register_consumer(self.spec.topic, self.instance)
         self._unwatch = self.coordinator.watch_consumers(self.spec.topic, self._on_members)
         self._keeper.start()
+        self._acks.start()
         self._threads = [self._spawn(self._fetch_loop, "fetch")]
         self._due.start()
         if self._own_loop is not None:
@@ -156,7 +166,7 @@ class QueueRunner:
         def left() -> float:
             return max(deadline - time.monotonic(), 0.0)
 
-        self._keeper.drain_until(deadline)
+        self._drain.until(deadline)
         self.stop_pulling()
         [fetch] = self._threads
         fetch.join(left() + 1.0)  # its pull was cancelled; it may be giving the lease back
@@ -166,7 +176,8 @@ class QueueRunner:
         self._due.stop(left())
         # Out of time: async handlers still running are cancelled (a thread cannot be).
         unfinished = self._tasks.cancel(left()) if self._tasks is not None else []
-        self._keeper.finish()
+        self._acks.finish()
+        self._keeper.stop()  # beats until the last outcome was recorded or given up
         for _ in self._handlers:
             self._work.put(None)
         for token in sorted({d.lease_token for d in unfinished}):
@@ -267,7 +278,7 @@ class QueueRunner:
         """Release what an abandoned pull may have locked; if no broker answers, the lease
         simply expires and the messages are delivered again then."""
         try:
-            released = self.link.release(token, self._consumer, timeout=self._keeper.call_timeout())
+            released = self.link.release(token, self._consumer, timeout=self._drain.call_timeout())
             if released:
                 log.info("gave back %d message(s) of an abandoned pull of %s", released, self.spec.topic)
         except TidemqError as exc:
@@ -318,7 +329,7 @@ class QueueRunner:
 
     def _finish(self, delivery: Delivery, run: Run) -> None:
         """Queue the run's outcome for the ack thread and free the handler's slot."""
-        self._keeper.report(AckItem(delivery.id, delivery.lease_token, run.outcome is HandlerOutcome.SUCCESS,
+        self._acks.report(AckItem(delivery.id, delivery.lease_token, run.outcome is HandlerOutcome.SUCCESS,
                                     run.error_text))
         if not self.serial:
             # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too
