@@ -36,10 +36,11 @@ from .tables import MESSAGE as M
 
 __all__ = [
     "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
-    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE", "DEFAULT_RETRY_MAX",
-    "DEFAULT_TTR", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_lost",
-    "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
-    "HandlerOutcome", "handler_outcome", "retries_left",
+    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE",
+    "DEFAULT_RETRY_MAX", "DEFAULT_TTR",
+    "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_expiries",
+    "lease_lost", "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore",
+    "next_delay", "retries_left", "HandlerOutcome", "handler_outcome", "retention_deletes_success",
 ]
 
 DEFAULT_MAX_DELIVERIES = 10
@@ -249,6 +250,13 @@ def expire(now: datetime, deliveries: int, max_deliveries: int, lost_by: Optiona
                      error=f"lease_expired_{expiries}_times:_max_deliveries_{max_deliveries}_reached")
         return Change(Event.FAIL, (RUNNING,), FAIL, values, trace=line)
     return lease_lost(now, lost_by, broker)
+
+
+def lease_expiries(trace_text: str) -> int:
+    """How many times a message's lease expired, counted from its trace (for :func:`expire`'s
+    ``expiries``: read only for a message about to fail as poison, which is rare)."""
+    marker = f" {Event.LEASE_EXPIRED.value} "
+    return sum(1 for line in trace_text.splitlines() if marker in f"{line} ")
 
 
 def lease_lost(now: datetime, lost_by: Optional[str], broker: str) -> Change:

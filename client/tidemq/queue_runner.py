@@ -12,13 +12,13 @@ from typing import Callable, Optional
 from .ack_sender import AckSender
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration, rank_of
+from .drain import Drain
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
-from .drain import Drain
 from .lease_keeper import LeaseKeeper
-from .limits import new_lease_token
 from .lifecycle import HandlerOutcome
+from .limits import new_lease_token
 from .link import AckItem, BrokerLink, Delivery, LeaseRef, PullHandle
 from .loop import AsyncHandlers, EventLoopThread
 from .message import Message, MessageType

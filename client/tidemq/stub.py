@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from . import lifecycle
 from .clock import after
 from .errors import MalformedRequestError, PullCancelledError, StorageUnavailableError
-from .lifecycle import Change, Event, MessageStatus
+from .lifecycle import Change, MessageStatus
 from .limits import check_lease_token, new_lease_token
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .stub_types import PullRecord, StubMessage, StubTopic, delivery_of, stored_time
@@ -208,8 +208,8 @@ class StubBroker:
                                                  else row[M.lease_expire] >= now):
                     continue
                 most = self.topic(row[M.topic]).max_deliveries
-                expiries = sum(1 for line in row[M.trace].splitlines() if f" {Event.LEASE_EXPIRED.value} " in f"{line} ")
-                change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], self.name, expiries + 1)
+                expiries = lifecycle.lease_expiries(row[M.trace]) + 1
+                change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], self.name, expiries)
                 if self._apply(row, change):
                     moved.append(row[M.id])
             self._cond.notify_all()

@@ -163,3 +163,11 @@ def test_a_topic_never_configured_has_the_lifecycles_defaults_in_the_broker_and_
     for settings in (TopicSettings("t"), StubTopic()):
         assert (settings.retry_count, settings.retry_base, settings.retry_max, settings.ttr,
                 settings.max_deliveries) == want
+
+
+def test_expiries_are_counted_from_the_trace_for_a_poison_messages_fail_line():
+    lost = lifecycle.lease_lost(NOW, "c1", "b").trace + lifecycle.lease(NOW, 30, "c2", "a" * 32).trace
+    assert lifecycle.lease_expiries("") == 0
+    assert lifecycle.lease_expiries(lost * 2) == 2
+    change = lifecycle.expire(NOW, 3, 3, "c2", "b", lifecycle.lease_expiries(lost * 2) + 1)
+    assert trace.parse(change.trace)[0]["error"] == "lease_expired_3_times:_max_deliveries_3_reached"
