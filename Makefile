@@ -31,7 +31,7 @@ test: bench-servers
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/conformance -k "not mysql and not galera and not zookeeper"
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit tests/behaviour tests/conformance -k "not mysql and not galera and not zookeeper"
 
 ## Every benchmark scenario against servers it starts itself (see docs/PERFORMANCE.md); flags via ARGS.
 bench: bench-servers

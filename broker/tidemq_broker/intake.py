@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime
 from typing import Sequence
 
+from tidemq import validation
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.validation import (
     MAX_RETRIES,
@@ -15,12 +15,14 @@ from tidemq.validation import (
     check_delay,
     check_topic,
     check_flow_key,
+    check_lease_ttr,
     check_priority,
     check_unique_key,
     parse_duration,
 )
 
 from tidemq import clock
+from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_TTR, MAX_WAIT, check_lease_token
 from tidemq.tracing import check_traceparent
 from .errors import InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .new_row import due_at, new_row
@@ -30,11 +32,6 @@ from .topics import TopicCache
 __all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
            "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id"]
 
-MAX_PULL = 1000
-MAX_WAIT = 60.0
-MAX_TTR = 7 * 24 * 3600
-MAX_AHEAD = 10.0  # seconds before due a pull may hand a message out
-_TOKEN = re.compile(r"[0-9a-f]{32}")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -78,28 +75,9 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
 
 def check_pull(request: pb.PullRequest) -> None:
     """Reject pull requests whose numbers make no sense."""
-    check_topic(request.topic)
-    if not 1 <= request.max_messages <= MAX_PULL:
-        raise MalformedRequestError(f"max_messages must be between 1 and {MAX_PULL}, got {request.max_messages}")
-    if not (math.isfinite(request.wait_seconds) and 0 <= request.wait_seconds <= MAX_WAIT):
-        raise MalformedRequestError(f"wait_seconds must be between 0 and {MAX_WAIT}, got {request.wait_seconds}")
-    if not (math.isfinite(request.ttr_seconds) and 0 <= request.ttr_seconds <= MAX_TTR):
-        raise MalformedRequestError(f"ttr_seconds must be between 0 (topic default) and {MAX_TTR}, got {request.ttr_seconds}")
-    if not (math.isfinite(request.ahead_seconds) and 0 <= request.ahead_seconds <= MAX_AHEAD):
-        raise MalformedRequestError(f"ahead_seconds must be between 0 and {MAX_AHEAD}, got {request.ahead_seconds}")
-    if request.total < 1 or not 0 <= request.rank < request.total:
-        raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={request.rank} total={request.total}")
-    if len(request.consumer) > 255:
-        raise MalformedRequestError("consumer name is longer than 255 characters")
-    if request.lease_token:
-        check_lease_token(request.lease_token)
-
-
-def check_lease_ttr(seconds: float) -> int:
-    """A lease extension's ttr, rounded to whole seconds, 1 s to MAX_TTR (NaN and infinity refused)."""
-    if not (math.isfinite(seconds) and 1 <= round(seconds) <= MAX_TTR):
-        raise MalformedRequestError(f"ttr_seconds must be between 1 and {MAX_TTR}, got {seconds}")
-    return int(round(seconds))
+    validation.check_pull(request.topic, rank=request.rank, total=request.total, max_messages=request.max_messages,
+                          wait=request.wait_seconds, ttr=request.ttr_seconds, ahead=request.ahead_seconds,
+                          consumer=request.consumer, lease_token=request.lease_token)
 
 
 def check_request_id(request_id: str) -> str:
@@ -107,13 +85,6 @@ def check_request_id(request_id: str) -> str:
     if request_id and not _REQUEST_ID.fullmatch(request_id):
         raise MalformedRequestError(f"request_id must be 1-64 characters of A-Z a-z 0-9 _ -, got {quote(request_id)}")
     return request_id
-
-
-def check_lease_token(token: str) -> str:
-    """A caller-chosen lease token must be 32 lowercase hex characters (like uuid4().hex)."""
-    if not _TOKEN.fullmatch(token):
-        raise MalformedRequestError(f"lease_token must be 32 lowercase hex characters, got {quote(token)}")
-    return token
 
 
 def check_ids(ids: Sequence[int], what: str = "ids") -> list[int]:

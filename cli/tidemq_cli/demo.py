@@ -13,7 +13,7 @@ from typing import Any
 from tidemq import Message, MessageType, Worker
 from tidemq.consumer import ConsumerSpec
 
-from .dev import embedded
+from .embedded import embedded
 
 __all__ = ["run_demo"]
 

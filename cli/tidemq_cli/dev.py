@@ -8,32 +8,18 @@ import logging
 import os
 import signal
 import threading
-from typing import Optional
 
-from tidemq import Client, Settings, Worker
+from tidemq import Worker
 from tidemq.consumer import registered_consumers
-from tidemq.coordinators.local import LocalCoordinator
 from tidemq_broker.server import BrokerServer
 from tidemq_broker.storage import Storage
 from tidemq_broker.storages import open_storage
 
-__all__ = ["run_dev", "embedded"]
+from .embedded import embedded, embedded_settings
+
+__all__ = ["run_dev"]
 
 log = logging.getLogger(__name__)
-
-
-def _settings(db_path: str) -> Settings:
-    return Settings.from_env(db_url=f"sqlite:///{os.path.abspath(db_path)}", zk_hosts="", brokers="")
-
-
-def embedded(db_path: str, port: int = 0, storage: Optional[Storage] = None) -> tuple[BrokerServer, Client]:
-    """Start a broker on ``db_path`` (or on ``storage``, owned by the caller) with in-process
-    coordination; return it and a client."""
-    settings = _settings(db_path)
-    coordinator = LocalCoordinator(settings.zk_root)
-    coordinator.start()
-    broker = BrokerServer(settings, port=port, storage=storage, coordinator=coordinator).start()
-    return broker, Client(settings, coordinator=coordinator)
 
 
 def _owner_only(db_path: str) -> None:
@@ -49,14 +35,11 @@ def _owner_only(db_path: str) -> None:
             print(f"tidemq dev: {path} was readable by others (mode {mode:o}); now 0600")
 
 
-def run_dev(db_path: str, port: int, admin_port: int, demo: bool) -> int:
-    if demo:
-        from .demo import run_demo
-
-        return run_demo(db_path)
+def run_dev(db_path: str, port: int, admin_port: int) -> int:
+    """Run ``tidemq dev`` until SIGTERM or SIGINT; return the exit status."""
     # One store for the broker and the console: the console's pages and the broker's writes go
     # through the same database object (SQLite takes one writer at a time).
-    storage = open_storage(_settings(db_path).db_url)  # a new file is created 0600
+    storage = open_storage(embedded_settings(db_path).db_url)  # a new file is created 0600
     _owner_only(db_path)
     broker, client = embedded(db_path, port, storage)
     from tidemq_examples import MODULES

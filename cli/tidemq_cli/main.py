@@ -146,9 +146,13 @@ def _first_line(path: str) -> str:
 
 
 def _dev(args: argparse.Namespace, settings: Settings) -> int:
+    if args.demo:
+        from .demo import run_demo
+
+        return run_demo(args.db)
     from .dev import run_dev
 
-    return run_dev(args.db, args.port, args.admin_port, args.demo)
+    return run_dev(args.db, args.port, args.admin_port)
 
 
 def _broker(args: argparse.Namespace, settings: Settings) -> int:

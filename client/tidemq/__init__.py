@@ -7,19 +7,31 @@
 
 from __future__ import annotations
 
+import importlib
 import threading
 from datetime import datetime
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
-from .batch import AckResult, BatchConsumer
-from .client import Client, Retry
-from .config import Settings
-from .consumer import mq_consumer
-from .transactional import enqueue
 from .errors import *  # noqa: F401,F403  (the exception tree is part of the public surface)
 from .errors import __all__ as _error_names
-from .message import Message, MessageStatus, MessageType
-from .worker import Worker
+
+if TYPE_CHECKING:
+    from .batch import AckResult, BatchConsumer
+    from .client import Client, Retry
+    from .config import Settings
+    from .consumer import mq_consumer
+    from .message import Message, MessageStatus, MessageType
+    from .transactional import enqueue
+    from .worker import Worker
+
+#: Names this package exports from its modules, each imported on first use (PEP 562): the
+#: broker, the console and the Spark jobs import ``tidemq.lifecycle`` or ``tidemq.tables``, which
+#: runs this file first, and must not pay for (or need) grpc and the client to do so.
+_LAZY = {
+    "AckResult": "batch", "BatchConsumer": "batch", "Client": "client", "Retry": "client", "Settings": "config",
+    "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
+    "enqueue": "transactional", "Worker": "worker",
+}
 
 __all__ = [
     "configure",
@@ -46,10 +58,26 @@ _lock = threading.Lock()
 _client: Optional[Client] = None
 
 
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # the next lookup finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def configure(*, zk_hosts: Optional[str] = None, zk_root: Optional[str] = None,
               brokers: Optional[str | Sequence[str]] = None, client: Optional[Client] = None,
               **settings: Any) -> Client:
     """Set up the process-wide client; arguments override the TIDEMQ_* environment."""
+    from .client import Client
+    from .config import Settings
+
     global _client
     if isinstance(brokers, (list, tuple)):
         brokers = ",".join(brokers)
@@ -65,6 +93,8 @@ def _default() -> Client:
     global _client
     with _lock:
         if _client is None:
+            from .client import Client
+
             _client = Client()
         return _client
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Union
 
 from .errors import ConfigurationError, quote
+from .limits import MAX_AHEAD, MAX_PULL, MAX_TTR, MIN_TTR
 from .message import Message, MessageType
 from .validation import check_topic
 
@@ -21,7 +22,6 @@ MAX_CONCURRENCY = 10_000
 #: Seconds before due that a delayed message is leased to a waiting worker by default: enough for
 #: a lock and a round trip, small beside any ttr, so a worker that dies holding some loses little.
 DEFAULT_AHEAD = 1.0
-MAX_AHEAD = 10.0
 _REGISTRY: list["ConsumerSpec"] = []
 
 
@@ -87,10 +87,10 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
     kind = MessageType.parse(type)
     if not 1 <= threads <= 1024:
         raise ConfigurationError(f"threads must be between 1 and 1024, got {threads}")
-    if not 1 <= ttr <= 7 * 24 * 3600:
-        raise ConfigurationError(f"ttr must be between 1 s and 7 days, got {ttr}")
-    if batch is not None and not 1 <= batch <= 1000:
-        raise ConfigurationError(f"batch must be between 1 and 1000, got {batch}")
+    if not MIN_TTR <= ttr <= MAX_TTR:
+        raise ConfigurationError(f"ttr must be between {MIN_TTR} s and {MAX_TTR} s (7 days), got {ttr}")
+    if batch is not None and not 1 <= batch <= MAX_PULL:
+        raise ConfigurationError(f"batch must be between 1 and {MAX_PULL}, got {batch}")
     if not 0 <= ahead <= MAX_AHEAD:  # the lease covers ahead + ttr, so any ttr goes with it
         raise ConfigurationError(f"ahead must be between 0 and {MAX_AHEAD} s, got {ahead}")
     if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:

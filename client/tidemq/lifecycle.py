@@ -36,11 +36,20 @@ from .tables import MESSAGE as M
 
 __all__ = [
     "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
-    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_lost",
-    "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore", "next_delay", "retention_deletes_success",
+    "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE",
+    "DEFAULT_RETRY_MAX", "DEFAULT_TTR",
+    "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_expiries",
+    "lease_lost", "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore",
+    "next_delay", "retries_left", "HandlerOutcome", "handler_outcome", "retention_deletes_success",
 ]
 
 DEFAULT_MAX_DELIVERIES = 10
+#: A topic never configured: retries of a message produced without ``retry``, the backoff between
+#: them (seconds, see next_delay) and the lease length of a pull that names none.
+DEFAULT_RETRY_COUNT = 3
+DEFAULT_RETRY_BASE = 10.0
+DEFAULT_RETRY_MAX = 3600.0
+DEFAULT_TTR = 60
 #: Days a topic without settings keeps its SUCCESS messages (see retention_deletes_success).
 DEFAULT_RETENTION_DAYS = 7
 
@@ -196,7 +205,7 @@ def fail_attempt(msg: Attempted, backoff: Backoff, error: str, now: datetime, co
                  rng: Optional[random.Random] = None) -> Change:
     """RUNNING -> NEW at now + the next delay while retries remain, else RUNNING -> FAIL."""
     error = error or "failed"
-    if msg.retry_remaining > 0:
+    if retries_left(msg.retry_remaining):
         delay = next_delay(msg, backoff, rng)
         values = {M.effect_time: after(now, delay), M.retry_remaining: msg.retry_remaining - 1, M.update_time: now,
                   **_lease_cleared()}
@@ -241,6 +250,13 @@ def expire(now: datetime, deliveries: int, max_deliveries: int, lost_by: Optiona
                      error=f"lease_expired_{expiries}_times:_max_deliveries_{max_deliveries}_reached")
         return Change(Event.FAIL, (RUNNING,), FAIL, values, trace=line)
     return lease_lost(now, lost_by, broker)
+
+
+def lease_expiries(trace_text: str) -> int:
+    """How many times a message's lease expired, counted from its trace (for :func:`expire`'s
+    ``expiries``: read only for a message about to fail as poison, which is rare)."""
+    marker = f" {Event.LEASE_EXPIRED.value} "
+    return sum(1 for line in trace_text.splitlines() if marker in f"{line} ")
 
 
 def lease_lost(now: datetime, lost_by: Optional[str], broker: str) -> Change:
@@ -300,6 +316,29 @@ def restore(now: datetime, retry: int, **who: object) -> Change:
 
 
 # -- policies --------------------------------------------------------------------------------
+def retries_left(retry_remaining: int) -> bool:
+    """Whether a failed attempt is retried (:func:`fail_attempt`) rather than ending in FAIL."""
+    return retry_remaining > 0
+
+
+class HandlerOutcome(_Named):
+    """What a handler's run comes to, decided once where it ends (the worker) by the rule the
+    broker applies to its ack: SUCCESS, RETRY (it raised with retries left: NEW again after the
+    next delay) or FAIL (it raised on its last attempt: a dead letter)."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    FAIL = "fail"
+
+
+def handler_outcome(failed: bool, retry_remaining: int) -> HandlerOutcome:
+    """The outcome of a run that returned (``failed`` False) or raised, of a message delivered
+    with ``retry_remaining`` retries."""
+    if not failed:
+        return HandlerOutcome.SUCCESS
+    return HandlerOutcome.RETRY if retries_left(retry_remaining) else HandlerOutcome.FAIL
+
+
 def next_delay(msg: Attempted, backoff: Backoff, rng: Optional[random.Random] = None) -> float:
     """Seconds until the next attempt of ``msg``, which still has retries left.
 

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from .config import Settings
 from .errors import ConfigurationError
+from .lifecycle import HandlerOutcome
 
 __all__ = ["HANDLER_SECONDS", "LATENESS_SECONDS", "MESSAGES_FAILED", "MESSAGES_RETRIED", "MESSAGES_SUCCEEDED",
            "handler_started", "handler_finished", "serve_metrics", "AVAILABLE"]
@@ -77,6 +78,8 @@ MESSAGES_RETRIED = counter("tidemq_messages_retried", "Handlers that raised whil
                            "(it goes back to NEW after its backoff).", ("topic",))
 MESSAGES_FAILED = counter("tidemq_messages_failed", "Handlers that raised on the message's last attempt (it goes "
                           "to FAIL, the dead letters).", ("topic",))
+_COUNTERS = {HandlerOutcome.SUCCESS: MESSAGES_SUCCEEDED, HandlerOutcome.RETRY: MESSAGES_RETRIED,
+             HandlerOutcome.FAIL: MESSAGES_FAILED}
 HANDLER_SECONDS = histogram("tidemq_handler_duration_seconds", "Seconds a handler ran, by outcome "
                             "(success or failure).", HANDLER_BUCKETS, ("topic", "outcome"))
 LATENESS_SECONDS = histogram("tidemq_lateness_seconds", "Seconds from a message's effect_time to the start of its "
@@ -94,16 +97,12 @@ def handler_started(topic: str, effect_time: datetime) -> float:
     return time.perf_counter()
 
 
-def handler_finished(topic: str, started: float, success: bool, retry_remaining: int = 0) -> None:
-    """Record a handler's duration and outcome. A failure with ``retry_remaining`` > 0 is a retry
-    (``tidemq.lifecycle.fail_attempt`` decides the same way), else a FAIL."""
+def handler_finished(topic: str, started: float, outcome: HandlerOutcome) -> None:
+    """Record a handler's duration and its outcome (decided by the runner, see
+    :func:`tidemq.lifecycle.handler_outcome`)."""
+    success = outcome is HandlerOutcome.SUCCESS
     HANDLER_SECONDS.labels(topic, "success" if success else "failure").observe(time.perf_counter() - started)
-    if success:
-        MESSAGES_SUCCEEDED.labels(topic).inc()
-    elif retry_remaining > 0:
-        MESSAGES_RETRIED.labels(topic).inc()
-    else:
-        MESSAGES_FAILED.labels(topic).inc()
+    _COUNTERS[outcome].labels(topic).inc()
 
 
 def serve_metrics(settings: Settings, what: str) -> Optional[Any]:

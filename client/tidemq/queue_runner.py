@@ -1,4 +1,5 @@
-"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling, handlers, heartbeats, acks."""
+"""Runs one QUEUE or SERIAL_QUEUE consumer: registration, rank, pulling and handler slots; the leases
+it holds and the outcomes it sends are kept by a LeaseKeeper and an AckSender."""
 
 from __future__ import annotations
 
@@ -6,17 +7,19 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from typing import Callable, Optional
 
-from . import metrics, tracing
+from .ack_sender import AckSender
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration, rank_of
+from .drain import Drain
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
+from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
 from .lease_keeper import LeaseKeeper
+from .lifecycle import HandlerOutcome
+from .limits import new_lease_token
 from .link import AckItem, BrokerLink, Delivery, LeaseRef, PullHandle
-from .logs import message_context
 from .loop import AsyncHandlers, EventLoopThread
 from .message import Message, MessageType
 
@@ -41,8 +44,10 @@ class QueueRunner:
     """One consumer of a QUEUE or SERIAL_QUEUE topic.
 
     A fetch thread long-polls for at most ``threads + batch`` leased, unacknowledged messages at
-    a time (bounded prefetch), a pool of ``threads`` runs handlers, and a :class:`LeaseKeeper`
-    beats every lease the runner holds and sends outcomes (kept until a broker records them).
+    a time (bounded prefetch), a pool of ``threads`` runs handlers (each run inside the
+    :class:`~tidemq.handling.HandlerWrapper`), a :class:`~tidemq.lease_keeper.LeaseKeeper` beats
+    every lease the runner holds and an :class:`~tidemq.ack_sender.AckSender` sends outcomes
+    (kept until a broker records them).
     Rank and total come from the topic's consumer nodes and are re-read before every pull. A
     SERIAL_QUEUE consumer pulls only while it is rank 0, one message at a time, and asks for the
     next only after the previous outcome is recorded.
@@ -83,10 +88,14 @@ class QueueRunner:
         self._pull: Optional[PullHandle] = None  # the long-poll in flight, cancelled when re-ranked
         self._pull_shard: Optional[tuple[int, int]] = None  # the (rank, total) it was sent with
         self._stopping = threading.Event()
+        # What the runner owns besides its pulls: the leases it holds (heartbeats) and the
+        # outcomes on their way (acks), both bounded by one drain deadline when it stops.
+        self._drain = Drain()
+        self._keeper = LeaseKeeper(link, spec, lambda: self._consumer, self._drain)
         # A serial consumer's one slot frees once its outcome is recorded, a QUEUE slot when its
         # handler returns (see _finish).
-        self._keeper = LeaseKeeper(link, spec, lambda: self._consumer,
-                                   self._release if self.serial else lambda n: None)
+        self._acks = AckSender(link, spec, lambda: self._consumer, self._keeper, self._drain,
+                               self._release if self.serial else lambda n: None)
         # Handler threads take deliveries from one queue: an executor's Future and Condition per
         # message were a third of a worker's CPU at thousands of messages a second.
         self._work: "queue.SimpleQueue[Optional[Delivery]]" = queue.SimpleQueue()
@@ -99,6 +108,8 @@ class QueueRunner:
         # Deliveries leased ahead of their effect_time wait here for it.
         self._due = DueTimer(self._work.put if self._tasks is None else self._tasks.put,
                              name=f"tidemq-timer-{spec.topic}")
+        # Log context, span, metrics and the outcome around every run (tidemq.handling).
+        self._handling = HandlerWrapper([measured, in_log_context, deciding(self._log_failure), in_span])
         self._threads: list[threading.Thread] = []
         self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
@@ -107,23 +118,24 @@ class QueueRunner:
     @property
     def succeeded(self) -> int:
         """Outcomes recorded as a success."""
-        return self._keeper.succeeded
+        return self._acks.succeeded
 
     @property
     def failed(self) -> int:
         """Outcomes recorded as a failure."""
-        return self._keeper.failed
+        return self._acks.failed
 
     @property
     def stale(self) -> int:
         """Messages whose lease was lost before their outcome was recorded."""
-        return self._keeper.stale
+        return self._keeper.stale + self._acks.stale
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.registration = self.coordinator.register_consumer(self.spec.topic, self.instance)
         self._unwatch = self.coordinator.watch_consumers(self.spec.topic, self._on_members)
         self._keeper.start()
+        self._acks.start()
         self._threads = [self._spawn(self._fetch_loop, "fetch")]
         self._due.start()
         if self._own_loop is not None:
@@ -154,7 +166,7 @@ class QueueRunner:
         def left() -> float:
             return max(deadline - time.monotonic(), 0.0)
 
-        self._keeper.drain_until(deadline)
+        self._drain.until(deadline)
         self.stop_pulling()
         [fetch] = self._threads
         fetch.join(left() + 1.0)  # its pull was cancelled; it may be giving the lease back
@@ -164,7 +176,8 @@ class QueueRunner:
         self._due.stop(left())
         # Out of time: async handlers still running are cancelled (a thread cannot be).
         unfinished = self._tasks.cancel(left()) if self._tasks is not None else []
-        self._keeper.finish()
+        self._acks.finish()
+        self._keeper.stop()  # beats until the last outcome was recorded or given up
         for _ in self._handlers:
             self._work.put(None)
         for token in sorted({d.lease_token for d in unfinished}):
@@ -233,7 +246,7 @@ class QueueRunner:
                 handle = self._pull = PullHandle()
             # The token is ours before the call: if we abandon the call, whatever the broker locked
             # under it (even in a reply already on its way) can be given back at once.
-            token = uuid.uuid4().hex
+            token = new_lease_token()
             try:
                 deliveries = self.link.pull(
                     self.spec.topic, self._consumer, rank=rank, total=total, serial=self.serial, max_messages=want,
@@ -265,7 +278,7 @@ class QueueRunner:
         """Release what an abandoned pull may have locked; if no broker answers, the lease
         simply expires and the messages are delivered again then."""
         try:
-            released = self.link.release(token, self._consumer, timeout=self._keeper.call_timeout())
+            released = self.link.release(token, self._consumer, timeout=self._drain.call_timeout())
             if released:
                 log.info("gave back %d message(s) of an abandoned pull of %s", released, self.spec.topic)
         except TidemqError as exc:
@@ -286,33 +299,17 @@ class QueueRunner:
     def _handle(self, delivery: Delivery) -> None:
         if self._lost_before_start(delivery):
             return
-        error: Optional[Exception] = None
-        started = metrics.handler_started(self.spec.topic, delivery.effect_time)
-        # Log lines made while it runs name the message; its span joins the producer's trace.
-        with message_context(delivery.id, delivery.topic, delivery.trace_context):
-            try:
-                with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
-                    self.spec.handler(self._message(delivery))
-            except Exception as exc:  # the handler's failure is the message's outcome, not ours
-                error = exc
-                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-        self._finish(delivery, started, error)
+        run = Run.of(delivery)
+        self._handling.run(run, lambda: self.spec.handler(self._message(delivery)))
+        self._finish(delivery, run)
 
     async def _handle_async(self, delivery: Delivery) -> None:
         """:meth:`_handle` for an ``async def`` handler, as a task on the event loop."""
         if self._lost_before_start(delivery):
             return
-        error: Optional[Exception] = None
-        started = metrics.handler_started(self.spec.topic, delivery.effect_time)
-        # The context variables these set are the task's own: concurrent handlers do not mix.
-        with message_context(delivery.id, delivery.topic, delivery.trace_context):
-            try:
-                with tracing.handler_span(delivery.topic, delivery.id, delivery.attempt, delivery.trace_context):
-                    await self.spec.handler(self._message(delivery))  # type: ignore[misc]
-            except Exception as exc:  # the handler's failure is the message's outcome, not ours
-                error = exc
-                log.warning("handler of %s failed on message %d: %r", self.spec.topic, delivery.id, exc)
-        self._finish(delivery, started, error)
+        run = Run.of(delivery)
+        await self._handling.run_async(run, lambda: self.spec.handler(self._message(delivery)))  # type: ignore[arg-type]
+        self._finish(delivery, run)
 
     def _lost_before_start(self, delivery: Delivery) -> bool:
         """True (and the slot freed) when a heartbeat found the lease gone while it waited."""
@@ -323,17 +320,17 @@ class QueueRunner:
             self._release(1)
         return lost
 
+    def _log_failure(self, run: Run) -> None:
+        log.warning("handler of %s failed on message %d: %r", self.spec.topic, run.id, run.error)
+
     def _message(self, delivery: Delivery) -> Message:
         lease = LeaseRef(delivery.id, delivery.lease_token)
         return delivery_to_message(delivery, touch=lambda ttr: self._keeper.touch(lease, ttr))
 
-    def _finish(self, delivery: Delivery, started: float, error: Optional[Exception]) -> None:
-        """Queue the outcome for the ack thread and free the handler's slot."""
-        item = AckItem(delivery.id, delivery.lease_token, True)
-        if error is not None:
-            item = AckItem(delivery.id, delivery.lease_token, False, f"{type(error).__name__}: {error}")
-        metrics.handler_finished(self.spec.topic, started, item.success, delivery.retry_remaining)
-        self._keeper.report(item)
+    def _finish(self, delivery: Delivery, run: Run) -> None:
+        """Queue the run's outcome for the ack thread and free the handler's slot."""
+        self._acks.report(AckItem(delivery.id, delivery.lease_token, run.outcome is HandlerOutcome.SUCCESS,
+                                    run.error_text))
         if not self.serial:
             # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too
             # held every slot one ack batch longer and cost a fifth of the consume rate. The

@@ -13,19 +13,18 @@ from datetime import datetime, timezone
 from typing import Any, Optional, Sequence, Union
 
 from .coalesce import Request
-from .errors import (BrokerUnavailableError, ConfigurationError, InvalidDelayError, PermissionDeniedError, TidemqError,
+from .errors import (BrokerUnavailableError, ConfigurationError, PermissionDeniedError, TidemqError,
                      ValidationError)
 from .link import AckItem, AckOutcome, Delivery, LeaseRef
 from .rpc import tidemq_pb2 as pb
 from .validation import (
     MAX_BATCH,
     check_batch_size,
-    check_delay,
-    check_effect_time,
     check_flow_key,
     check_priority,
     check_topic,
     check_unique_key,
+    check_when,
     encode_data,
     parse_retry,
 )
@@ -59,12 +58,11 @@ def produce_template(topic: str, delay: Optional[float], effect_time: Optional[d
     """What every message of one produce call shares: topic, due time, retries and priority (all
     checked)."""
     msg = pb.NewMessage(topic=check_topic(topic), priority=check_priority(priority))
-    if delay is not None and effect_time is not None:
-        raise InvalidDelayError("give delay or effect_time, not both")
+    delay, effect_time = check_when(delay, effect_time)
     if delay is not None:
-        msg.delay_seconds = check_delay(delay)
+        msg.delay_seconds = delay
     elif effect_time is not None:
-        msg.effect_time_ms = int(check_effect_time(effect_time).timestamp() * 1000)
+        msg.effect_time_ms = int(effect_time.timestamp() * 1000)
     count, schedule = parse_retry(retry)
     msg.retry = count
     if schedule is not None:

@@ -1,4 +1,4 @@
-"""StubBroker: an in-memory BrokerLink for testing consumers without a broker or a database.
+"""StubBroker: an in-memory broker for testing producers and consumers without a broker or a database.
 
 >>> broker = StubBroker()
 >>> msg_id = broker.produce("mail.send", {"to": "a"})
@@ -6,70 +6,51 @@
 >>> broker.status(msg_id) is MessageStatus.SUCCESS                               # doctest: +SKIP
 True
 
-It keeps the broker's rules that consumers rely on: leases with tokens and a ttr, QUEUE shards
-``MOD(id, total) = rank``, SERIAL_QUEUE one RUNNING message per topic in (order_time, id) order,
-acks refused as STALE once the lease is lost, retries back to NEW, long-polls that wake on
-produce, ack, release and expiry and honour cancellation. Leases expire only when a test calls
-:meth:`StubBroker.expire_leases`; times come from ``clock`` (seconds), so a test may inject its
-own. Long-poll waits are real seconds. A call named in ``failing`` fails as it would while the
-brokers' database is away (``StorageUnavailableError``), after being counted in ``calls``.
+Every transition is the one :mod:`tidemq.lifecycle` decides, applied to the message as the
+broker's storage applies it (``Change.allows`` / ``Change.apply_to``), each change of a RUNNING
+message guarded by its lease token: leases in ``(priority DESC, effect_time, id)`` order on
+QUEUE shards ``MOD(id, total) = rank``, SERIAL_QUEUE one RUNNING message per topic in
+``(order_time, id)`` order, retries after ``next_delay`` (a schedule, or the topic's backoff),
+FAIL once retries run out, lease expiry back to NEW or to FAIL after ``max_deliveries``, acks
+refused as STALE once the lease is lost (a repeated one answered as recorded), releases that do
+not count an attempt, cancel and requeue. Topics have the broker's defaults; :meth:`set_topic`
+changes them (``retry_base=0`` retries at once). ``tests/behaviour`` runs the same scenarios
+against this stub and a real broker.
+
+Where it differs: leases expire only when a test calls :meth:`StubBroker.expire_leases`; a
+ttr is kept as given (the broker rounds it to whole seconds, at least 1), so unit tests may
+beat fast; there are no flow limits and no stranded-shard takeover. Input is checked as the broker checks it (``tidemq.validation``, ``tidemq.limits``). Times come from ``clock`` (seconds),
+so a test may inject its own; long-poll waits are real seconds. A call named in ``failing``
+fails as it would while the brokers' database is away (``StorageUnavailableError``), after
+being counted in ``calls``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import json
 import threading
 import time
-import uuid
 from collections import Counter
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
+from datetime import datetime
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from .errors import PullCancelledError, StorageUnavailableError
-from .lifecycle import Event, MessageStatus
+from . import lifecycle
+from .clock import after
+from .errors import MalformedRequestError, PullCancelledError, StorageUnavailableError
+from .lifecycle import Change, MessageStatus
+from .limits import check_lease_token, new_lease_token
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
+from .stub_types import PullRecord, StubMessage, StubTopic, delivery_of, stored_time
+from .tables import MESSAGE as M
+from .validation import (check_batch_size, check_flow_key, check_lease_ttr, check_priority, check_pull, check_topic,
+                         check_unique_key, check_when, encode_data, parse_retry)
 
-__all__ = ["StubBroker", "StubMessage", "PullRecord"]
+__all__ = ["StubBroker", "StubTopic", "StubMessage", "PullRecord"]
 
-
-@dataclass
-class StubMessage:
-    """A stored message. ``extended`` counts the heartbeats and touches that extended its lease."""
-
-    id: int
-    topic: str
-    data: str
-    effect_time: float
-    order_time: float  # the produced effect time: a retry moves effect_time, not its serial place
-    retry_remaining: int
-    status: MessageStatus = MessageStatus.NEW
-    attempt: int = 0
-    lease_token: str = ""
-    lease_expire: float = 0.0
-    ttr: float = 0.0
-    consumer: str = ""
-    trace_context: str = ""
-    extended: int = 0
-    error: str = ""
-    leased_at: float = 0.0  # ``clock`` when its last lease was taken
-
-
-@dataclass
-class PullRecord:
-    """One pull call. ``running_before``: RUNNING messages of the topic when it was made.
-    ``outcome``: "waiting" while it long-polls, then "leased", "empty" or "cancelled"."""
-
-    consumer: str
-    rank: int
-    total: int
-    serial: bool
-    lease_token: str
-    running_before: int
-    outcome: str = "waiting"
-    ids: tuple[int, ...] = ()
+_NEW, _RUNNING, _SUCCESS, _FAIL = (s.value for s in (MessageStatus.NEW, MessageStatus.RUNNING,
+                                                     MessageStatus.SUCCESS, MessageStatus.FAIL))
 
 
 @dataclass
@@ -78,25 +59,30 @@ class _Call:
 
 
 class StubBroker:
-    """A thread-safe in-memory broker implementing :class:`tidemq.link.BrokerLink`.
+    """A thread-safe in-memory broker implementing :class:`tidemq.link.BrokerLink` and the
+    producer calls of :class:`tidemq.Client` (produce, produce_many, cancel, requeue).
 
     Inspect it with :meth:`status`, :meth:`message`, :meth:`ids`, and the records ``pulls``,
     ``releases`` (token, how many), ``extend_calls`` (the leases of each call), ``history``
-    ((event, id): the trace events LOCKED, SUCCESS, RETRY, FAIL, RELEASED, LEASE_EXPIRED, and
-    STALE for a refused ack), ``calls`` (per method) and ``peak_running`` (the most RUNNING
-    messages of each topic at once).
+    ((event, id) for each trace line written: PRODUCED, LOCKED, SUCCESS, RETRY, FAIL, RELEASED,
+    LEASE_EXPIRED, CANCELLED, REQUEUED; and STALE for a refused ack), ``calls`` (per method) and
+    ``peak_running`` (the most RUNNING messages of each topic at once).
     """
 
     #: The BrokerLink calls, the names ``calls`` counts and ``failing`` takes.
     CALLS = ("pull", "ack", "release", "extend", "touch")
 
-    def __init__(self, clock: Callable[[], float] = time.time, default_ttr: float = 60.0,
-                 retry_delay: float = 0.0) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, default_ttr: float = lifecycle.DEFAULT_TTR,
+                 name: str = "stub", **topic_defaults: Any) -> None:
+        """``topic_defaults``: fields of :class:`StubTopic` every topic starts with."""
         self.clock = clock
-        self.default_ttr = default_ttr
-        self.retry_delay = retry_delay
+        self.name = name
+        self._defaults = StubTopic(ttr=default_ttr, **topic_defaults)
+        self._topics: dict[str, StubTopic] = {}
         self._cond = threading.Condition()  # re-entrant: a handle cancelled already aborts inside bind
-        self._messages: dict[int, StubMessage] = {}
+        self._rows: dict[int, dict[str, Any]] = {}  # id -> {column of tidemq.tables.MESSAGE: value}
+        self._extended: Counter[int] = Counter()
+        self._errors: dict[int, str] = {}
         self._next_id = itertools.count(1)
         self.pulls: list[PullRecord] = []
         self.releases: list[tuple[str, int]] = []
@@ -106,30 +92,18 @@ class StubBroker:
         self.peak_running: Counter[str] = Counter()
         self.failing: set[str] = set()  # calls that fail now, e.g. set(StubBroker.CALLS): an outage
 
-    # -- test helpers ------------------------------------------------------------------------
-    def produce(self, topic: str, data: Any = None, delay: float = 0.0, retry: int = 0,
-                trace_context: str = "") -> int:
-        """Store a message due ``delay`` seconds from now with ``retry`` retries (and the
-        producer's W3C traceparent, if any); return its id."""
+    # -- topics and inspection ---------------------------------------------------------------
+    def set_topic(self, topic: str, **settings: Any) -> StubTopic:
+        """Change ``topic``'s settings (fields of :class:`StubTopic`); return them."""
         with self._cond:
-            due = self.clock() + delay
-            msg = StubMessage(next(self._next_id), topic, json.dumps(data), due, due, retry,
-                              trace_context=trace_context)
-            self._messages[msg.id] = msg
+            self._topics[topic] = replace(self.topic(topic), **settings)
             self._cond.notify_all()
-            return msg.id
+            return self._topics[topic]
 
-    def expire_leases(self, ids: Optional[Iterable[int]] = None) -> list[int]:
-        """Return expired leases to NEW, as the broker's maintenance does: those past their
-        expiry by ``clock``, or exactly ``ids`` (lost whatever their expiry). Returns the ids."""
+    def topic(self, topic: str) -> StubTopic:
+        """``topic``'s settings (the defaults for a topic never set)."""
         with self._cond:
-            now, chosen = self.clock(), set(ids) if ids is not None else None
-            expired = [m for m in self._messages.values() if m.status is MessageStatus.RUNNING
-                       and (m.id in chosen if chosen is not None else m.lease_expire <= now)]
-            for m in expired:
-                self._to_new(m, Event.LEASE_EXPIRED, now)
-            self._cond.notify_all()
-            return [m.id for m in expired]
+            return self._topics.get(topic, self._defaults)
 
     def wake(self) -> None:
         """Make waiting pulls look again (after moving an injected clock)."""
@@ -139,23 +113,114 @@ class StubBroker:
     def status(self, msg_id: int) -> MessageStatus:
         """The message's state (a str enum: compares equal to its name)."""
         with self._cond:
-            return self._messages[msg_id].status
+            return MessageStatus(self._rows[msg_id][M.status])
 
     def message(self, msg_id: int) -> StubMessage:
         """A copy of the stored message."""
         with self._cond:
-            return dataclasses.replace(self._messages[msg_id])
+            return StubMessage.of(self._rows[msg_id], self._extended[msg_id], self._errors.get(msg_id, ""))
 
     def ids(self, topic: Optional[str] = None, status: Optional[str] = None) -> list[int]:
         """Ids of the messages of ``topic`` (all topics: None) in ``status`` (any: None)."""
         with self._cond:
-            return [m.id for m in self._messages.values()
-                    if (topic is None or m.topic == topic) and (status is None or m.status == status)]
+            return [i for i, row in self._rows.items()
+                    if (topic is None or row[M.topic] == topic) and (status is None or row[M.status] == status)]
+
+    # -- producing and managing --------------------------------------------------------------
+    def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
+                effect_time: Optional[datetime] = None, retry: Any = None, unique_key: Optional[str] = None,
+                timeout: Optional[float] = None, key: Optional[str] = None, priority: int = 0,
+                trace_context: str = "") -> int:
+        """Store one message as :meth:`tidemq.Client.produce` does (and with the producer's W3C
+        traceparent, if any); return its id."""
+        return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
+                                 unique_keys=[unique_key], keys=[key], priority=priority,
+                                 trace_context=trace_context)[0]
+
+    def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
+                     effect_time: Optional[datetime] = None, retry: Any = None,
+                     unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None,
+                     keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0,
+                     trace_context: str = "") -> list[int]:
+        """Store many messages of one topic, all or none; return their ids."""
+        datas = list(datas)
+        check_batch_size(datas)
+        topic, priority = check_topic(topic), check_priority(priority)
+        delay, due_at = check_when(delay, effect_time)
+        count, schedule = parse_retry(retry)
+        texts = [encode_data(data) for data in datas]
+        uniques = [check_unique_key(k) or None for k in (unique_keys or [None] * len(datas))]
+        flow_keys = [check_flow_key(k) or None for k in (keys or [None] * len(datas))]
+        with self._cond:
+            now = self._now()
+            due = after(now, delay) if delay is not None else now if due_at is None else stored_time(due_at)
+            retries = self.topic(topic).retry_count if count < 0 else count
+            change = lifecycle.produce(now, broker=self.name)
+            ids = []
+            for text, unique, flow_key in zip(texts, uniques, flow_keys):
+                same = [i for i, row in self._rows.items() if unique and (row[M.topic], row[M.unique_key]) == (topic, unique)]
+                if same:  # one message per (topic, unique_key): the stored one's id
+                    ids.append(same[0])
+                    continue
+                row = {M.id: next(self._next_id), M.topic: topic, M.data: text, M.effect_time: due, M.order_time: due,
+                       M.retry_remaining: retries, M.retry_schedule: schedule, M.unique_key: unique,
+                       M.trace_context: trace_context or None, M.priority: priority, M.flow_key: flow_key,
+                       M.trace: ""}
+                self._rows[row[M.id]] = row
+                self._apply(row, change)
+                ids.append(row[M.id])
+            self._cond.notify_all()
+            return ids
+
+    def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
+        """Delete a message that is still NEW; False if it is running, done or gone."""
+        return self.cancel_many([msg_id])[0]
+
+    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+        """Cancel many messages at once; one bool per id."""
+        check_batch_size(ids, "ids")
+        with self._cond:
+            return [msg_id in self._rows and self._apply(self._rows[msg_id], lifecycle.cancel()) for msg_id in ids]
+
+    def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
+                timeout: Optional[float] = None) -> int:
+        """Put FAIL messages back to NEW, due now, by id or every one of ``topic``; return how many."""
+        if bool(ids) == bool(topic):
+            raise MalformedRequestError("requeue takes either ids or a topic, not both and not neither")
+        if retry < 0:
+            raise MalformedRequestError(f"retry must be 0 or more, got {retry}")
+        with self._cond:
+            change = lifecycle.requeue(self._now(), retry, broker=self.name)
+            chosen = [row for row in self._rows.values() if (row[M.id] in ids if ids else row[M.topic] == topic)]
+            moved = sum(self._apply(row, change) for row in chosen)
+            self._cond.notify_all()
+            return moved
+
+    def expire_leases(self, ids: Optional[Iterable[int]] = None) -> list[int]:
+        """Run lease expiry as the broker's leader does: RUNNING messages whose lease ran out by
+        ``clock`` (or exactly ``ids``, lost whatever their expiry) go back to NEW, or to FAIL once
+        delivered their topic's ``max_deliveries`` times. Returns the ids moved."""
+        with self._cond:
+            now, chosen = self._now(), set(ids) if ids is not None else None
+            moved = []
+            for row in list(self._rows.values()):
+                if row[M.status] != _RUNNING or (row[M.id] not in chosen if chosen is not None
+                                                 else row[M.lease_expire] >= now):
+                    continue
+                most = self.topic(row[M.topic]).max_deliveries
+                expiries = lifecycle.lease_expiries(row[M.trace]) + 1
+                change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], self.name, expiries)
+                if self._apply(row, change):
+                    moved.append(row[M.id])
+            self._cond.notify_all()
+            return moved
 
     # -- BrokerLink --------------------------------------------------------------------------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
              max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
              track: Optional[PullHandle] = None, ahead: float = 0.0) -> list[Delivery]:
+        check_pull(topic, rank=rank, total=total, max_messages=max_messages, wait=wait, ttr=ttr, ahead=ahead,
+                   consumer=consumer, lease_token=lease_token)
         call = _Call()
 
         def abort() -> None:
@@ -164,21 +229,21 @@ class StubBroker:
                 self._cond.notify_all()
 
         deadline = time.monotonic() + wait
+        rank, total = (0, 1) if serial else (rank, total)
         with self._cond:
             self._call("pull")
-            token = lease_token or uuid.uuid4().hex
+            token = lease_token or new_lease_token()
             record = PullRecord(consumer, rank, total, serial, token, len(self._running(topic)))
             self.pulls.append(record)
             if track is not None:
                 track.bind(abort)
             try:
                 while not call.cancelled:
-                    leased = self._lease(topic, rank, total, serial, max_messages, ttr or self.default_ttr,
-                                         consumer, token, ahead)
+                    leased = self._lease(topic, rank, total, serial, max_messages, ttr, consumer, token, ahead)
                     remaining = deadline - time.monotonic()
                     if leased or remaining <= 0:
-                        record.outcome, record.ids = ("leased" if leased else "empty"), tuple(m.id for m in leased)
-                        return [self._delivery(m) for m in leased]
+                        record.outcome, record.ids = ("leased" if leased else "empty"), tuple(r[M.id] for r in leased)
+                        return [delivery_of(row) for row in leased]
                     # Like the broker: wake half the ahead window before the next due time.
                     until = self._until_due(topic, rank, total, serial) - ahead / 2
                     self._cond.wait(max(min(remaining, until), 0.001))
@@ -190,111 +255,127 @@ class StubBroker:
 
     def ack(self, topic: str, consumer: str, items: Sequence[AckItem],
             timeout: Optional[float] = None) -> list[AckOutcome]:
+        check_batch_size(items, "acks")
         with self._cond:
             self._call("ack")
-            now, outcomes = self.clock(), []
+            now, outcomes = self._now(), []
             for item in items:
-                m = self._held(item.id, item.lease_token)
-                if m is None:
-                    self.history.append((AckOutcome.STALE, item.id))
-                    outcomes.append(AckOutcome.STALE)
+                row = self._rows.get(item.id)
+                if row is None or not _holds(row, item.lease_token):
+                    # A repeat of an ack this lease already recorded is answered as applied.
+                    done = _SUCCESS if item.success else _FAIL
+                    repeat = row is not None and (row[M.status], row[M.lease_token]) == (done, item.lease_token)
+                    if not repeat:
+                        self.history.append((AckOutcome.STALE, item.id))
+                    outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
                     continue
-                outcomes.append(AckOutcome.APPLIED)
                 if item.success:
-                    self._finish(m, MessageStatus.SUCCESS, Event.SUCCESS)
-                elif m.retry_remaining > 0:
-                    m.retry_remaining -= 1
-                    m.error = item.error
-                    self._to_new(m, Event.RETRY, now + self.retry_delay)
+                    change = lifecycle.succeed(now, consumer, self.name)
                 else:
-                    m.error = item.error
-                    self._finish(m, MessageStatus.FAIL, Event.FAIL)
+                    self._errors[item.id] = item.error
+                    change = lifecycle.fail_attempt(_attempted(row), self.topic(row[M.topic]), item.error, now,
+                                                    consumer, self.name)
+                self._apply(row, change, item.lease_token)
+                outcomes.append(AckOutcome.APPLIED)
             self._cond.notify_all()
             return outcomes
 
     def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
+        check_lease_token(lease_token)
         with self._cond:
             self._call("release")
-            held = [m for m in self._messages.values()
-                    if m.status is MessageStatus.RUNNING and m.lease_token == lease_token]
-            for m in held:
-                m.attempt -= 1  # given back unrun: the attempt does not count
-                self._to_new(m, Event.RELEASED, m.effect_time)
-            self.releases.append((lease_token, len(held)))
+            change = lifecycle.release(self._now(), consumer or "-", self.name)
+            released = sum(self._apply(row, change, lease_token) for row in list(self._rows.values()))
+            self.releases.append((lease_token, released))
             self._cond.notify_all()
-            return len(held)
+            return released
 
     def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
                timeout: Optional[float] = None) -> list[bool]:
+        check_batch_size(leases, "leases")
+        for lease in leases:
+            check_lease_token(lease.lease_token)
+        check_lease_ttr(ttr)
         with self._cond:
             self._call("extend")
             self.extend_calls.append(tuple(leases))
             return [self._extend(lease.id, lease.lease_token, ttr) for lease in leases]
 
     def touch(self, msg_id: int, lease_token: str, ttr: float) -> bool:
+        check_lease_ttr(ttr)
         with self._cond:
             self._call("touch")
             return self._extend(msg_id, lease_token, ttr)
 
     # -- internals (called with the lock held) -----------------------------------------------
+    def _now(self) -> datetime:
+        return stored_time(self.clock())
+
     def _call(self, method: str) -> None:
         self.calls[method] += 1
         if method in self.failing:
             raise StorageUnavailableError(f"{method}: the database is unavailable (StubBroker.failing)")
 
-    def _running(self, topic: str) -> list[StubMessage]:
-        return [m for m in self._messages.values() if m.topic == topic and m.status is MessageStatus.RUNNING]
+    def _apply(self, row: dict[str, Any], change: Change, lease_token: Optional[str] = None) -> bool:
+        """Apply ``change`` to ``row`` if its guard (and ``lease_token``) allows it; say whether."""
+        if not change.allows(row) or (lease_token is not None and row[M.lease_token] != lease_token):
+            return False
+        if change.delete:
+            del self._rows[row[M.id]]
+        else:
+            change.apply_to(row)
+        if change.trace or change.delete:
+            self.history.append((change.event, row[M.id]))
+        return True
 
-    def _due(self, topic: str, rank: int, total: int, serial: bool) -> list[StubMessage]:
+    def _running(self, topic: str) -> list[dict[str, Any]]:
+        return [row for row in self._rows.values() if row[M.topic] == topic and row[M.status] == _RUNNING]
+
+    def _due(self, topic: str, rank: int, total: int, serial: bool) -> list[dict[str, Any]]:
         """Candidates in lock order; serial: only the head, and only while nothing RUNNING."""
-        new = [m for m in self._messages.values() if m.topic == topic and m.status is MessageStatus.NEW]
+        new = [row for row in self._rows.values() if row[M.topic] == topic and row[M.status] == _NEW]
         if serial:
             if self._running(topic) or not new:
                 return []
-            return [min(new, key=lambda m: (m.order_time, m.id))]
-        return sorted((m for m in new if m.id % total == rank), key=lambda m: (m.effect_time, m.id))
+            return [min(new, key=lambda row: (row[M.order_time], row[M.id]))]
+        return sorted((row for row in new if row[M.id] % total == rank),
+                      key=lambda row: (-row[M.priority], row[M.effect_time], row[M.id]))
 
     def _lease(self, topic: str, rank: int, total: int, serial: bool, n: int, ttr: float, consumer: str,
-               token: str, ahead: float = 0.0) -> list[StubMessage]:
-        now = self.clock()
-        chosen = [m for m in self._due(topic, rank, total, serial) if m.effect_time <= now + ahead][:n]
-        for m in chosen:
-            m.status, m.lease_token, m.lease_expire, m.ttr = MessageStatus.RUNNING, token, now + ahead + ttr, ttr
-            m.consumer, m.leased_at = consumer, now
-            m.attempt += 1
-            self.history.append((Event.LOCKED, m.id))
+               token: str, ahead: float) -> list[dict[str, Any]]:
+        settings = self.topic(topic)
+        if settings.paused:
+            return []
+        now = self._now()
+        due_by = after(now, ahead)
+        chosen = [row for row in self._due(topic, rank, total, serial) if row[M.effect_time] <= due_by][:n]
         if chosen:
+            who = {} if serial else {"rank": f"{rank}/{total}"}
+            change = lifecycle.lease(now, ttr or settings.ttr, consumer, token, ahead, **who, broker=self.name)
+            for row in chosen:
+                self._apply(row, change)
             self.peak_running[topic] = max(self.peak_running[topic], len(self._running(topic)))
         return chosen
 
     def _until_due(self, topic: str, rank: int, total: int, serial: bool) -> float:
         """Seconds until the shard's next message is due (1 s when nothing is pending)."""
-        due = [m.effect_time for m in self._messages.values()
-               if m.topic == topic and m.status is MessageStatus.NEW and (serial or m.id % total == rank)]
-        return max(min(due) - self.clock(), 0.001) if due else 1.0
-
-    def _held(self, msg_id: int, token: str) -> Optional[StubMessage]:
-        m = self._messages.get(msg_id)
-        return m if m is not None and m.status is MessageStatus.RUNNING and m.lease_token == token else None
+        due = [row[M.effect_time] for row in self._rows.values()
+               if row[M.topic] == topic and row[M.status] == _NEW and (serial or row[M.id] % total == rank)]
+        return max((min(due) - self._now()).total_seconds(), 0.001) if due else 1.0
 
     def _extend(self, msg_id: int, token: str, ttr: float) -> bool:
-        m = self._held(msg_id, token)
-        if m is None:
+        row = self._rows.get(msg_id)
+        if row is None or not self._apply(row, lifecycle.extend(self._now(), ttr), token):
             return False
-        m.lease_expire, m.ttr = self.clock() + ttr, ttr
-        m.extended += 1
+        self._extended[msg_id] += 1
         return True
 
-    def _to_new(self, m: StubMessage, event: Event, effect_time: float) -> None:
-        m.status, m.lease_token, m.lease_expire, m.effect_time = MessageStatus.NEW, "", 0.0, effect_time
-        self.history.append((event, m.id))
 
-    def _finish(self, m: StubMessage, status: MessageStatus, event: Event) -> None:
-        m.status, m.lease_token, m.lease_expire = status, "", 0.0
-        self.history.append((event, m.id))
+def _holds(row: dict[str, Any], token: str) -> bool:
+    return row[M.status] == _RUNNING and row[M.lease_token] == token
 
-    def _delivery(self, m: StubMessage) -> Delivery:
-        return Delivery(id=m.id, topic=m.topic, data=m.data,
-                        effect_time=datetime.fromtimestamp(m.effect_time, tz=timezone.utc),
-                        retry_remaining=m.retry_remaining, attempt=m.attempt, lease_token=m.lease_token, ttr=m.ttr,
-                        trace_context=m.trace_context)
+
+def _attempted(row: dict[str, Any]) -> SimpleNamespace:
+    """What :func:`tidemq.lifecycle.fail_attempt` reads of a message."""
+    return SimpleNamespace(retry_remaining=row[M.retry_remaining], retry_schedule=row[M.retry_schedule],
+                           attempt=row[M.attempt])

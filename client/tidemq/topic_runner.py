@@ -13,7 +13,8 @@ from . import tracing
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration
 from .errors import TidemqError
-from .logs import message_context
+from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span
+from .lifecycle import HandlerOutcome
 from .loop import EventLoopThread
 from .message import Message
 
@@ -50,6 +51,9 @@ class BroadcastRunner:
         # Only an async def handler runs on an event loop: a def handler in a worker that also
         # has async consumers still runs on the broadcast thread.
         self._events = (loop or self._own_loop) if spec.is_async else None
+        # Log context, span and outcome around every run (tidemq.handling); no metrics: those
+        # count stored messages.
+        self._handling = HandlerWrapper([in_log_context, deciding(self._log_failure), in_span])
 
     def start(self) -> None:
         coordinator = self.coordinator
@@ -126,21 +130,21 @@ class BroadcastRunner:
         context = context if isinstance(context, str) and tracing.trace_id_of(context) else ""
         message = Message(id=seq, topic=self.spec.topic, data=envelope.get("data"), effect_time=sent_at,
                           trace_context=context)
-        with message_context(seq, self.spec.topic, context):
+        run = Run(seq, self.spec.topic, 1, context, sent_at)  # broadcasts are not retried
+        handler = self.spec.handler
+        if self._events is None:
+            outcome = self._handling.run(run, lambda: handler(message))
+        else:
+            # In a task of the loop, where the layers' context variables are the task's own.
             try:
-                if self._events is not None:
-                    self._events.submit(self._call_async(message, context)).result()
-                else:
-                    with tracing.handler_span(self.spec.topic, seq, 1, context):
-                        self.spec.handler(message)
-                self.succeeded += 1
-            except Exception:  # broadcasts are not retried: log and go on to the next
-                self.failed += 1
-                log.exception("handler of broadcast %d of %s failed", seq, self.spec.topic)
+                outcome = self._events.submit(self._handling.run_async(run, lambda: handler(message))).result()  # type: ignore[arg-type]
+            except Exception:  # the loop itself failed (it stopped under us): the broadcast is not retried
+                log.exception("handler of broadcast %d of %s could not run", seq, self.spec.topic)
+                outcome = HandlerOutcome.FAIL
+        if outcome is HandlerOutcome.SUCCESS:
+            self.succeeded += 1
+        else:
+            self.failed += 1
 
-    async def _call_async(self, message: Message, context: str) -> None:
-        # A task does not inherit the submitting thread's context variables: the log context
-        # and the handler's span are set up in the task, where the handler's own code sees them.
-        with message_context(message.id, self.spec.topic, context):
-            with tracing.handler_span(self.spec.topic, message.id, 1, context):
-                await self.spec.handler(message)  # type: ignore[misc]
+    def _log_failure(self, run: Run) -> None:
+        log.error("handler of broadcast %d of %s failed", run.id, self.spec.topic, exc_info=run.error)

@@ -1,5 +1,7 @@
 """Input checks shared by the client (fail before the network) and the broker (trust no client).
 
+The limits they check are defined in :mod:`tidemq.limits` (and exported here too).
+
 Each check raises a ValidationError subclass whose message names the limit or the expected form.
 """
 
@@ -20,6 +22,25 @@ from .errors import (
     MalformedRequestError,
     quote,
 )
+from .limits import (
+    DEFAULT_MAX_DATA_BYTES,
+    FLOW_KEY_MAX_LENGTH,
+    MAX_AHEAD,
+    MAX_BATCH,
+    MAX_DATA_DEPTH,
+    MAX_DELAY_SECONDS,
+    MAX_PULL,
+    MAX_RETRIES,
+    MAX_TTR,
+    MAX_WAIT,
+    MIN_TTR,
+    PRIORITIES_DESC,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    TOPIC_MAX_LENGTH,
+    UNIQUE_KEY_MAX_LENGTH,
+    check_lease_token,
+)
 
 __all__ = [
     "TOPIC_MAX_LENGTH",
@@ -32,6 +53,7 @@ __all__ = [
     "encode_data",
     "check_delay",
     "check_effect_time",
+    "check_when",
     "parse_retry",
     "parse_duration",
     "check_unique_key",
@@ -45,19 +67,10 @@ __all__ = [
     "PRIORITIES_DESC",
     "check_flow_key",
     "check_priority",
+    "check_pull",
+    "check_lease_ttr",
 ]
 
-TOPIC_MAX_LENGTH = 255
-UNIQUE_KEY_MAX_LENGTH = 255
-FLOW_KEY_MAX_LENGTH = 255
-# A small fixed range: the broker's lock names every priority, which keeps each one a range of
-# its index that stops at the first message not yet due (tidemq_broker.schema).
-PRIORITY_MIN, PRIORITY_MAX = 0, 9
-PRIORITIES_DESC = tuple(range(PRIORITY_MAX, PRIORITY_MIN - 1, -1))
-DEFAULT_MAX_DATA_BYTES = 1024 * 1024
-MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600  # ten years, leap days included
-MAX_RETRIES = 1000
-MAX_BATCH = 10_000
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._:-]+")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -78,9 +91,6 @@ def check_topic(topic: Any) -> str:
     return topic
 
 
-#: How deep message data may nest lists and objects: deeper data is refused where it enters, so no
-#: reader (the console's editor and pretty printer, a handler's json.loads) meets it.
-MAX_DATA_DEPTH = 64
 
 
 def encode_data(data: Any, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
@@ -169,6 +179,15 @@ def check_effect_time(effect_time: Any, now: Optional[datetime] = None) -> datet
     return aware
 
 
+def check_when(delay: Any, effect_time: Any) -> tuple[Optional[float], Optional[datetime]]:
+    """A produce call's due time: ``delay`` seconds (checked) or ``effect_time`` (checked, aware
+    UTC), never both; (None, None) means now."""
+    if delay is not None and effect_time is not None:
+        raise InvalidDelayError("give delay or effect_time, not both")
+    return (check_delay(delay) if delay is not None else None,
+            check_effect_time(effect_time) if effect_time is not None else None)
+
+
 def parse_duration(value: Any) -> float:
     """Parse one retry delay: seconds as a number, or a string like "500ms", "30s", "2m", "1h", "1d"."""
     if isinstance(value, bool):
@@ -248,3 +267,30 @@ def check_priority(priority: Any) -> int:
         raise MalformedRequestError(
             f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (higher first), got {quote(priority)}")
     return priority
+
+
+def check_pull(topic: str, *, rank: int, total: int, max_messages: int, wait: float, ttr: float, ahead: float,
+               consumer: str = "", lease_token: str = "") -> None:
+    """Refuse a pull whose numbers make no sense (ttr 0: the topic's default)."""
+    check_topic(topic)
+    if not 1 <= max_messages <= MAX_PULL:
+        raise MalformedRequestError(f"max_messages must be between 1 and {MAX_PULL}, got {max_messages}")
+    if not (math.isfinite(wait) and 0 <= wait <= MAX_WAIT):
+        raise MalformedRequestError(f"wait_seconds must be between 0 and {MAX_WAIT}, got {wait}")
+    if not (math.isfinite(ttr) and 0 <= ttr <= MAX_TTR):
+        raise MalformedRequestError(f"ttr_seconds must be between 0 (topic default) and {MAX_TTR}, got {ttr}")
+    if not (math.isfinite(ahead) and 0 <= ahead <= MAX_AHEAD):
+        raise MalformedRequestError(f"ahead_seconds must be between 0 and {MAX_AHEAD}, got {ahead}")
+    if total < 1 or not 0 <= rank < total:
+        raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={rank} total={total}")
+    if len(consumer) > 255:
+        raise MalformedRequestError("consumer name is longer than 255 characters")
+    if lease_token:
+        check_lease_token(lease_token)
+
+
+def check_lease_ttr(seconds: float) -> int:
+    """A lease extension's ttr, rounded to whole seconds, MIN_TTR to MAX_TTR (NaN and infinity refused)."""
+    if not (math.isfinite(seconds) and MIN_TTR <= round(seconds) <= MAX_TTR):
+        raise MalformedRequestError(f"ttr_seconds must be between {MIN_TTR} and {MAX_TTR}, got {seconds}")
+    return int(round(seconds))

@@ -14,7 +14,7 @@ from tidemq.message import MessageType
 
 
 def test_each_example_model_runs_under_tidemq_dev(tmp_path):
-    from tidemq_cli.dev import embedded
+    from tidemq_cli.embedded import embedded
     from tidemq_examples import MODULES
 
     # Declared on import; the registry is emptied between tests, so import afresh.

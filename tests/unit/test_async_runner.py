@@ -102,7 +102,7 @@ def test_a_failing_async_handler_is_retried_then_recorded_as_fail_with_its_error
         if message.data["fail"] or message.attempt == 1:
             raise ValueError(f"attempt {message.attempt} failed")
 
-    stub.retry_delay = 0.0
+    stub.set_topic(topic, retry_base=0.0)  # the backoff of a retry count: none
     recovers = stub.produce(topic, {"fail": False}, retry=1)
     dead = stub.produce(topic, {"fail": True}, retry=2)
     workers([ConsumerSpec(topic, MessageType.QUEUE, handler, ttr=30, batch=2, concurrency=2)])

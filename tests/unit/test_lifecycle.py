@@ -69,6 +69,14 @@ def test_a_failure_retries_while_retries_remain_by_schedule_then_fails():
     assert trace.parse(final.trace)[0]["error"] == "failed"
 
 
+@pytest.mark.parametrize("retry_remaining", [0, 1, 5])
+def test_the_worker_decides_a_runs_outcome_by_the_rule_the_broker_applies_to_its_ack(retry_remaining):
+    change = lifecycle.fail_attempt(_Msg(retry_remaining), _Backoff(), "boom", NOW, "c", "b")
+    outcome = lifecycle.handler_outcome(True, retry_remaining)
+    assert outcome is {Event.RETRY: lifecycle.HandlerOutcome.RETRY, Event.FAIL: lifecycle.HandlerOutcome.FAIL}[change.event]
+    assert lifecycle.handler_outcome(False, retry_remaining) is lifecycle.HandlerOutcome.SUCCESS
+
+
 def test_backoff_grows_exponentially_with_jitter_and_a_ceiling():
     rng = random.Random(7)
     delays = [lifecycle.next_delay(_Msg(5, attempt=a), _Backoff(10, 100), rng) for a in (1, 2, 3, 4, 5, 6)]
@@ -144,3 +152,22 @@ def test_a_change_applies_to_a_row_in_memory_as_to_a_stored_one():
     extend = lifecycle.extend(now, 60)
     extend.apply_to(row)
     assert row[M.version] == 1  # a heartbeat moves no version
+
+
+def test_a_topic_never_configured_has_the_lifecycles_defaults_in_the_broker_and_the_stub():
+    from tidemq.stub import StubTopic
+    from tidemq_broker.storage import TopicSettings
+
+    want = (lifecycle.DEFAULT_RETRY_COUNT, lifecycle.DEFAULT_RETRY_BASE, lifecycle.DEFAULT_RETRY_MAX,
+            lifecycle.DEFAULT_TTR, lifecycle.DEFAULT_MAX_DELIVERIES)
+    for settings in (TopicSettings("t"), StubTopic()):
+        assert (settings.retry_count, settings.retry_base, settings.retry_max, settings.ttr,
+                settings.max_deliveries) == want
+
+
+def test_expiries_are_counted_from_the_trace_for_a_poison_messages_fail_line():
+    lost = lifecycle.lease_lost(NOW, "c1", "b").trace + lifecycle.lease(NOW, 30, "c2", "a" * 32).trace
+    assert lifecycle.lease_expiries("") == 0
+    assert lifecycle.lease_expiries(lost * 2) == 2
+    change = lifecycle.expire(NOW, 3, 3, "c2", "b", lifecycle.lease_expiries(lost * 2) + 1)
+    assert trace.parse(change.trace)[0]["error"] == "lease_expired_3_times:_max_deliveries_3_reached"

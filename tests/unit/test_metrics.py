@@ -14,6 +14,7 @@ from tests.servers import free_port
 from tidemq import metrics
 from tidemq.config import Settings
 from tidemq.errors import ConfigurationError
+from tidemq.lifecycle import handler_outcome
 from tidemq_broker import metrics as broker_metrics
 from tidemq_broker.maintenance.backlog import BacklogRefresh
 from tidemq_broker.storage import Backlog, NewRow
@@ -67,9 +68,8 @@ def test_lateness_is_measured_from_aware_and_naive_effect_times():
 
 def test_outcomes_split_retries_from_dead_letters():
     started = metrics.handler_started("u.out", datetime.now(timezone.utc))
-    metrics.handler_finished("u.out", started, True)
-    metrics.handler_finished("u.out", started, False, retry_remaining=2)
-    metrics.handler_finished("u.out", started, False, retry_remaining=0)
+    for failed, retry_remaining in ((False, 0), (True, 2), (True, 0)):
+        metrics.handler_finished("u.out", started, handler_outcome(failed, retry_remaining))
     assert [_value(f"tidemq_messages_{kind}_total", topic="u.out") for kind in ("succeeded", "retried", "failed")] \
         == [1, 1, 1]
     assert _value("tidemq_handler_duration_seconds_count", topic="u.out", outcome="failure") == 2

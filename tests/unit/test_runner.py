@@ -181,7 +181,7 @@ def test_serial_runs_one_at_a_time_in_order_only_on_rank_zero_after_each_ack(stu
     wait_until(lambda: top.runners[0].rank == (0, 1), 5, what="the first consumer at rank 0")
     second = workers([spec], "w2")
     wait_until(lambda: second.runners[0].rank == (1, 2), 5, what="the second consumer at rank 1")
-    ids = [stub.produce(topic, n, retry=1 if n == 0 else 0) for n in range(8)]
+    ids = [stub.produce(topic, n, retry=[0] if n == 0 else 0) for n in range(8)]
     wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 8, 15, what="every serial message to succeed")
     assert runs == [(ids[0], 1), (ids[0], 2)] + [(i, 1) for i in ids[1:]]
     assert peak[0] == 1
@@ -201,6 +201,8 @@ def test_messages_leased_ahead_start_at_their_effect_time_never_before(stub, wor
     # Due 2 s from now and inside the 5 s window: the waiting pull takes them at once.
     ids = [stub.produce("t.ahead", i, delay=2.0 + i * 0.2) for i in range(5)]
     wait_until(lambda: len(ran) == 5, 30)
+    # The handler's record comes before its ack: wait for the acks too.
+    wait_until(lambda: sorted(stub.ids("t.ahead", "SUCCESS")) == ids, 10, what="every ack")
     for msg_id in ids:
         stored = stub.message(msg_id)
         assert stored.leased_at < stored.effect_time  # handed to the worker ahead of time...

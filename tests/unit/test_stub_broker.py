@@ -54,9 +54,10 @@ def test_serial_pull_holds_one_running_message_per_topic_in_order():
     assert [d.id for d in stub.pull("s", "c", serial=True, wait=0)] == [second]
 
 
-def test_ack_after_the_lease_expired_is_stale_and_failures_retry_then_fail():
+def test_ack_after_the_lease_expired_is_stale_and_failures_retry_after_the_topics_backoff_then_fail():
     clock = FakeClock()
     stub = StubBroker(clock=clock)
+    stub.set_topic("t", retry_base=4.0, retry_max=100.0)
     msg_id = stub.produce("t", {}, retry=1)
     [d] = stub.pull("t", "c", wait=0, ttr=10)
     clock.now += 5
@@ -67,10 +68,19 @@ def test_ack_after_the_lease_expired_is_stale_and_failures_retry_then_fail():
     [again] = stub.pull("t", "c", wait=0)
     assert again.attempt == 2
     stub.ack("t", "c", [AckItem(again.id, again.lease_token, False, "boom")])
-    assert stub.status(msg_id) == "NEW" and stub.message(msg_id).retry_remaining == 0
+    stored = stub.message(msg_id)
+    assert stored.status == "NEW" and stored.retry_remaining == 0
+    # lifecycle.next_delay: the second attempt failed, so 4 s * 2 with jitter in [50 %, 100 %].
+    assert 4.0 <= stored.effect_time - clock.now <= 8.0
+    assert stub.pull("t", "c", wait=0) == []
+    clock.now = stored.effect_time
     [last] = stub.pull("t", "c", wait=0)
     stub.ack("t", "c", [AckItem(last.id, last.lease_token, False, "boom")])
     assert stub.status(msg_id) == "FAIL" and stub.message(msg_id).error == "boom"
+    assert [event for event, i in stub.history if i == msg_id] == \
+        ["PRODUCED", "LOCKED", "LEASE_EXPIRED", "STALE", "LOCKED", "RETRY", "LOCKED", "FAIL"]
+    assert [line.split(" ")[1] for line in stored.trace.splitlines()] == \
+        ["PRODUCED", "LOCKED", "LEASE_EXPIRED", "LOCKED", "RETRY"]
 
 
 def test_extend_touch_and_release_act_only_on_the_held_lease():

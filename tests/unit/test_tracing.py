@@ -57,7 +57,7 @@ def test_every_attempt_of_a_handler_is_a_child_of_the_producer_span():
         done.set()
 
     with trace.get_tracer("test").start_as_current_span("send") as producer:
-        msg_id = stub.produce("traced", {"n": 1}, retry=1, trace_context=tracing.current_traceparent())
+        msg_id = stub.produce("traced", {"n": 1}, retry=[0], trace_context=tracing.current_traceparent())
     spec = ConsumerSpec("traced", MessageType.QUEUE, handler, threads=1, ttr=30, batch=1)
     coordinator = LocalCoordinator()
     coordinator.start()

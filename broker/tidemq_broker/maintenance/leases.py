@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from typing import Callable, Optional, Sequence
 
 from tidemq import clock
+from tidemq.limits import MAX_TTR
 from .. import metrics
 from ..errors import StorageUnavailableError
-from ..intake import MAX_TTR
 from ..storage import Leasing, OutageGrace
 
 __all__ = ["LeaseExpiry"]

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.expression import Executable
 
 from ..schema import topic as t
 
-if TYPE_CHECKING:
-    from .enqueue import CallerTransaction
+__all__ = ["CallerTransaction", "SqlDialect"]
 
-__all__ = ["SqlDialect"]
+
+class CallerTransaction(Protocol):
+    """The caller's open transaction (``tidemq.enqueue``'s): run one statement."""
+
+    #: Which statements to write.
+    dialect: "SqlDialect"
+
+    def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
+        """Run ``stmt``; return the connection's last insert id and the rows it read."""
 
 
 class SqlDialect(abc.ABC):
@@ -64,7 +72,7 @@ class SqlDialect(abc.ABC):
         row of every key in ``values`` (new or not) until the transaction ends."""
 
     @abc.abstractmethod
-    def enqueue_keyed(self, tx: "CallerTransaction", values: dict[str, Any]) -> Optional[int]:
+    def enqueue_keyed(self, tx: CallerTransaction, values: dict[str, Any]) -> Optional[int]:
         """Insert the message row ``values`` (it has a unique key) in the caller's transaction
         ``tx``, or nothing when its (topic, unique_key) is stored; return the id of the row
         stored under that key."""

@@ -16,7 +16,7 @@ back) instead of storing a duplicate.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.dialects import mysql
@@ -28,7 +28,7 @@ from tidemq.errors import ConfigurationError
 from ..schema import message as m
 from ..schema import topic as t
 from ..records import NewRow, TopicSettings
-from .dialect import SqlDialect
+from .dialect import CallerTransaction, SqlDialect
 from .mysql import MySqlDialect
 from .sqlite import SqliteDialect
 from .rows import row_values
@@ -38,16 +38,6 @@ from .topics import setting_columns
 _DIALECTS: dict[str, type[SqlDialect]] = {"mysql": MySqlDialect, "sqlite": SqliteDialect}
 
 __all__ = ["CallerTransaction", "SqlAlchemyTransaction", "DbApiTransaction", "topic_settings", "insert_message"]
-
-
-class CallerTransaction(Protocol):
-    """The caller's open transaction, as this module needs it: run one statement."""
-
-    #: Which statements to write.
-    dialect: SqlDialect
-
-    def execute(self, stmt: Executable) -> tuple[Optional[int], list[tuple[Any, ...]]]:
-        """Run ``stmt``; return the connection's last insert id and the rows it read."""
 
 
 class SqlAlchemyTransaction:

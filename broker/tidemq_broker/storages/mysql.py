@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pymysql
 from pymysql.constants import CLIENT, SERVER_STATUS
@@ -20,12 +20,10 @@ from tidemq.tables import MESSAGE as M
 from tidemq.tables import PRODUCE_REQUEST
 
 from ..schema import login_failure, message, topic
-from .dialect import SqlDialect
+from .dialect import CallerTransaction, SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
 from .rows import INSERT_COLUMNS
 
-if TYPE_CHECKING:
-    from .enqueue import CallerTransaction
 
 __all__ = ["MySqlDialect"]
 
@@ -232,7 +230,7 @@ class MySqlDialect(SqlDialect):
         stmt = mysql_insert(login_failure).values(values)
         conn.execute(stmt.on_duplicate_key_update(key_hash=stmt.inserted.key_hash))
 
-    def enqueue_keyed(self, tx: "CallerTransaction", values: dict[str, Any]) -> Optional[int]:
+    def enqueue_keyed(self, tx: CallerTransaction, values: dict[str, Any]) -> Optional[int]:
         # LAST_INSERT_ID(id) makes a duplicate report the stored row's id as the insert id, in
         # the same round trip; InnoDB's exclusive lock on the key makes a second transaction
         # enqueuing it wait for the first to end.

@@ -9,16 +9,16 @@ row reads as (:func:`to_message`). Rows are ``{column name: value}`` with the na
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Mapping
 
 from tidemq import lifecycle
-from tidemq.lifecycle import Change, Event
+from tidemq.lifecycle import Change
+from tidemq.limits import new_lease_token
 from tidemq.tables import MESSAGE as M
 
 from ..records import LeasedMessage, LockRequest, NewRow, StoredMessage
 
-__all__ = ["INSERT_COLUMNS", "row_values", "new_lease_token", "lease_change", "leased", "to_message", "expiries",
+__all__ = ["INSERT_COLUMNS", "row_values", "lease_change", "leased", "to_message", "expiries",
            "lock_order"]
 
 #: Every column an INSERT writes (all but the id), in the table's order.
@@ -42,11 +42,6 @@ def row_values(row: NewRow, change: Change) -> dict[str, Any]:
         **change.values,
     }
     return {name: values[name] for name in INSERT_COLUMNS}
-
-
-def new_lease_token() -> str:
-    """A fresh, unguessable lease token (32 hex characters)."""
-    return uuid.uuid4().hex
 
 
 def lease_change(request: LockRequest, serial: bool = False) -> Change:
@@ -80,7 +75,6 @@ def to_message(row: Mapping[str, Any]) -> StoredMessage:
 
 
 def expiries(trace: str) -> int:
-    """How many times a message's lease expired before, counted from its trace (read only for a
-    message about to fail as poison, which is rare)."""
-    marker = f" {Event.LEASE_EXPIRED.value} "
-    return sum(1 for line in (trace or "").splitlines() if marker in f"{line} ")
+    """How many times a message's lease expired before (``lifecycle.lease_expiries``; the trace
+    may be NULL)."""
+    return lifecycle.lease_expiries(trace or "")

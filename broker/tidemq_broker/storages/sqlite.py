@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, make_url, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -12,10 +12,8 @@ from ..schema import login_failure
 from ..schema import message as m
 from ..schema import topic as t
 from ..errors import ConfigurationError
-from .dialect import SqlDialect
+from .dialect import CallerTransaction, SqlDialect
 
-if TYPE_CHECKING:
-    from .enqueue import CallerTransaction
 
 __all__ = ["SqliteDialect"]
 
@@ -61,7 +59,7 @@ class SqliteDialect(SqlDialect):
         # The process lock already serialises every transaction: inserting is all there is to do.
         conn.execute(sqlite_insert(login_failure).values(values).on_conflict_do_nothing(index_elements=["key_hash"]))
 
-    def enqueue_keyed(self, tx: "CallerTransaction", values: dict[str, Any]) -> Optional[int]:
+    def enqueue_keyed(self, tx: CallerTransaction, values: dict[str, Any]) -> Optional[int]:
         tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing(index_elements=["topic", "unique_key"]))
         _, rows = tx.execute(select(m.c.id).where(m.c.topic == values["topic"], m.c.unique_key == values["unique_key"]))
         return rows[0][0] if rows else None

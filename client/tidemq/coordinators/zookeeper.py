@@ -14,17 +14,13 @@ from kazoo.protocol.states import EventType
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 
-from ..coordinator import (
-    ConnectionState,
-    Coordinator,
-    Registration,
-    sequence_of,
-    sort_by_sequence,
-)
+from ..coordinator import ConnectionState, Coordinator, Registration, sort_by_sequence
 from ..errors import CoordinationError
 from ..outage import Outage
 from .zk_acl import hint as _hint
 from .zk_acl import node_acl, secure_nodes
+from .zk_broadcasts import ZkBroadcasts
+from .zk_leader import ZkLeadership
 from .zk_session import KazooLog, expire
 
 __all__ = ["ZooKeeperCoordinator"]
@@ -38,6 +34,8 @@ _STATES = {
 
 
 _SUBPATHS = ("brokers", "consumers", "broadcast", "leader")
+
+
 class ZooKeeperCoordinator(Coordinator):
     """Coordination through ZooKeeper; ``hosts`` may carry a chroot (``h1:2181,h2:2181/app``).
 
@@ -77,6 +75,9 @@ class ZooKeeperCoordinator(Coordinator):
         self._session_lost = False
         self._closed = False
         self._zk.add_listener(self._on_state)
+        self._broadcasts = ZkBroadcasts(self._zk, self._path("broadcast"), self._path("leader", "clock-"),
+                                        self._delete, self._children_watch)
+        self._leadership = ZkLeadership(self._zk, self._path("leader", "election"), self._listeners)
 
     # -- session ---------------------------------------------------------------------------
     def start(self, timeout: float = 15.0) -> None:
@@ -284,118 +285,27 @@ class ZooKeeperCoordinator(Coordinator):
         self._zk.ensure_path(path)
         return self._children_watch(path, lambda children: callback(sort_by_sequence(children)))
 
-    # -- broadcasts ------------------------------------------------------------------------
+    # -- broadcasts and leadership (zk_broadcasts, zk_leader) -------------------------------
     def broadcast(self, topic: str, payload: bytes) -> int:
-        try:
-            path = self._zk.create(self._path("broadcast", topic, "m-"), payload, sequence=True, makepath=True)
-        except KazooException as exc:
-            raise CoordinationError(f"cannot store the broadcast of {topic}: {exc!r}{_hint(exc)}") from None
-        return sequence_of(posixpath.basename(path))
+        return self._broadcasts.send(topic, payload)
 
     def broadcast_sequences(self, topic: str) -> list[int]:
-        try:
-            return sorted(sequence_of(c) for c in self._zk.get_children(self._path("broadcast", topic)))
-        except NoNodeError:
-            return []
-        except KazooException as exc:
-            raise CoordinationError(f"cannot list the broadcasts of {topic}: {exc!r}") from None
+        return self._broadcasts.sequences(topic)
 
     def read_broadcast(self, topic: str, seq: int) -> Optional[bytes]:
-        try:
-            data, _ = self._zk.get(self._path("broadcast", topic, f"m-{seq:010d}"))
-        except NoNodeError:
-            return None
-        except KazooException as exc:
-            raise CoordinationError(f"cannot read broadcast {seq} of {topic}: {exc!r}") from None
-        return data
+        return self._broadcasts.read(topic, seq)
 
     def watch_broadcasts(self, topic: str, callback: Callable[[list[int]], None]) -> Callable[[], None]:
-        path = self._path("broadcast", topic)
-        self._zk.ensure_path(path)
-        return self._children_watch(path, lambda children: callback(sorted(sequence_of(c) for c in children)))
+        return self._broadcasts.watch(topic, callback)
 
     def prune_broadcasts(self, older_than: float) -> int:
-        try:
-            return self._prune(older_than)
-        except KazooException as exc:  # ZooKeeper away: said once by the connection's outage
-            raise CoordinationError(f"cannot prune broadcasts: {exc!r}") from None
+        return self._broadcasts.prune(older_than)
 
-    def _prune(self, older_than: float) -> int:
-        base = self._path("broadcast")
-        pruned = 0
-        cutoff_ms = None
-        for topic in self._zk.get_children(base):
-            for child in self._zk.get_children(posixpath.join(base, topic)):
-                path = posixpath.join(base, topic, child)
-                stat = self._zk.exists(path)
-                if stat is None:
-                    continue
-                if cutoff_ms is None:
-                    cutoff_ms = self._server_now_ms(stat) - older_than * 1000
-                if stat.ctime < cutoff_ms:
-                    pruned += self._delete(path)
-        return pruned
-
-    def _server_now_ms(self, fallback: object) -> float:
-        # ctime is ZooKeeper's clock: compare against a node created now, not our clock.
-        path = self._zk.create(self._path("leader", "clock-"), b"", ephemeral=True, sequence=True)
-        stat = self._zk.exists(path)
-        self._delete(path)
-        return stat.ctime if stat else getattr(fallback, "ctime", 0)
-
-    # -- leadership ------------------------------------------------------------------------
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:
-        election = self._zk.Election(self._path("leader", "election"), identifier)
-        ended = threading.Event()
-
-        def campaign() -> None:
-            while not ended.is_set():
-                try:
-                    election.run(self._lead_while_session_lives, lead, ended)
-                except KazooException:
-                    # Without a connection every attempt fails alike; the outage is logged once.
-                    level = logging.WARNING if self._zk.connected else logging.DEBUG
-                    log.log(level, "leader election interrupted; campaigning again", exc_info=True)
-                ended.wait(0.5)
-
-        threading.Thread(target=campaign, name="tidemq-election", daemon=True).start()
-
-        def end() -> None:
-            ended.set()
-            election.cancel()
-
-        return end
-
-    def _lead_while_session_lives(self, lead: Callable[[threading.Event], None], ended: threading.Event) -> None:
-        # Leadership ends with the session (LOST), not with the connection (SUSPENDED): while the
-        # connection is away nobody else can be elected before the session expires, so the
-        # leader goes on running its jobs (lease expiry above all) through a ZooKeeper outage.
-        # A leader cut off from ZooKeeper alone learns its session expired only when it
-        # reconnects, and may run its jobs beside a newly elected one until then; each job is
-        # safe to run twice at once (guarded updates, unique keys, whole replacements).
-        lost = threading.Event()
-
-        def on_state(state: ConnectionState) -> None:
-            if state == ConnectionState.LOST:
-                lost.set()
-
-        def watch_end() -> None:
-            ended.wait()
-            lost.set()
-
-        self._listeners.append(on_state)
-        threading.Thread(target=watch_end, daemon=True).start()
-        try:
-            lead(lost)
-        finally:
-            self._listeners.remove(on_state)
+        return self._leadership.run_for_leader(identifier, lead)
 
     def leader(self) -> Optional[str]:
-        try:
-            contenders = self._zk.Election(self._path("leader", "election")).contenders()
-        except (NoNodeError, KazooException):
-            return None
-        return contenders[0] if contenders else None
+        return self._leadership.leader()
 
     # -- helpers ---------------------------------------------------------------------------
     def _path(self, *parts: str) -> str:
