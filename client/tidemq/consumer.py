@@ -32,7 +32,9 @@ class ConsumerSpec:
     threads: handlers running at once. ttr: the lease length. While its worker lives, a message's
     lease is extended every ttr/3 (heartbeats), however long the handler runs; when the worker
     dies, its messages are delivered again about ttr seconds later. batch: messages pulled per
-    call; at most ``threads + batch`` are leased and not yet acknowledged at any time. ahead: how
+    call; at most ``threads + batch`` are leased and not yet acknowledged at any time. None (the
+    default) adapts it to the handler: about half a second of work per pull, from 1 to 500
+    messages (:mod:`tidemq.prefetch`). ahead: how
     many seconds before its effect_time a delayed message may be leased to this worker, which
     then starts it on time by its own clock (0: lease only what is due). concurrency: for an
     ``async def`` handler, the handlers running at once on the worker's event loop (None: the
@@ -47,7 +49,7 @@ class ConsumerSpec:
     handler: Handler
     threads: int = 1
     ttr: float = 60.0
-    batch: int = 16
+    batch: Optional[int] = None
     ahead: float = DEFAULT_AHEAD
     concurrency: Optional[int] = None
     #: A cron expression: the worker declares the schedule named after the topic when it starts.
@@ -108,14 +110,13 @@ def mq_consumer(topic: str, type: MessageType | str = MessageType.QUEUE, *, thre
                 raise ConfigurationError(f"{topic}: an async def handler runs on the worker's event loop: "
                                          f"give concurrency={threads}, not threads")
             once = 1 if kind is MessageType.SERIAL_QUEUE else concurrency
-            spec = ConsumerSpec(topic, kind, handler, 1, float(ttr),
-                                batch or max(16, concurrency or DEFAULT_CONCURRENCY), float(ahead), once,
+            spec = ConsumerSpec(topic, kind, handler, 1, float(ttr), batch, float(ahead), once,
                                 schedule, schedule_timezone)
         else:
             if concurrency is not None:
                 raise ConfigurationError(f"{topic}: concurrency is for async def handlers; "
                                          f"a def handler runs on threads (threads={concurrency})")
-            spec = ConsumerSpec(topic, kind, handler, threads, float(ttr), batch or max(16, threads), float(ahead),
+            spec = ConsumerSpec(topic, kind, handler, threads, float(ttr), batch, float(ahead),
                                 schedule=schedule, schedule_timezone=schedule_timezone)
         _REGISTRY.append(spec)
         return handler

@@ -22,6 +22,7 @@ from .limits import new_lease_token
 from .link import AckItem, BrokerLink, Delivery, LeaseRef, PullHandle
 from .loop import AsyncHandlers, EventLoopThread
 from .message import Message, MessageType
+from .prefetch import Prefetch
 
 __all__ = ["QueueRunner", "delivery_to_message"]
 
@@ -44,7 +45,8 @@ class QueueRunner:
     """One consumer of a QUEUE or SERIAL_QUEUE topic.
 
     A fetch thread long-polls for at most ``threads + batch`` leased, unacknowledged messages at
-    a time (bounded prefetch), a pool of ``threads`` runs handlers (each run inside the
+    a time (bounded prefetch; without ``batch`` the pull size follows the handler's run time, see
+    :mod:`tidemq.prefetch`), a pool of ``threads`` runs handlers (each run inside the
     :class:`~tidemq.handling.HandlerWrapper`), a :class:`~tidemq.lease_keeper.LeaseKeeper` beats
     every lease the runner holds and an :class:`~tidemq.ack_sender.AckSender` sends outcomes
     (kept until a broker records them).
@@ -77,10 +79,8 @@ class QueueRunner:
         self.instance = instance
         self.serial = spec.type is MessageType.SERIAL_QUEUE
         self._long_poll = long_poll
-        self._capacity = 1 if self.serial else spec.slots + spec.batch
-        # Pull only when there is room for a worthwhile batch: topping up the last few free
-        # slots after every large pull meant a lock transaction per handful of messages.
-        self._min_pull = 1 if self.serial else max(1, spec.batch // 2)
+        # The pull size and prefetch bound: fixed by spec.batch, else following the handler's run time.
+        self._prefetch = Prefetch(spec.slots, spec.batch, self.serial)
         self._cond = threading.Condition()
         self._inflight = 0  # leased and not yet acked: what the prefetch bound counts
         self._changed_at = time.monotonic()  # when _inflight last changed (for idle_since)
@@ -226,7 +226,7 @@ class QueueRunner:
 
     # -- pulling -----------------------------------------------------------------------------
     def _ready(self) -> bool:
-        if self._capacity - self._inflight < self._min_pull:
+        if self._prefetch.capacity - self._inflight < self._prefetch.min_pull:
             return False
         rank, _ = self._shard()
         return rank == 0 if self.serial else rank >= 0
@@ -239,7 +239,7 @@ class QueueRunner:
                     continue
                 if self._stopping.is_set():
                     return
-                want = min(self.spec.batch, self._capacity - self._inflight)
+                want = min(self._prefetch.window, self._prefetch.capacity - self._inflight)
                 rank, total = self._pull_shard = self._shard()
                 # Made under the same lock the coordination events take, so a rank change or a
                 # suspension that comes after this point always finds the handle to cancel.
@@ -300,16 +300,18 @@ class QueueRunner:
         if self._lost_before_start(delivery):
             return
         run = Run.of(delivery)
+        started = time.perf_counter()
         self._handling.run(run, lambda: self.spec.handler(self._message(delivery)))
-        self._finish(delivery, run)
+        self._finish(delivery, run, time.perf_counter() - started)
 
     async def _handle_async(self, delivery: Delivery) -> None:
         """:meth:`_handle` for an ``async def`` handler, as a task on the event loop."""
         if self._lost_before_start(delivery):
             return
         run = Run.of(delivery)
+        started = time.perf_counter()
         await self._handling.run_async(run, lambda: self.spec.handler(self._message(delivery)))  # type: ignore[arg-type]
-        self._finish(delivery, run)
+        self._finish(delivery, run, time.perf_counter() - started)
 
     def _lost_before_start(self, delivery: Delivery) -> bool:
         """True (and the slot freed) when a heartbeat found the lease gone while it waited."""
@@ -327,23 +329,26 @@ class QueueRunner:
         lease = LeaseRef(delivery.id, delivery.lease_token)
         return delivery_to_message(delivery, touch=lambda ttr: self._keeper.touch(lease, ttr))
 
-    def _finish(self, delivery: Delivery, run: Run) -> None:
-        """Queue the run's outcome for the ack thread and free the handler's slot."""
+    def _finish(self, delivery: Delivery, run: Run, seconds: float) -> None:
+        """Queue the run's outcome for the ack thread and free the handler's slot; the run's
+        ``seconds`` tune an adaptive pull size."""
         self._acks.report(AckItem(delivery.id, delivery.lease_token, run.outcome is HandlerOutcome.SUCCESS,
                                     run.error_text))
         if not self.serial:
             # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too
             # held every slot one ack batch longer and cost a fifth of the consume rate. The
             # lease itself stays held (and beating) until the ack is sent.
-            self._release(1)
+            self._release(1, seconds)
 
-    def _release(self, n: int) -> None:
+    def _release(self, n: int, ran: Optional[float] = None) -> None:
         with self._cond:
+            if ran is not None:
+                self._prefetch.ran(ran)
             self._inflight -= n
             self._changed_at = time.monotonic()
-            free = self._capacity - self._inflight
+            free = self._prefetch.capacity - self._inflight
             # Wake the fetch thread when a pull just became worthwhile, and stop() when the last
             # message is done; waking it on every message made it re-check its rank thousands
             # of times a second.
-            if free - n < self._min_pull <= free or self._inflight == 0:
+            if free - n < self._prefetch.min_pull <= free or self._inflight == 0:
                 self._cond.notify_all()

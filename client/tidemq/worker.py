@@ -69,9 +69,10 @@ class Worker:
         self.client = client
         self.link: BrokerLink = link if link is not None else client  # type: ignore[assignment]
         self._coordinator = coordinator
-        # --concurrency applies to async consumers that did not name theirs; their pulls grow with
-        # it (as @mq_consumer(concurrency=N) sizes them), or N tasks would be fed 16 at a time.
-        self.specs = [dataclasses.replace(s, concurrency=concurrency, batch=min(max(s.batch, concurrency), 1000))
+        # --concurrency applies to async consumers that did not name theirs; a named batch grows
+        # with it, or N tasks would be fed a few at a time (an adaptive one starts at N).
+        self.specs = [dataclasses.replace(s, concurrency=concurrency,
+                                          batch=None if s.batch is None else min(max(s.batch, concurrency), 1000))
                       if concurrency is not None and s.is_async and s.concurrency is None else s
                       for s in (specs if specs is not None else registered_consumers())]
         self._loop = EventLoopThread("tidemq-loop") if any(s.is_async for s in self.specs) else None

@@ -20,6 +20,7 @@ from tidemq.consumer import ConsumerSpec, clear_registry, mq_consumer, registere
 from tidemq.coordinators.local import LocalCoordinator
 from tidemq.lifecycle import MessageStatus
 from tidemq.message import MessageType
+from tidemq.prefetch import Prefetch
 from tidemq.stub import StubBroker
 
 NEW, RUNNING, SUCCESS, FAIL = (MessageStatus.NEW.value, MessageStatus.RUNNING.value, MessageStatus.SUCCESS.value,
@@ -266,16 +267,17 @@ def test_mq_consumer_takes_concurrency_for_async_handlers_and_threads_for_def_ha
         with pytest.raises(ConfigurationError, match="between 1 and 10000"):
             mq_consumer("t.decl", concurrency=0)
         specs = {s.topic: s for s in registered_consumers()}
-        assert specs["t.decl"].is_async and specs["t.decl"].slots == 50 and specs["t.decl"].batch == 50
+        assert specs["t.decl"].is_async and specs["t.decl"].slots == 50 and specs["t.decl"].batch is None
         assert specs["t.decl.default"].slots == 16  # neither the decorator nor the worker said
         assert specs["t.decl.serial"].slots == 1
         # `tidemq worker --concurrency` fills in only what the decorator left open.
         worker = Worker(list(specs.values()), link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=3)
         slots = {s.topic: s.slots for s in worker.specs}
         assert slots == {"t.decl": 50, "t.decl.default": 3, "t.decl.serial": 1}
-        # ... and a larger --concurrency pulls as many at a time as it runs (serial stays at one).
+        # ... and a larger --concurrency first pulls as many at a time as it runs (serial stays at one).
         wide = Worker(list(specs.values()), link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=200)
-        assert {s.topic: s.batch for s in wide.specs} == {"t.decl": 50, "t.decl.default": 200, "t.decl.serial": 1}
+        first = {s.topic: Prefetch(s.slots, s.batch, s.type is MessageType.SERIAL_QUEUE).window for s in wide.specs}
+        assert first == {"t.decl": 50, "t.decl.default": 200, "t.decl.serial": 1}
         with pytest.raises(ConfigurationError, match="concurrency must be between 1 and 10000, got 0"):
             Worker([], link=StubBroker(), coordinator=LocalCoordinator("/x"), concurrency=0)
     finally:
