@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=2,
                    help="interleaved slices of each baseline and tidemq measurement (evens out load drift)")
     p.add_argument("--profile", metavar="DIR", default="", help="py-spy the brokers and workers into DIR")
-    p.add_argument("--out", default="benchmarks/results/latest.json", help="where to write the JSON document")
+    p.add_argument("--out", default="", help="where to write the JSON document (default "
+                   "benchmarks/results/latest.json; with --smoke bench-results/smoke.json, so a smoke run never "
+                   "replaces the results of a full one)")
     p.add_argument("--mariadb-option", dest="mariadb_options", action="append", default=[], metavar="OPTION",
                    help="extra mariadbd option, repeatable (e.g. --mariadb-option=--innodb-autoinc-lock-mode=2)")
     p.add_argument("--galera", action="store_true",
@@ -126,10 +128,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="required tidemq/Celery and tidemq/RQ ratio at 64 threads")
     g.add_argument("--concurrency-raw-target", type=float, default=0.5,
                    help="required tidemq/raw group commit ratio at 64 threads")
-    g.add_argument("--concurrency-low-target", type=float, default=1.5,
+    g.add_argument("--concurrency-low-target", type=float, default=1.0,
                    help="required tidemq/Celery ratio at 4 threads")
+    g.add_argument("--concurrency-single-target", type=float, default=2.0,
+                   help="largest tidemq produce() p50 / raw 1-row commit p50 ratio, one thread")
+    g.add_argument("--concurrency-direct-low-target", type=float, default=1.5,
+                   help="required direct-path tidemq/Celery ratio at 4 threads")
+    g.add_argument("--concurrency-direct-raw-target", type=float, default=0.8,
+                   help="required direct-path tidemq/raw group commit ratio at 64 threads")
+    g.add_argument("--concurrency-direct-single-target", type=float, default=1.3,
+                   help="largest direct-path produce() p50 / raw 1-row commit p50 ratio, one thread")
     g.add_argument("--concurrency-pgqueuer-target", type=float, default=1.2,
-                   help="required tidemq/PGQueuer ratio at 4 threads")
+                   help="required direct-path tidemq/PGQueuer ratio at 4 threads")
     g = p.add_argument_group("flow (lock cost with flow limits and priorities)")
     g.add_argument("--flow-messages", type=int, default=50_000, help="due messages of each of the three topics")
     g.add_argument("--flow-batch", type=int, default=100, help="messages per lock")
@@ -250,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     settings["scenarios"] = chosen
     doc = report.document(machine(), settings, errors)
     text = Report.dumps(doc)
+    args.out = args.out or ("bench-results/smoke.json" if args.smoke else "benchmarks/results/latest.json")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
         fh.write(text + "\n")

@@ -3,6 +3,8 @@
 Systems, each called by the same threads with the same payload (``raw.payload``):
 
 - tidemq ``produce()`` through one broker, one ``Client`` shared by the threads;
+- tidemq ``produce()`` on the direct path (``TIDEMQ_PRODUCE=direct``): the producing process
+  commits into MariaDB itself, one ``Client`` shared by the threads;
 - Celery ``apply_async`` and RQ ``enqueue`` on Redis (appendonly on), publishing only: the queue
   is flushed after every slice, no worker runs;
 - PGQueuer ``SyncQueries.enqueue`` (a psycopg connection per thread) and procrastinate
@@ -163,6 +165,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     pg: Optional[PostgreSQL] = None
     durable: dict[str, PgPeer] = {}
     client = cluster.client()
+    direct = cluster.client(direct=True)
     status = raw.connect(url)
     status.autocommit(True)
     try:
@@ -187,8 +190,10 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                       "Redis appendonly yes (fsync every second); PostgreSQL fsync and synchronous_commit on")
         broker, mariadb, me = cluster.brokers[0].pid, cluster.mariadb.proc.pid, os.getpid()
         client.produce(TOPIC, _data(-1))  # channel, topic row, caches
+        direct.produce(TOPIC, _data(-1))  # its pool and topic cache
         systems: dict[str, tuple[str, Pids]] = {  # label, processes whose CPU is read
             "tidemq": ("tidemq produce()", {"broker": [broker], "mariadb": [mariadb], "client": [me]}),
+            "tidemq direct": ("tidemq direct produce()", {"mariadb": [mariadb], "client": [me]}),
             "raw group": ("raw group commit", {"mariadb": [mariadb], "client": [me]}),
             "raw 1-row": ("raw 1-row commit", {"mariadb": [mariadb], "client": [me]}),
         }
@@ -210,9 +215,9 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                         report.progress(f"round {r + 1}/{rounds}: {systems[s][0]} x{t} threads: {text}")
 
                     writer: Optional[raw.GroupCommitter] = None
-                    if system == "tidemq":
-                        def prepare(k: int) -> Sender:
-                            return (lambda i: client.produce(TOPIC, _data(i))), (lambda: None)
+                    if system in ("tidemq", "tidemq direct"):
+                        def prepare(k: int, c=client if system == "tidemq" else direct) -> Sender:
+                            return (lambda i: c.produce(TOPIC, _data(i))), (lambda: None)
                     elif system == "raw group":
                         writer = raw.GroupCommitter(url, RAW_TOPIC)
 
@@ -258,6 +263,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     finally:
         status.close()
         client.close()
+        direct.close()
         redis.cleanup()
         for d in durable.values():
             d.close()
@@ -282,13 +288,14 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
             report.record("concurrency", f"{label} x{threads}",
                           {"msg/s": round(rate[(system, threads)], 1), "p50": lat["p50"], "p99": lat["p99"]},
                           "msg/s, ms", note)
-        ours = rate[("tidemq", threads)]
-        ratios = {name.lower(): round(ours / rate[(name, threads)], 2) for name in peers if rate[(name, threads)]}
-        for key, system in (("raw_group", "raw group"), ("raw_1row", "raw 1-row")):
-            if rate[(system, threads)]:
-                ratios[key] = round(ours / rate[(system, threads)], 3)
-        report.record("concurrency", f"ratio tidemq / others x{threads}", ratios, "x",
-                      f"{args.rounds} interleaved rounds of {args.concurrency_seconds / args.rounds:g} s")
+        for path in ("tidemq", "tidemq direct"):
+            ours = rate[(path, threads)]
+            ratios = {name.lower(): round(ours / rate[(name, threads)], 2) for name in peers if rate[(name, threads)]}
+            for key, system in (("raw_group", "raw group"), ("raw_1row", "raw 1-row")):
+                if rate[(system, threads)]:
+                    ratios[key] = round(ours / rate[(system, threads)], 3)
+            report.record("concurrency", f"ratio {path} / others x{threads}", ratios, "x",
+                          f"{args.rounds} interleaved rounds of {args.concurrency_seconds / args.rounds:g} s")
     report.record("concurrency", "broker rows per group commit",
                   {t: round(b["rows"] / b["inserts"], 1) if b["inserts"] else None for t, b in batching.items()},
                   "rows", "by threads; rows produced / Com_insert delta, warm-up included")
@@ -299,15 +306,27 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
                   {t: round(g["rows"] / g["commits"], 1) if g["commits"] else None for t, g in group.items()}, "rows",
                   "by threads; warm-up included")
 
-    def ratio(threads: int, system: str) -> Optional[float]:
+    def ratio(threads: int, path: str, system: str) -> Optional[float]:
         if threads not in counts or (system, threads) not in rate or not rate[(system, threads)]:
             return None
-        return round(rate[("tidemq", threads)] / rate[(system, threads)], 3)
+        return round(rate[(path, threads)] / rate[(system, threads)], 3)
 
-    for threads, system, limit in ((64, "Celery", args.concurrency_peer_target), (64, "RQ", args.concurrency_peer_target),
-                                   (64, "raw group", args.concurrency_raw_target),
-                                   (4, "Celery", args.concurrency_low_target),
-                                   (4, "PGQueuer", args.concurrency_pgqueuer_target)):
-        value = ratio(threads, system)
+    for path, threads, system, limit in (
+            ("tidemq", 64, "Celery", args.concurrency_peer_target), ("tidemq", 64, "RQ", args.concurrency_peer_target),
+            ("tidemq", 64, "raw group", args.concurrency_raw_target),
+            ("tidemq", 4, "Celery", args.concurrency_low_target),
+            ("tidemq direct", 64, "Celery", args.concurrency_peer_target),
+            ("tidemq direct", 64, "raw group", args.concurrency_direct_raw_target),
+            ("tidemq direct", 4, "Celery", args.concurrency_direct_low_target),
+            ("tidemq direct", 4, "PGQueuer", args.concurrency_pgqueuer_target)):
+        value = ratio(threads, path, system)
         if value is not None:
-            report.target("concurrency", f"x{threads} tidemq / {system}", value, ">=", limit)
+            report.target("concurrency", f"x{threads} {path} / {system}", value, ">=", limit)
+    # One caller: a call's p50 over the raw 1-row INSERT + COMMIT's, the floor of a durable call.
+    if 1 in counts:
+        floor = summarize(results[("raw 1-row", 1)].latencies)["p50"]
+        for path, limit in (("tidemq", args.concurrency_single_target),
+                            ("tidemq direct", args.concurrency_direct_single_target)):
+            p50 = summarize(results[(path, 1)].latencies)["p50"]
+            if floor and p50:
+                report.target("concurrency", f"x1 {path} p50 / raw 1-row p50", round(p50 / floor, 2), "<=", limit)

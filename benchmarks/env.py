@@ -236,11 +236,13 @@ class Cluster:
         return {"TIDEMQ_DB_URL": self.db_url, "TIDEMQ_ZK_HOSTS": self.zookeeper.hosts,
                 "TIDEMQ_ZK_ROOT": self.zk_root, "TIDEMQ_BROKERS": ""}
 
-    def client(self):
-        """A tidemq Client of this cluster (discovers brokers through ZooKeeper)."""
+    def client(self, direct: bool = False):
+        """A tidemq Client of this cluster (discovers brokers through ZooKeeper); ``direct``: one
+        that commits what it produces itself (``TIDEMQ_PRODUCE=direct``)."""
         from tidemq import Client, Settings
 
-        return Client(Settings.from_env(env=self.settings_env))
+        env = {**self.settings_env, "TIDEMQ_PRODUCE": "direct"} if direct else self.settings_env
+        return Client(Settings.from_env(env=env))
 
     def start_broker(self, extra_env: Optional[dict[str, str]] = None) -> Proc:
         # Numbered by every broker started, not by those running: a broker started after another

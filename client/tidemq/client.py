@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Iterable, Optional, Sequence
 
 from .coalesce import Coalescer, Request
+from .direct import open_direct
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
@@ -59,7 +60,9 @@ class Client:
         static = self.settings.brokers
         self.pool = BrokerPool(static, None if static else self.coordinator, channel_credentials(self.settings),
                                self.settings.token)
-        # Concurrent produce() calls share Produce RPCs (see tidemq.coalesce).
+        # TIDEMQ_PRODUCE=direct: this process commits what it produces (tidemq.direct).
+        self._direct = open_direct(self.settings) if self.settings.produce_path == "direct" else None
+        # Concurrent produce() calls share Produce RPCs, or direct commits (see tidemq.coalesce).
         self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
             self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
 
@@ -120,11 +123,14 @@ class Client:
                                     timeout if timeout is not None else self.settings.rpc_timeout)
 
     def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
-        """One Produce RPC for the requests of ``batch``; on an input error, one RPC each
-        (:func:`tidemq.rpc_build.settle_produce` says when and why)."""
+        """One Produce RPC (or direct commit) for the requests of ``batch``; on an input error,
+        one each (:func:`tidemq.rpc_build.settle_produce` says when and why)."""
         request, timeout = produce_call(batch, self.settings.rpc_timeout)
         try:
-            ids = self.pool.call("Produce", request, timeout).ids
+            if self._direct is not None:
+                ids = self._direct.produce(request, timeout)
+            else:
+                ids = self.pool.call("Produce", request, timeout).ids
         except TidemqError as exc:
             if settle_produce(batch, error=exc):
                 for one in batch:
@@ -234,7 +240,9 @@ class Client:
         return self.pool.call(method, request, timeout if timeout is not None else self.settings.rpc_timeout)
 
     def close(self) -> None:
-        """Close channels and the coordinator session."""
+        """Close channels, the coordinator session and a direct producer's connections."""
+        if self._direct is not None:
+            self._direct.close()
         self.pool.close()
         if self._own_coordinator and self._coordinator is not None and self._coordinator_started:
             self._coordinator.stop()

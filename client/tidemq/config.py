@@ -19,6 +19,8 @@ DEFAULT_ZK_ROOT = "/tidemq"
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MIN_REQUEST_BYTES = 64 * 1024
 AUTH_MODES = ("none", "token")
+#: TIDEMQ_PRODUCE: through a broker's Produce RPC, or committed by the producing process itself.
+PRODUCE_PATHS = ("broker", "direct")
 _TOKEN = re.compile(r"tmq_[A-Za-z0-9_-]{20,200}")
 
 
@@ -39,6 +41,10 @@ class Settings:
     (TIDEMQ_ZK_SESSION_TIMEOUT): lower means faster takeover of a dead worker's share.
     produce_in_flight: Produce RPCs a client keeps open at once (TIDEMQ_PRODUCE_IN_FLIGHT);
     concurrent produce() calls beyond it share the next RPC (see ``tidemq.coalesce``).
+    produce_path: how a client stores what it produces (TIDEMQ_PRODUCE): "broker" (the default:
+    a Produce RPC to a broker) or "direct" (the process commits into the database at ``db_url``
+    itself, with the brokers' checks and group commit: ``tidemq_broker.direct``; no tokens or
+    topic grants apply, the database credentials are the permission).
     tls_cert, tls_key: PEM files of this process's certificate and key (TIDEMQ_TLS_CERT,
     TIDEMQ_TLS_KEY): a broker serves TLS with them; a client presents them to a broker that
     asks for client certificates.
@@ -81,6 +87,7 @@ class Settings:
     rpc_timeout: float = 10.0
     zk_session_timeout: float = 10.0
     produce_in_flight: int = 2
+    produce_path: str = "broker"
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
@@ -132,6 +139,7 @@ class Settings:
             rpc_timeout=rpc_timeout,
             zk_session_timeout=session_timeout,
             produce_in_flight=in_flight,
+            produce_path=(env.get("TIDEMQ_PRODUCE", "") or "broker").strip().lower(),
             tls_cert=env.get("TIDEMQ_TLS_CERT", ""),
             tls_key=env.get("TIDEMQ_TLS_KEY", ""),
             tls_ca=env.get("TIDEMQ_TLS_CA", ""),
@@ -163,6 +171,9 @@ class Settings:
         if not 1 <= self.produce_in_flight <= 64:
             raise ConfigurationError(
                 f"TIDEMQ_PRODUCE_IN_FLIGHT must be between 1 and 64, got {self.produce_in_flight}")
+        if self.produce_path not in PRODUCE_PATHS:
+            raise ConfigurationError(
+                f"TIDEMQ_PRODUCE must be one of {', '.join(PRODUCE_PATHS)}, got {quote(self.produce_path)}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigurationError("TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY go together: set both files or neither")
         if self.auth not in AUTH_MODES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import subprocess
 import sys
@@ -77,16 +78,19 @@ def _module_names(path: Path, packages: set[str]) -> set[str]:
     return names
 
 
-def test_the_client_names_the_broker_package_only_to_forward_enqueue():
-    """tidemq.enqueue writes to the database, which is the broker package's job: the client
-    forwards it by module name (``tidemq.transactional``), the one exception to the direction."""
-    from tidemq import transactional
+def test_the_client_names_the_broker_package_only_to_forward_what_writes_the_database():
+    """tidemq.enqueue and the direct produce path write to the database, which is the broker
+    package's job: the client forwards them by module name (``tidemq.transactional``,
+    ``tidemq.direct``), the two exceptions to the direction."""
+    from tidemq import direct, transactional
 
     forbidden = FORBIDDEN["client/tidemq"]
     named = {path.relative_to(ROOT).as_posix(): found for path in (ROOT / "client/tidemq").rglob("*.py")
              if (found := _module_names(path, forbidden))}
-    assert named == {"client/tidemq/transactional.py": {"tidemq_broker.enqueue"}}
+    assert named == {"client/tidemq/transactional.py": {"tidemq_broker.enqueue"},
+                     "client/tidemq/direct.py": {"tidemq_broker.direct"}}
     assert transactional._implementation().__module__ == "tidemq_broker.enqueue"
+    assert importlib.import_module(direct._MODULE).DirectProducer.__module__ == "tidemq_broker.direct"
 
 
 PACKAGES = {"client": "tidemq", "broker": "tidemq_broker", "admin_web": "tidemq_admin", "cli": "tidemq_cli",

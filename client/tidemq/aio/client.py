@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from datetime import datetime
@@ -12,6 +13,7 @@ from ..coalesce import Request
 from ..config import Settings
 from ..coordinator import Coordinator
 from ..coordinators import open_coordinator
+from ..direct import open_direct
 from ..errors import TidemqError
 from ..link import AckItem, AckOutcome, Delivery, LeaseRef
 from ..rpc import tidemq_pb2 as pb
@@ -63,6 +65,9 @@ class AsyncClient:
         self._coordinator = coordinator
         self.pool = AsyncBrokerPool(static, None if static else coordinator, channel_credentials(self.settings),
                                     self.settings.token)
+        # TIDEMQ_PRODUCE=direct: this process commits what it produces (tidemq.direct), in a
+        # thread, so the loop runs on while the database commits.
+        self._direct = open_direct(self.settings) if self.settings.produce_path == "direct" else None
         self.producer: AsyncCoalescer[Sequence[pb.NewMessage], list[int]] = AsyncCoalescer(
             self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
         self._closed = threading.Event()
@@ -96,10 +101,14 @@ class AsyncClient:
             return ids
 
     async def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
-        """One Produce RPC for ``batch``; on an input error, one RPC each (see :func:`settle_produce`)."""
+        """One Produce RPC (or direct commit) for ``batch``; on an input error, one each (see
+        :func:`settle_produce`)."""
         request, timeout = produce_call(batch, self.settings.rpc_timeout)
         try:
-            ids = (await self.pool.acall("Produce", request, timeout)).ids
+            if self._direct is not None:
+                ids = await asyncio.to_thread(self._direct.produce, request, timeout)
+            else:
+                ids = (await self.pool.acall("Produce", request, timeout)).ids
         except TidemqError as exc:
             if settle_produce(batch, error=exc):
                 for one in batch:
@@ -169,7 +178,10 @@ class AsyncClient:
         return await self.pool.acall(method, request, timeout if timeout is not None else self.settings.rpc_timeout)
 
     async def close(self) -> None:
-        """Close the channels (and the ZooKeeper session this client opened)."""
+        """Close the channels (and the ZooKeeper session this client opened, and a direct
+        producer's connections)."""
+        if self._direct is not None:
+            await asyncio.to_thread(self._direct.close)
         await self.pool.aclose()
         if self._own_coordinator and self._coordinator is not None and not self._closed.is_set():
             self._coordinator.stop()

@@ -1,0 +1,43 @@
+"""``TIDEMQ_PRODUCE=direct``: where a client finds the producer that commits in its own process.
+
+The producer itself (checks, group commit, SQL) belongs to the broker package
+(``tidemq_broker.direct``); it is loaded here by name, once, when a client is made with the
+setting, as ``tidemq.transactional`` forwards ``tidemq.enqueue``: the client package never
+imports the broker's, and a process that does not ask for the direct path never loads it. A
+producer that commits directly installs ``tidemq[broker]`` (SQLAlchemy and the database driver).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol
+
+from .config import Settings
+from .errors import ConfigurationError
+from .rpc import tidemq_pb2 as pb
+
+__all__ = ["DirectPath", "open_direct"]
+
+_MODULE = "tidemq_broker.direct"
+
+
+class DirectPath(Protocol):
+    """What a client needs of the direct producer: a Produce request in, the ids out."""
+
+    def produce(self, request: pb.ProduceRequest, timeout: float) -> list[int]:
+        """Check and commit ``request``'s messages (all or none); return their ids."""
+
+    def close(self) -> None:
+        """Stop taking requests and close the producer's database connections."""
+
+
+def open_direct(settings: Settings) -> DirectPath:
+    """The direct producer for ``settings`` (its database at ``settings.db_url``)."""
+    try:
+        module = importlib.import_module(_MODULE)
+    except ImportError as exc:
+        raise ConfigurationError(
+            "TIDEMQ_PRODUCE=direct commits through tidemq's broker package: install tidemq[broker] "
+            f"({exc})"
+        ) from None
+    return module.DirectProducer(settings)  # type: ignore[no-any-return]
