@@ -135,8 +135,8 @@ def test_a_waiting_pull_gets_a_message_committed_while_it_waits(broker):
 
 
 def test_a_pull_sleeps_until_its_shards_next_message_is_due(broker):
+    started = clock.now()  # before the produce: its effect time is at least this + 0.3 s
     [msg_id] = produce(broker, "s.due", "1", delay=0.3)
-    started = clock.now()
     [got] = pull(broker, "s.due", 10.0)
     assert got.id == msg_id and clock.now() >= clock.after(started, 0.3)
     assert clock.from_epoch_ms(got.effect_time_ms) <= clock.now()
