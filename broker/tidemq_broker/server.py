@@ -23,6 +23,7 @@ from .maintenance.counts import TopicCounts
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.requests import ProduceRequests
+from .maintenance.results import ResultRetention
 from .maintenance.retention import Retention
 from .maintenance.schedules import ScheduleTicks
 from .pulls import PullHub
@@ -104,6 +105,7 @@ class BrokerServer:
         self.maintainer = Maintainer(self.coordinator, self.address, [
             LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
             Retention(self.storage.topics, self.storage.messages),
+            ResultRetention(self.storage.topics, self.storage.messages),
             ProduceRequests(self.storage.messages),
             BroadcastPruner(self.coordinator),
             BacklogRefresh(self.storage.counts, self.address),

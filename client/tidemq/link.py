@@ -33,12 +33,17 @@ class Delivery:
 
 @dataclass(frozen=True)
 class AckItem:
-    """One outcome reported by a consumer: success, or a failure with its error text."""
+    """One outcome reported by a consumer: success, or a failure with its error text, or (with
+    ``cancelled``) a handler that stopped because its cancel was requested. ``result`` is JSON
+    text: the handler's return value on success, the error (type, message, traceback) on a
+    failure; None: nothing to store."""
 
     id: int
     lease_token: str
     success: bool
     error: str = ""
+    result: Optional[str] = None
+    cancelled: bool = False
 
 
 class AckOutcome(str, enum.Enum):
