@@ -14,8 +14,9 @@ from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
 from .errors import DataTooLargeError, TidemqError
-from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
+from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef, PullHandle
 from .pool import BrokerPool
+from .results import MessageState
 from .rpc import tidemq_pb2 as pb
 from . import tracing
 from .rpc_build import (
@@ -27,11 +28,14 @@ from .rpc_build import (
     check_produce_batch,
     delivery,
     extend_request,
+    heartbeat,
+    message_state,
     not_sent,
     produce_messages,
     produce_template,
     pull_request,
     requeue_request,
+    results_request,
     produce_call,
     settle_produce,
 )
@@ -147,13 +151,24 @@ class Client:
             return self.coordinator.broadcast(topic, payload)
 
     # -- managing ----------------------------------------------------------------------------
-    def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
-        """Delete a message that is still pending (NEW). False if it is running, done or gone."""
-        return self.cancel_many([msg_id], timeout)[0]
+    def cancel(self, msg_id: int, timeout: Optional[float] = None, *, running: bool = False) -> bool:
+        """Delete a message that is still pending (NEW). False if it is running, done or gone.
 
-    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+        ``running``: a RUNNING message is marked instead; its handler learns of it at its next
+        heartbeat or progress report and stops, and the message ends CANCELLED (True then)."""
+        return self.cancel_many([msg_id], timeout, running=running)[0]
+
+    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None, *,
+                    running: bool = False) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
-        return list(self._call("Cancel", cancel_request(ids), timeout).cancelled)
+        return list(self._call("Cancel", cancel_request(ids, running), timeout).cancelled)
+
+    def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None) -> list[MessageState]:
+        """The state and result of each message, in order; ``wait`` > 0: the broker answers once
+        one of them is final (SUCCESS, FAIL, CANCELLED, or gone), or after ``wait`` seconds."""
+        budget = timeout if timeout is not None else wait + self.settings.rpc_timeout
+        reply = self._call("Results", results_request(ids, wait), budget)
+        return [message_state(state) for state in reply.states]
 
     def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
                 timeout: Optional[float] = None) -> int:
@@ -224,6 +239,13 @@ class Client:
                timeout: Optional[float] = None) -> list[bool]:
         """Heartbeat: make each lease end ``ttr`` seconds from now, in one call; False where lost."""
         return list(self._call("Extend", extend_request(leases, ttr, consumer), timeout).extended)
+
+    def heartbeat(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
+                  progress: Sequence[ProgressRef] = (), timeout: Optional[float] = None) -> Heartbeat:
+        """:meth:`extend` that also sends progress reports and answers which messages' cancel
+        was requested."""
+        reply = self._call("Extend", extend_request(leases, ttr, consumer, progress), timeout)
+        return heartbeat(reply, len(leases))
 
     def touch(self, msg_id: int, lease_token: str, ttr: float, timeout: Optional[float] = None) -> bool:
         """Extend a lease; False when it was already lost."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Delivery", "AckItem", "AckOutcome", "LeaseRef", "PullHandle", "BrokerLink"]
+__all__ = ["Delivery", "AckItem", "AckOutcome", "LeaseRef", "ProgressRef", "Heartbeat", "PullHandle", "BrokerLink"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,26 @@ class LeaseRef:
 
     id: int
     lease_token: str
+
+
+@dataclass(frozen=True)
+class ProgressRef:
+    """A handler's latest progress on one lease, sent with the next heartbeat."""
+
+    id: int
+    lease_token: str
+    done: float
+    total: Optional[float] = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A heartbeat's answer, one bool per lease in order: whether it is still held
+    (``extended``) and whether its message's cancel was requested."""
+
+    extended: list[bool]
+    cancel_requested: list[bool]
 
 
 class PullHandle:
