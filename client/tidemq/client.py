@@ -14,6 +14,7 @@ from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
 from .errors import DataTooLargeError, TidemqError
+from .handle import Handle
 from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef, PullHandle
 from .pool import BrokerPool
 from .results import MessageState
@@ -83,8 +84,9 @@ class Client:
     def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                 effect_time: Optional[datetime] = None, retry: Retry = None,
                 unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
-                priority: int = 0) -> int:
-        """Store one message and return its id once it is committed.
+                priority: int = 0, result: bool = False) -> Any:
+        """Store one message and return its id once it is committed (with ``result``: a
+        :class:`~tidemq.handle.Handle` on it, to wait for its result, watch or cancel it).
 
         ``delay`` (seconds) or ``effect_time`` (a datetime) sets when it may run; ``retry`` is a
         count or a schedule like ``[0, "2m", "1h"]``; ``unique_key`` makes a repeated produce of
@@ -94,14 +96,15 @@ class Client:
         """
         return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                  unique_keys=[unique_key] if unique_key else None, timeout=timeout,
-                                 keys=[key] if key else None, priority=priority)[0]
+                                 keys=[key] if key else None, priority=priority, result=result)[0]
 
     def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                      effect_time: Optional[datetime] = None, retry: Retry = None,
                      unique_keys: Optional[Sequence[Optional[str]]] = None,
                      timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                     priority: int = 0) -> list[int]:
-        """Store many messages of one topic in one transaction (all or none); return their ids.
+                     priority: int = 0, result: bool = False) -> list[Any]:
+        """Store many messages of one topic in one transaction (all or none); return their ids
+        (with ``result``: their handles).
 
         Calls made at the same time from other threads may share the RPC and the transaction
         (``tidemq.coalesce``); each call still stores all of its messages or none. ``keys``: one
@@ -115,7 +118,11 @@ class Client:
             template.trace_context = tracing.current_traceparent()
             ids = self._produce(template, datas, unique_keys, timeout, keys)
             tracing.set_message_ids(span, ids)
-            return ids
+            return [Handle(i, self) for i in ids] if result else ids
+
+    def handle(self, msg_id: int) -> Handle:
+        """A handle on message ``msg_id`` (produced by anyone, anywhere)."""
+        return Handle(msg_id, self)
 
     def _produce(self, template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
                  timeout: Optional[float], keys: Optional[Sequence[Optional[str]]] = None) -> list[int]:

@@ -44,11 +44,13 @@ def retries_left(retry_remaining: int) -> bool:
 class HandlerOutcome(_Named):
     """What a handler's run comes to, decided once where it ends (the worker) by the rule the
     broker applies to its ack: SUCCESS, RETRY (it raised with retries left: NEW again after the
-    next delay) or FAIL (it raised on its last attempt: a dead letter)."""
+    next delay) or FAIL (it raised on its last attempt: a dead letter), or CANCELLED (it stopped
+    after its message's cancel was requested)."""
 
     SUCCESS = "success"
     RETRY = "retry"
     FAIL = "fail"
+    CANCELLED = "cancelled"  # it stopped (raised, or its task was cancelled) after a cancel request
 
 
 def handler_outcome(failed: bool, retry_remaining: int) -> HandlerOutcome:
