@@ -174,3 +174,31 @@ def test_a_late_ack_after_cancelled_is_refused_and_changes_nothing(client, broke
     assert (after.status, after.version, after.result) == ("CANCELLED", before.version, None)
     with pytest.raises(MessageCancelledError):
         handle.result(timeout=5)
+
+
+def test_the_result_command_prints_status_progress_and_result_with_an_exit_code_per_outcome(settings, client,
+                                                                                           broker):
+    import os
+    import subprocess
+
+    from tests.processes import TIDEMQ
+
+    env = {**os.environ, **process_env(settings)}
+
+    def result(*args):
+        return subprocess.run(TIDEMQ + ["result", *args], capture_output=True, text=True, timeout=120, env=env)
+
+    done, failed, waiting = client.produce_many("results.cli", [1, 2, 3], retry=0, result=True)
+    deliveries = {d.id: d for d in client.pull("results.cli", "cli-consumer", max_messages=2, wait=5)}
+    client.ack("results.cli", "cli-consumer", [
+        AckItem(done.id, deliveries[done.id].lease_token, True, result='{"rows": 3}'),
+        AckItem(failed.id, deliveries[failed.id].lease_token, False, "boom",
+                json.dumps({"type": "ValueError", "message": "boom", "traceback": ""}))])
+    ok = result(str(done.id))
+    assert ok.returncode == 0 and "status: SUCCESS" in ok.stdout and '"rows": 3' in ok.stdout, ok.stderr
+    bad = result(str(failed.id))
+    assert bad.returncode == 1 and "status: FAIL" in bad.stdout and '"message": "boom"' in bad.stdout
+    pending = result(str(waiting.id), "--wait", "0.2")
+    assert pending.returncode == 5 and "status: NEW" in pending.stdout
+    missing = result(str(10 ** 12))
+    assert missing.returncode == 4 and f"message {10 ** 12} is not stored" in missing.stderr
