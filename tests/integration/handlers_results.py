@@ -43,6 +43,10 @@ def handle(message: Message):
         time.sleep(message.data.get("sleep", 0.0))
         message.checkpoint()
         return "finished"
+    if kind == "gate":  # finishes once the test creates the file
+        while not os.path.exists(message.data["path"]):
+            time.sleep(0.02)
+        return {"gate": "open"}
     if kind == "hang":  # ignores its cancel: only a kill stops it
         time.sleep(3600)
     raise ValueError(f"unknown kind {kind}")

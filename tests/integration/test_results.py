@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from tests.processes import kill9, process_env, start_worker, wait_registered
+from tests.background import InThread
+from tests.processes import kill9, process_env, start_broker_process, start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings
 from tidemq.errors import MessageCancelledError, MessageNotFoundError, RemoteError
@@ -63,6 +64,27 @@ def test_a_waiter_on_another_broker_gets_the_result_the_other_broker_stored(sett
         assert f"broker={acking.address}" in stored.trace.splitlines()[-1]
     finally:
         producer.close()
+        waiter.close()
+
+
+def test_a_waiter_whose_broker_is_killed_gets_the_result_through_another_broker(settings, worker_env, spawn,
+                                                                             tmp_path):
+    env = process_env(settings)
+    doomed, address_a = start_broker_process(spawn, tmp_path, env, name="broker-a")
+    _, address_b = start_broker_process(spawn, tmp_path, env, name="broker-b")
+    start_worker(spawn, "w1", MODULE, {**worker_env, "TIDEMQ_BROKERS": address_b})
+    waiter = Client(Settings.from_env({}, brokers=f"{address_a},{address_b}", zk_hosts=settings.zk_hosts))
+    gate = tmp_path / "gate"
+    try:
+        wait_registered(waiter.coordinator, "results.sync", 1)
+        handle = waiter.produce("results.sync", {"kind": "gate", "path": str(gate)}, result=True)
+        wait_until(lambda: handle.status() is MessageStatus.RUNNING, 60, what="the handler to start")
+        waiting = InThread(lambda: handle.result(timeout=90))
+        kill9(doomed)  # one of the two brokers the waiter calls dies while it waits (or before)
+        gate.touch()
+        assert waiting.value(timeout=120) == {"gate": "open"}
+        assert handle.status() is MessageStatus.SUCCESS
+    finally:
         waiter.close()
 
 
