@@ -23,7 +23,7 @@ import traceback
 from .report import Report
 
 SCENARIOS = ("produce", "consume", "delay", "peers", "durable", "concurrency", "security", "flow", "enqueue", "aio",
-             "pressure")
+             "results", "pressure")
 #: Scenarios that run only when named (or in --smoke): they take far longer than the others.
 ON_REQUEST = ("pressure",)
 
@@ -37,6 +37,8 @@ SMOKE = {
     "concurrency_threads": [1, 4], "concurrency_seconds": 0.5, "concurrency_warmup": 0.1,
     "flow_messages": 2_000, "flow_locks": 20, "enqueue_samples": 20, "enqueue_idle_seconds": 0.5,
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
+    "results_samples": 20, "results_messages": 1_000, "results_waiters": 100, "results_idle_seconds": 1.0,
+    "results_warmup": 0.5,
     # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
     # starts and stops every other kind against real servers.
     "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 2.0,
@@ -117,6 +119,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="required tidemq / PGQueuer (default workers) consume ratio, tidemq tuned and at defaults")
     g.add_argument("--durable-consume-procrastinate-target", type=float, default=5.0,
                    help="required tidemq / procrastinate (default workers) consume ratio, tidemq tuned and at defaults")
+    g = p.add_argument_group("results (handles, stored results, waiting callers)")
+    g.add_argument("--results-samples", type=int, default=500, help="produce -> result round trips timed")
+    g.add_argument("--results-messages", type=int, default=50_000,
+                   help="messages drained per round with results stored and without")
+    g.add_argument("--results-waiters", type=int, default=1000, help="concurrent Results long-polls on one broker")
+    g.add_argument("--results-idle-seconds", type=float, default=10.0, help="seconds the waiters' broker CPU is measured")
+    g.add_argument("--results-warmup", type=float, default=2.0, help="seconds for every waiter to be waiting first")
     g = p.add_argument_group("concurrency (one message per call from many threads; peers per --peers, --durable-peers)")
     g.add_argument("--concurrency-threads", type=int, nargs="+", default=[1, 4, 16, 64],
                    help="thread counts of the one producing process")

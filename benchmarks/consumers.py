@@ -5,6 +5,9 @@ Declares one QUEUE consumer of ``$BENCH_TOPIC`` (``$BENCH_THREADS`` handler thre
 ``$BENCH_SLEEP_MS`` (0: a no-op, so the figure is the queue's own cost). With
 ``$BENCH_DEFAULTS=1`` it is declared with no options at all, as a new user would write it.
 
+With ``$BENCH_RESULT=1`` the handler returns a small dict, which the worker stores as the
+message's result (the ``results`` scenario compares it with handlers that return nothing).
+
 With ``$BENCH_LATENESS_FILE`` set, each handler call records how late it ran (now - effect_time,
 in ms) through ``benchmarks.lateness_log``, so the benchmark reads lateness as the handler saw it.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Optional
 
 from tidemq import Message, mq_consumer
 
@@ -31,6 +35,7 @@ TTR = float(os.environ.get("BENCH_TTR", "120"))
 SLEEP = float(os.environ.get("BENCH_SLEEP_MS", "0")) / 1000
 DEFAULTS = os.environ.get("BENCH_DEFAULTS", "") == "1"
 RECORD_FILE = os.environ.get("BENCH_RECORD_FILE", "")
+RESULT = os.environ.get("BENCH_RESULT", "") == "1"
 
 # Opened once: an O_APPEND write per line is one system call, cheap beside a 1 ms handler.
 _record_fd = os.open(f"{RECORD_FILE}.{os.getpid()}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) \
@@ -44,8 +49,9 @@ def _record(message: Message, start: float) -> None:
     os.write(_record_fd, line.encode())
 
 
-def handle(message: Message) -> None:
-    """Notes its start (record) or its lateness when asked to, then sleeps ``$BENCH_SLEEP_MS``."""
+def handle(message: Message) -> Optional[dict]:
+    """Notes its start (record) or its lateness when asked to, then sleeps ``$BENCH_SLEEP_MS``;
+    returns a small dict with ``$BENCH_RESULT=1``."""
     start = time.time()
     if _record_fd >= 0:
         _record(message, start)
@@ -53,6 +59,7 @@ def handle(message: Message) -> None:
         lateness_log.note((start - message.effect_time.timestamp()) * 1000)
     if SLEEP:
         time.sleep(SLEEP)
+    return {"ok": True, "id": message.id} if RESULT else None
 
 
 if DEFAULTS:

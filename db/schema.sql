@@ -39,6 +39,9 @@ CREATE TABLE `tidemq_message` (
   `trace_context` varchar(255) DEFAULT NULL,
   `priority` int(11) NOT NULL DEFAULT 0,
   `flow_key` varchar(255) DEFAULT NULL,
+  `result` mediumtext DEFAULT NULL,
+  `progress` varchar(1024) DEFAULT NULL,
+  `cancel_requested` tinyint(1) NOT NULL DEFAULT 0,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`priority` DESC,`effect_time`),
@@ -71,6 +74,7 @@ CREATE TABLE `tidemq_topic` (
   `max_running_per_key` int(11) DEFAULT NULL,
   `rate_tokens` double DEFAULT NULL,
   `rate_at` datetime(3) DEFAULT NULL,
+  `result_retention_seconds` int(11) DEFAULT NULL,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 

@@ -207,6 +207,8 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
     fields["alarm_backlog"] = _optional(form, "alarm_backlog", lambda s: _int(s, 1, 2**31 - 1, "backlog threshold"), e)
     fields["alarm_failure_rate"] = _optional(form, "alarm_failure_rate", lambda s: _float(s, 0, 1, "failure rate threshold"), e)
     fields["alarm_due_age"] = _optional(form, "alarm_due_age", lambda s: _int(s, 1, 2**31 - 1, "due age threshold (seconds)"), e)
+    fields["result_retention_seconds"] = _optional(
+        form, "result_retention_seconds", lambda s: _int(s, 0, 3650 * 86400, "result retention (seconds)"), e)
     fields["max_running"] = _optional(form, "max_running", lambda s: _limit(s, "max running"), e)
     fields["max_running_per_key"] = _optional(form, "max_running_per_key", lambda s: _limit(s, "max running per key"), e)
     fields["rate_per_second"] = _optional(form, "rate_per_second", _rate, e)

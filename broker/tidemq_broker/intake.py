@@ -22,7 +22,8 @@ from tidemq.validation import (
 )
 
 from tidemq import clock
-from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_TTR, MAX_WAIT, check_lease_token
+from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_RESULT_IDS, MAX_TTR, MAX_WAIT, check_lease_token
+from tidemq.results import check_result_text, progress_text
 from tidemq.tracing import check_traceparent
 from .errors import InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .new_row import due_at, new_row
@@ -30,7 +31,8 @@ from .storage import NewRow
 from .topics import TopicCache
 
 __all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
-           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id"]
+           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id", "check_ack_result", "check_progress",
+           "check_result_ids", "check_wait"]
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -94,3 +96,28 @@ def check_ids(ids: Sequence[int], what: str = "ids") -> list[int]:
     if bad:
         raise MalformedRequestError(f"{what} must be positive message ids, got {bad[0]}")
     return list(ids)
+
+
+def check_ack_result(text: str) -> "str | None":
+    """An ack's result: strict JSON within the result limit; empty: none."""
+    return check_result_text(text)
+
+
+def check_progress(report: pb.ProgressReport, now: datetime) -> str:
+    """A progress report as stored, stamped with the broker's time."""
+    return progress_text(report.done, report.total if report.has_total else None, report.note,
+                         clock.to_epoch_ms(now))
+
+
+def check_result_ids(ids: Sequence[int]) -> list[int]:
+    """The ids of a Results call: 1 to MAX_RESULT_IDS positive ids."""
+    if len(ids) > MAX_RESULT_IDS:
+        raise MalformedRequestError(f"a Results call reads {len(ids)} ids; the limit is {MAX_RESULT_IDS} per call")
+    return check_ids(ids)
+
+
+def check_wait(wait: float) -> float:
+    """A long-poll's wait: 0 to MAX_WAIT seconds."""
+    if not (wait == wait and 0 <= wait <= MAX_WAIT):
+        raise MalformedRequestError(f"wait_seconds must be between 0 and {MAX_WAIT}, got {wait}")
+    return float(wait)

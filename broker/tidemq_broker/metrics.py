@@ -19,10 +19,11 @@ from typing import Any, Iterable, Optional, Sequence
 from tidemq.clock import to_epoch_ms
 from tidemq.metrics import AVAILABLE, counter, histogram
 
-from .storage import Backlog, NewRow
+from .storage import AckItem, AckOutcome, Backlog, NewRow
 
 __all__ = ["BACKLOG", "BacklogCollector", "DELIVERED", "GROUP_COMMIT_ROWS", "LEASE_EXPIRED", "LOCK_SECONDS",
-           "PRODUCED", "PRODUCE_SECONDS", "committed", "expired"]
+           "PRODUCED", "PRODUCE_SECONDS", "PROGRESS_REPORTS", "RESULTS_STORED", "committed", "count_results",
+           "expired"]
 
 #: Seconds: a produce waits for its commit (about a millisecond idle, more under load).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -41,6 +42,18 @@ GROUP_COMMIT_ROWS = histogram("tidemq_group_commit_rows", "Rows per group commit
                               "more produce calls).", ROWS_BUCKETS)
 LOCK_SECONDS = histogram("tidemq_lock_duration_seconds", "Seconds one lock transaction of a pull took "
                          "(the conditional UPDATE and the read of the leased rows).", LATENCY_BUCKETS)
+RESULTS_STORED = counter("tidemq_results_stored", "Results this broker stored with an applied ack, by outcome: "
+                         "success (a return value), failure (an error) or cancelled.", ("outcome",))
+PROGRESS_REPORTS = counter("tidemq_progress_reports", "Progress reports this broker received with heartbeats.")
+
+
+def count_results(items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> None:
+    """Count the results and cancellations among applied acks."""
+    tally = Tally("cancelled" if item.cancelled else "success" if item.success else "failure"
+                  for item, outcome in zip(items, outcomes)
+                  if outcome is AckOutcome.APPLIED and (item.result is not None or item.cancelled))
+    for outcome, n in tally.items():
+        RESULTS_STORED.labels(outcome).inc(n)
 
 
 def committed(rows: Sequence[NewRow]) -> None:

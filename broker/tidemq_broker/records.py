@@ -129,6 +129,25 @@ class StoredMessage:
     trace_context: Optional[str] = None
     priority: int = 0
     flow_key: Optional[str] = None
+    result: Optional[str] = None
+    progress: Optional[str] = None
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class MessageResult:
+    """What a result waiter reads of a message: its status, its result (the handler's return
+    value on SUCCESS, its error after a failure; JSON text), its latest progress (JSON) and
+    whether a cancel of it was requested."""
+
+    id: int
+    topic: str
+    status: str
+    result: Optional[str]
+    progress: Optional[str]
+    effect_time: datetime
+    finish_time: Optional[datetime]
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,6 +189,7 @@ class TopicSettings:
     max_running: Optional[int] = None
     rate_per_second: Optional[float] = None
     max_running_per_key: Optional[int] = None
+    result_retention_seconds: Optional[int] = None
 
     @property
     def limits(self) -> Optional["FlowLimits"]:

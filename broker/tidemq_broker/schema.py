@@ -33,7 +33,7 @@ __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user",
            "produce_request", "principal", "topic_count", "admin_session", "login_failure", "schedule",
            "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -76,6 +76,12 @@ message = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     # The producer's key (produce(..., key=...)): a topic's max_running_per_key counts by it.
     Column("flow_key", String(255), nullable=True),
+    # Results (version 11): the handler's return value (SUCCESS) or its error (a retry, FAIL) as
+    # JSON text, cleared after the topic's result retention; the latest progress report (JSON);
+    # whether a cancel of the running message was requested. Everything here goes by id.
+    Column("result", LongText, nullable=True),
+    Column("progress", String(1024), nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("0")),
     UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
     # The pull lock: equality on topic and status, then one range of effect_time per priority,
     # read in index order (priority DESC, effect_time): the lock names every priority
@@ -124,6 +130,8 @@ topic = Table(
     Column("max_running_per_key", Integer, nullable=True),
     Column("rate_tokens", Double, nullable=True),
     Column("rate_at", Time, nullable=True),
+    # Seconds the results of finished messages are kept (version 11); NULL: the default, a day.
+    Column("result_retention_seconds", Integer, nullable=True),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )

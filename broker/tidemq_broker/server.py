@@ -23,8 +23,10 @@ from .maintenance.counts import TopicCounts
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.requests import ProduceRequests
+from .maintenance.results import ResultRetention
 from .maintenance.retention import Retention
 from .maintenance.schedules import ScheduleTicks
+from .results import ResultHub
 from .pulls import PullHub
 from .migrations import warn_if_behind
 from .service import ERROR_KEY, BrokerService
@@ -97,13 +99,15 @@ class BrokerServer:
         self.address = advertise or f"{_advertised_host(host)}:{self.port}"
         self.topics = TopicCache(self.storage.topics)
         self.hub = PullHub(self.storage.probes)
+        self.results = ResultHub(self.storage.probes)
         self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit)
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
-                                     settings.max_data_bytes)
+                                     settings.max_data_bytes, self.results)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
             LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
             Retention(self.storage.topics, self.storage.messages),
+            ResultRetention(self.storage.topics, self.storage.messages),
             ProduceRequests(self.storage.messages),
             BroadcastPruner(self.coordinator),
             BacklogRefresh(self.storage.counts, self.address),
@@ -131,6 +135,7 @@ class BrokerServer:
         self.storage.schema.ping()
         warn_if_behind(self.storage.schema, "broker")
         self.hub.start()
+        self.results.start()
         self._server.start()
         if self._own_coordinator:
             self.coordinator.start()
@@ -144,6 +149,7 @@ class BrokerServer:
         self.coordinator.unregister_broker(self.address)
         self.maintainer.stop()
         self.hub.stop()
+        self.results.stop()
         done = self._server.stop(grace)
         done.wait(grace + 1)
         self.writer.stop()

@@ -1,11 +1,12 @@
-"""The gRPC Broker service: produce, pull, ack, touch, cancel, requeue, declare schedules."""
+"""The gRPC Broker service: produce, pull, ack, touch, cancel, requeue, declare schedules, and
+wait for results."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import grpc
 
@@ -25,7 +26,11 @@ from .errors import (
 )
 from .intake import (
     MAX_TTR,
+    check_ack_result,
     check_ids,
+    check_progress,
+    check_result_ids,
+    check_wait,
     check_lease_token,
     check_lease_ttr,
     check_pull,
@@ -33,8 +38,10 @@ from .intake import (
     rows_from_request,
 )
 from .pulls import PullHub, long_poll
+from .results import ResultHub
 from .schedules import check_schedule, next_tick
-from .storage import AckItem, AckOutcome, LeasedMessage, LockRequest, Shard, Storage, TopicSettings
+from .storage import (AckItem, AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
+                      TopicSettings)
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -86,8 +93,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     """Stateless request handling; all state is in the storage and the coordinator."""
 
     def __init__(self, storage: Storage, topics: TopicCache, writer: GroupCommitWriter, hub: PullHub,
-                 name: str, max_data_bytes: int) -> None:
+                 name: str, max_data_bytes: int, results: Optional[ResultHub] = None) -> None:
         self.storage = storage
+        self.results = results if results is not None else ResultHub(storage.probes)
         self.topics = topics
         self.writer = writer
         self.hub = hub
@@ -175,9 +183,12 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
         check_ids([item.id for item in request.items], "acks")
         self._authorize_messages("Ack", [item.id for item in request.items])
-        items = [AckItem(i.id, i.lease_token, i.success, i.error) for i in request.items]
+        items = [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result), i.cancelled)
+                 for i in request.items]
         outcomes = self.storage.acks.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
                                     self.topics.get)
+        self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
+        metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
         if stale:
             log.info("refused %d stale ack(s) from %s", stale, request.consumer)
@@ -214,14 +225,39 @@ class BrokerService(pb_grpc.BrokerServicer):
             check_lease_token(lease.lease_token)
         ttr = check_lease_ttr(request.ttr_seconds)
         leases = [(lease.id, lease.lease_token) for lease in request.leases]
-        self._authorize_messages("Extend", [lease_id for lease_id, _ in leases])
-        return pb.ExtendReply(extended=self.storage.leases.extend_leases(leases, ttr, clock.now()))
+        now = clock.now()
+        reports = [(p.id, check_lease_token(p.lease_token), check_progress(p, now)) for p in request.progress]
+        self._authorize_messages("Extend", [lease_id for lease_id, _ in leases] + [id for id, _, _ in reports])
+        extended = self.storage.leases.extend_leases(leases, ttr, now)
+        if reports:
+            self.storage.leases.report_progress(reports, now)
+            metrics.PROGRESS_REPORTS.inc(len(reports))
+        return pb.ExtendReply(extended=extended, cancel_requested=self.storage.leases.cancels_requested(leases))
 
     @_rpc
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelReply:
+        """Delete NEW messages; with ``running``, also mark RUNNING ones: their handlers stop."""
         ids = check_ids(request.ids)
         self._authorize_messages("Cancel", ids)
-        return pb.CancelReply(cancelled=self.storage.messages.cancel(ids))
+        cancelled = self.storage.messages.cancel(ids)
+        self.results.notify(id for id, gone in zip(ids, cancelled) if gone)
+        if request.running:
+            rest = [id for id, gone in zip(ids, cancelled) if not gone]
+            marked = dict(zip(rest, self.storage.messages.request_cancel(rest, clock.now(), self.name))) if rest else {}
+            cancelled = [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
+        return pb.CancelReply(cancelled=cancelled)
+
+    @_rpc
+    def Results(self, request: pb.ResultsRequest, context: grpc.ServicerContext) -> pb.ResultsReply:
+        """The state and result of each message; with ``wait_seconds``, a long-poll until one of
+        them is final (SUCCESS, FAIL, CANCELLED) or gone."""
+        ids = check_result_ids(request.ids)
+        wait = check_wait(request.wait_seconds)
+        self._authorize_messages("Results", ids)
+        remaining = context.time_remaining()
+        deadline = time.monotonic() + (wait if remaining is None else max(0.0, min(wait, remaining - 0.05)))
+        found = {state.id: state for state in self.results.wait(ids, deadline, self.storage.reads.get_results)}
+        return pb.ResultsReply(states=[_result_state(id, found.get(id)) for id in ids])
 
     @_rpc
     def Requeue(self, request: pb.RequeueRequest, context: grpc.ServicerContext) -> pb.RequeueReply:
@@ -260,6 +296,16 @@ class BrokerService(pb_grpc.BrokerServicer):
         """``authorize`` on the topics of the stored messages ``ids`` (one read, skipped for a
         caller whose patterns cover every topic)."""
         authorize(method, self.storage.reads.message_topics(ids) if checks_topics() else ())
+
+
+def _result_state(id: int, state: Optional[MessageResult]) -> pb.ResultState:
+    if state is None:
+        return pb.ResultState(id=id, found=False)
+    return pb.ResultState(
+        id=id, found=True, status=state.status, result=state.result or "", progress=state.progress or "",
+        effect_time_ms=clock.to_epoch_ms(state.effect_time),
+        finish_time_ms=clock.to_epoch_ms(state.finish_time) if state.finish_time is not None else 0,
+        cancel_requested=bool(state.cancel_requested))
 
 
 def _delivery(msg: LeasedMessage) -> pb.Delivery:

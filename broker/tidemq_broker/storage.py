@@ -24,7 +24,7 @@ from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
 from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, LeasedMessage, LockHint,
-                      LockRequest, MessageEdit, MessageFilter, MessagePage, NewRow, OutageGrace, Principal,
+                      LockRequest, MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal,
                       RecentInserts, RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog,
                       TopicCounts, TopicSettings, hours_ago)
 
@@ -35,7 +35,7 @@ __all__ = [
     "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
-    "COUNTED_FROM", "hours_ago", "AckItem", "AckOutcome",
+    "COUNTED_FROM", "hours_ago", "AckItem", "AckOutcome", "MessageResult",
 ]
 
 
@@ -75,6 +75,14 @@ class MessageWrites(Protocol):
 
     def cancel(self, ids: Sequence[int]) -> list[bool]:
         """Delete the messages that are still NEW; True for each one deleted."""
+
+    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
+        """Mark the RUNNING messages among ``ids`` ``cancel_requested`` (``lifecycle.request_cancel``;
+        once each); True for each one RUNNING with its cancel requested afterwards."""
+
+    def forget_results(self, topic: str, before: datetime, limit: int) -> int:
+        """Result retention: clear the result and progress of up to ``limit`` finished messages
+        of ``topic`` finished before ``before`` (``lifecycle.forget_result``); returns how many."""
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
                 event: Event = Event.REQUEUED, **who: object) -> int:
@@ -123,6 +131,14 @@ class Leasing(Protocol):
         """Extend each (id, token) lease still held to now + ``ttr`` (heartbeats, touch); one
         bool per lease, False for a lease already lost."""
 
+    def report_progress(self, reports: Sequence[tuple[int, str, str]], now: datetime) -> list[bool]:
+        """Store each (id, token, progress JSON) on its message while that lease is held
+        (``lifecycle.report_progress``); one bool per report, False for a lease already lost."""
+
+    def cancels_requested(self, leases: Sequence[tuple[int, str]]) -> list[bool]:
+        """One bool per (id, token): True when that lease is held and a cancel of its message
+        was requested (what a heartbeat's reply tells the worker)."""
+
     def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int],
                       by_topic: Optional[dict[str, int]] = None, grace: Optional[OutageGrace] = None) -> int:
         """Up to ``limit`` RUNNING messages whose lease ran out: back to NEW (due now), or to FAIL
@@ -158,6 +174,10 @@ class Probes(Protocol):
     def serial_head_due(self, topic: str) -> Optional[datetime]:
         """The effect_time of a serial topic's head (first NEW in (order_time, id)); None when a
         message of the topic is RUNNING or nothing is NEW."""
+
+    def finished(self, ids: Sequence[int]) -> list[int]:
+        """The ids among ``ids`` whose messages are final (SUCCESS, FAIL or CANCELLED) or gone:
+        the result waiters' shared probe, one statement per thousand ids."""
 
     def max_id(self) -> int:
         """The highest message id (0 for an empty table): a cheap 'anything new?' probe."""
@@ -200,6 +220,10 @@ class MessageReads(Protocol):
 
     def lease_topics(self, lease_token: str) -> set[str]:
         """The topics of the RUNNING messages leased under ``lease_token``."""
+
+    def get_results(self, ids: Sequence[int]) -> list[MessageResult]:
+        """The status, result and progress of the stored messages among ``ids``, in id order
+        (an id not stored has none)."""
 
 
 class Counts(Protocol):

@@ -18,6 +18,7 @@ from tidemq.logs import configure_logging
 from tidemq.worker_command import add_worker_options, run_worker
 
 from .principals import register as register_auth
+from .results import register as register_result
 from .topics import register as register_topic
 from .principals import run as run_auth
 from .schedules import register as register_schedule
@@ -77,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--priority", type=int, default=0, help="0 to 9, higher first among due messages")
     register_auth(sub)
     register_topic(sub)
+    register_result(sub)
     register_schedule(sub)
     for plugin in _PLUGINS:
         module = _optional(plugin)

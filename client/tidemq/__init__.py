@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .client import Client, Retry
     from .config import Settings
     from .consumer import mq_consumer
+    from .handle import Handle
+    from .results import Progress
     from .message import Message, MessageStatus, MessageType
     from .transactional import enqueue
     from .worker import Worker
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AckResult": "batch", "BatchConsumer": "batch", "Client": "client", "Retry": "client", "Settings": "config",
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
-    "enqueue": "transactional", "Worker": "worker",
+    "enqueue": "transactional", "Worker": "worker", "Handle": "handle", "Progress": "results",
 }
 
 __all__ = [
@@ -42,6 +44,9 @@ __all__ = [
     "cancel",
     "requeue",
     "schedule",
+    "handle",
+    "Handle",
+    "Progress",
     "mq_consumer",
     "Message",
     "MessageType",
@@ -101,19 +106,23 @@ def _default() -> Client:
 
 def produce(topic: str, data: Any = None, *, delay: Optional[float] = None, effect_time: Optional[datetime] = None,
             retry: Retry = None, unique_key: Optional[str] = None, timeout: Optional[float] = None,
-            key: Optional[str] = None, priority: int = 0) -> int:
-    """Store one message; returns its id after the commit. See :meth:`Client.produce`."""
+            key: Optional[str] = None, priority: int = 0, result: bool = False) -> Any:
+    """Store one message; returns its id after the commit (with ``result``: a Handle). See
+    :meth:`Client.produce`."""
     return _default().produce(topic, data, delay=delay, effect_time=effect_time, retry=retry,
-                              unique_key=unique_key, timeout=timeout, key=key, priority=priority)
+                              unique_key=unique_key, timeout=timeout, key=key, priority=priority, result=result)
 
 
 def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                  effect_time: Optional[datetime] = None, retry: Retry = None,
                  unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None,
-                 keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0) -> list[int]:
-    """Store many messages in one transaction (all or none). See :meth:`Client.produce_many`."""
+                 keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0,
+                 result: bool = False) -> list[Any]:
+    """Store many messages in one transaction (all or none); ids, or Handles with ``result``.
+    See :meth:`Client.produce_many`."""
     return _default().produce_many(topic, datas, delay=delay, effect_time=effect_time, retry=retry,
-                                   unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority)
+                                   unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority,
+                                   result=result)
 
 
 def broadcast(topic: str, data: Any = None) -> int:
@@ -121,9 +130,15 @@ def broadcast(topic: str, data: Any = None) -> int:
     return _default().broadcast(topic, data)
 
 
-def cancel(msg_id: int) -> bool:
-    """Delete a pending message; True if it was NEW and is now gone."""
-    return _default().cancel(msg_id)
+def cancel(msg_id: int, running: bool = False) -> bool:
+    """Delete a pending message; True if it was NEW and is now gone. ``running``: a RUNNING
+    message is marked instead, its handler stops and it ends CANCELLED (True then too)."""
+    return _default().cancel(msg_id, running=running)
+
+
+def handle(msg_id: int) -> "Handle":
+    """A handle on message ``msg_id``: its status, progress and result, and cancelling it."""
+    return _default().handle(msg_id)
 
 
 def requeue(ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0) -> int:

@@ -10,6 +10,7 @@ from . import tracing
 from .errors import MalformedRequestError
 from .link import AckItem, AckOutcome, BrokerLink, Delivery
 from .message import Message
+from .results import encode_result
 from .queue_runner import delivery_to_message
 from .validation import check_topic
 from .worker import default_instance
@@ -57,9 +58,12 @@ class BatchConsumer:
         self._leases.remember(deliveries)
         return [delivery_to_message(d, self.client) for d in deliveries]
 
-    def ack(self, succeeded: Sequence[int] = (), failed: Union[Sequence[int], Mapping[int, str]] = ()) -> AckResult:
-        """Record successes and failures (optionally {id: error text}) in one transaction."""
-        items = self._leases.items(succeeded, failed)
+    def ack(self, succeeded: Sequence[int] = (), failed: Union[Sequence[int], Mapping[int, str]] = (),
+            results: Optional[Mapping[int, Any]] = None) -> AckResult:
+        """Record successes and failures (optionally {id: error text}) in one transaction, with
+        ``results`` ({id: JSON value} of succeeded messages) stored with their SUCCESS; a value
+        that is not JSON or too large is refused before anything is sent."""
+        items = self._leases.items(succeeded, failed, results)
         return self._leases.result(items, self.client.ack(self.topic, self.name, items))
 
     def processing(self, message: Message) -> "contextlib.AbstractContextManager[Any]":
@@ -102,14 +106,20 @@ class PulledLeases:
                 raise MalformedRequestError(f"message {msg_id} was not pulled by this consumer")
             return self._tokens[msg_id]
 
-    def items(self, succeeded: Sequence[int], failed: Union[Sequence[int], Mapping[int, str]]) -> list[AckItem]:
-        """The AckItems for these outcomes (failed may map ids to error texts)."""
+    def items(self, succeeded: Sequence[int], failed: Union[Sequence[int], Mapping[int, str]],
+              results: Optional[Mapping[int, Any]] = None) -> list[AckItem]:
+        """The AckItems for these outcomes (failed may map ids to error texts; results map
+        succeeded ids to their return values)."""
         errors = dict(failed) if isinstance(failed, Mapping) else {i: "failed" for i in failed}
+        stray = [i for i in (results or {}) if i not in set(succeeded)]
+        if stray:
+            raise MalformedRequestError(f"results name message {stray[0]}, which is not among the succeeded ids")
+        texts = {i: encode_result(value) for i, value in (results or {}).items()}
         with self._lock:
             unknown = [i for i in list(succeeded) + list(errors) if i not in self._tokens]
             if unknown:
                 raise MalformedRequestError(f"message {unknown[0]} was not pulled by this consumer")
-            items = [AckItem(i, self._tokens[i], True) for i in succeeded]
+            items = [AckItem(i, self._tokens[i], True, result=texts.get(i)) for i in succeeded]
             return items + [AckItem(i, self._tokens[i], False, e) for i, e in errors.items()]
 
     def result(self, items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> AckResult:

@@ -15,8 +15,10 @@ from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
 from .errors import DataTooLargeError, TidemqError
-from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
+from .handle import Handle
+from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef, PullHandle
 from .pool import BrokerPool
+from .results import MessageState
 from .rpc import tidemq_pb2 as pb
 from . import tracing
 from .rpc_build import (
@@ -28,11 +30,14 @@ from .rpc_build import (
     check_produce_batch,
     delivery,
     extend_request,
+    heartbeat,
+    message_state,
     not_sent,
     produce_messages,
     produce_template,
     pull_request,
     requeue_request,
+    results_request,
     produce_call,
     settle_produce,
 )
@@ -82,8 +87,9 @@ class Client:
     def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                 effect_time: Optional[datetime] = None, retry: Retry = None,
                 unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
-                priority: int = 0) -> int:
-        """Store one message and return its id once it is committed.
+                priority: int = 0, result: bool = False) -> Any:
+        """Store one message and return its id once it is committed (with ``result``: a
+        :class:`~tidemq.handle.Handle` on it, to wait for its result, watch or cancel it).
 
         ``delay`` (seconds) or ``effect_time`` (a datetime) sets when it may run; ``retry`` is a
         count or a schedule like ``[0, "2m", "1h"]``; ``unique_key`` makes a repeated produce of
@@ -93,14 +99,15 @@ class Client:
         """
         return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                  unique_keys=[unique_key] if unique_key else None, timeout=timeout,
-                                 keys=[key] if key else None, priority=priority)[0]
+                                 keys=[key] if key else None, priority=priority, result=result)[0]
 
     def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                      effect_time: Optional[datetime] = None, retry: Retry = None,
                      unique_keys: Optional[Sequence[Optional[str]]] = None,
                      timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                     priority: int = 0) -> list[int]:
-        """Store many messages of one topic in one transaction (all or none); return their ids.
+                     priority: int = 0, result: bool = False) -> list[Any]:
+        """Store many messages of one topic in one transaction (all or none); return their ids
+        (with ``result``: their handles).
 
         Calls made at the same time from other threads may share the RPC and the transaction
         (``tidemq.coalesce``); each call still stores all of its messages or none. ``keys``: one
@@ -114,7 +121,11 @@ class Client:
             template.trace_context = tracing.current_traceparent()
             ids = self._produce(template, datas, unique_keys, timeout, keys)
             tracing.set_message_ids(span, ids)
-            return ids
+            return [Handle(i, self) for i in ids] if result else ids
+
+    def handle(self, msg_id: int) -> Handle:
+        """A handle on message ``msg_id`` (produced by anyone, anywhere)."""
+        return Handle(msg_id, self)
 
     def _produce(self, template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
                  timeout: Optional[float], keys: Optional[Sequence[Optional[str]]] = None) -> list[int]:
@@ -153,13 +164,24 @@ class Client:
             return self.coordinator.broadcast(topic, payload)
 
     # -- managing ----------------------------------------------------------------------------
-    def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
-        """Delete a message that is still pending (NEW). False if it is running, done or gone."""
-        return self.cancel_many([msg_id], timeout)[0]
+    def cancel(self, msg_id: int, timeout: Optional[float] = None, *, running: bool = False) -> bool:
+        """Delete a message that is still pending (NEW). False if it is running, done or gone.
 
-    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+        ``running``: a RUNNING message is marked instead; its handler learns of it at its next
+        heartbeat or progress report and stops, and the message ends CANCELLED (True then)."""
+        return self.cancel_many([msg_id], timeout, running=running)[0]
+
+    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None, *,
+                    running: bool = False) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
-        return list(self._call("Cancel", cancel_request(ids), timeout).cancelled)
+        return list(self._call("Cancel", cancel_request(ids, running), timeout).cancelled)
+
+    def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None) -> list[MessageState]:
+        """The state and result of each message, in order; ``wait`` > 0: the broker answers once
+        one of them is final (SUCCESS, FAIL, CANCELLED, or gone), or after ``wait`` seconds."""
+        budget = timeout if timeout is not None else wait + self.settings.rpc_timeout
+        reply = self._call("Results", results_request(ids, wait), budget)
+        return [message_state(state) for state in reply.states]
 
     def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
                 timeout: Optional[float] = None) -> int:
@@ -230,6 +252,13 @@ class Client:
                timeout: Optional[float] = None) -> list[bool]:
         """Heartbeat: make each lease end ``ttr`` seconds from now, in one call; False where lost."""
         return list(self._call("Extend", extend_request(leases, ttr, consumer), timeout).extended)
+
+    def heartbeat(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
+                  progress: Sequence[ProgressRef] = (), timeout: Optional[float] = None) -> Heartbeat:
+        """:meth:`extend` that also sends progress reports and answers which messages' cancel
+        was requested."""
+        reply = self._call("Extend", extend_request(leases, ttr, consumer, progress), timeout)
+        return heartbeat(reply, len(leases))
 
     def touch(self, msg_id: int, lease_token: str, ttr: float, timeout: Optional[float] = None) -> bool:
         """Extend a lease; False when it was already lost."""

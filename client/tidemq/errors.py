@@ -30,6 +30,12 @@ __all__ = [
     "PullCancelledError",
     "AuthenticationError",
     "PermissionDeniedError",
+    "InvalidResultError",
+    "ResultTooLargeError",
+    "MessageNotFoundError",
+    "MessageCancelledError",
+    "RemoteError",
+    "ResultTimeoutError",
     "error_from_name",
     "quote",
     "QUOTE_CHARS",
@@ -122,10 +128,46 @@ class PullCancelledError(TidemqError):
     back its lease token with ``release`` in case the broker locked messages under it."""
 
 
+class InvalidResultError(ValidationError):
+    """Raised when a handler's return value (or a batch consumer's result) is not JSON: the
+    attempt fails with this error instead of storing half a result."""
+
+
+class ResultTooLargeError(InvalidResultError):
+    """Raised when a result is larger than TIDEMQ_MAX_RESULT_BYTES as JSON (the message names
+    the size and the limit)."""
+
+
+class MessageNotFoundError(TidemqError):
+    """Raised when a result or status is read for a message id that is not stored (never
+    produced, cancelled before it ran, or removed by retention or the archive)."""
+
+
+class MessageCancelledError(TidemqError):
+    """Raised when a message's cancel was requested: by ``message.checkpoint()`` in its handler,
+    and by ``Handle.result()`` for a message that ended CANCELLED."""
+
+
+class RemoteError(TidemqError):
+    """Raised by ``Handle.result()`` when the handler failed: ``type`` (module and qualified
+    name of the handler's exception), ``message`` and ``traceback`` (bounded) say how."""
+
+    def __init__(self, type: str, message: str, traceback: str = "") -> None:
+        super().__init__(f"{type}: {message}")
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+
+
+class ResultTimeoutError(TidemqError, TimeoutError):
+    """Raised when ``Handle.result(timeout)`` ran out of time before the message finished; the
+    message runs on, and a later call may still get its result."""
+
+
 def error_from_name(name: str, message: str) -> TidemqError:
     """Rebuild the exception a broker reported by class name (unknown names give TidemqError)."""
     cls = globals().get(name)
-    if isinstance(cls, type) and issubclass(cls, TidemqError):
+    if isinstance(cls, type) and issubclass(cls, TidemqError) and cls is not RemoteError:
         return cls(message)
     return TidemqError(message)
 

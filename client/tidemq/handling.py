@@ -17,21 +17,25 @@ log context, the current span) belong to that task alone.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Awaitable, Callable, ContextManager, Optional, Sequence
 
 from . import metrics, tracing
+from .control import RunControl
 from .lifecycle import HandlerOutcome, handler_outcome
-from .link import Delivery
+from .link import AckItem, Delivery
 from .logs import message_context
+from .results import encode_result, error_result
 
 __all__ = ["Run", "Layer", "HandlerWrapper", "measured", "in_log_context", "in_span", "deciding"]
 
 
 @dataclass
 class Run:
-    """One handler run: the message it handles and, once it ended, how (``error``, ``outcome``)."""
+    """One handler run: the message it handles and, once it ended, how (``error``, ``outcome``,
+    and ``result``, the handler's return value as JSON). ``control`` carries its cancel flag."""
 
     id: int
     topic: str
@@ -39,8 +43,10 @@ class Run:
     trace_context: str
     effect_time: datetime
     retry_remaining: int = 0
-    error: Optional[Exception] = None
+    error: Optional[BaseException] = None
     outcome: Optional[HandlerOutcome] = None
+    result: Optional[str] = None
+    control: Optional[RunControl] = None
 
     @classmethod
     def of(cls, delivery: Delivery) -> "Run":
@@ -51,6 +57,14 @@ class Run:
     def error_text(self) -> str:
         """The error as an ack reports it ("" after a success)."""
         return f"{type(self.error).__name__}: {self.error}" if self.error is not None else ""
+
+    def ack(self, lease_token: str) -> AckItem:
+        """The run's outcome as its ack: the result with a success, the error (as JSON) with a
+        failure, ``cancelled`` when it stopped after a cancel request."""
+        success = self.outcome is HandlerOutcome.SUCCESS
+        result = self.result if success else error_result(self.error) if self.error is not None else None
+        return AckItem(self.id, lease_token, success, self.error_text, result,
+                       self.outcome is HandlerOutcome.CANCELLED)
 
 
 Layer = Callable[[Run], ContextManager[Any]]
@@ -63,8 +77,10 @@ class HandlerWrapper:
     handler (``CancelledError``, not an Exception) always is: it has no outcome to report.
     """
 
-    def __init__(self, layers: Sequence[Layer]) -> None:
+    def __init__(self, layers: Sequence[Layer], results: bool = False) -> None:
         self._layers = tuple(layers)
+        # Stored messages keep the return value (JSON, bounded); a broadcast has nowhere to.
+        self._encode = encode_result if results else _ignore
 
     def run(self, run: Run, call: Callable[[], Any]) -> HandlerOutcome:
         """Run ``call()`` (the handler, given its Message) inside the layers."""
@@ -76,7 +92,8 @@ class HandlerWrapper:
         # Nested ``with`` statements, one per layer: a contextlib.ExitStack cost a run several
         # microseconds more, on the hot path of every message.
         if depth == len(self._layers):
-            call()
+            # Inside the layers: a return value that is not JSON fails the run like a raise.
+            run.result = self._encode(call())
             run.outcome = HandlerOutcome.SUCCESS
             return
         with self._layers[depth](run):
@@ -90,11 +107,15 @@ class HandlerWrapper:
 
     async def _enter_async(self, depth: int, run: Run, call: Callable[[], Awaitable[Any]]) -> None:
         if depth == len(self._layers):
-            await call()
+            run.result = self._encode(await call())
             run.outcome = HandlerOutcome.SUCCESS
             return
         with self._layers[depth](run):
             await self._enter_async(depth + 1, run, call)
+
+
+def _ignore(value: Any) -> None:
+    return None
 
 
 class measured:
@@ -143,8 +164,16 @@ class _Decide:
         return None
 
     def __exit__(self, kind: Optional[type], error: Optional[BaseException], tb: Any) -> bool:
-        if kind is None or not issubclass(kind, Exception):
-            return False  # a success, or a cancellation: not an outcome of the handler
-        self._run.error, self._run.outcome = error, handler_outcome(True, self._run.retry_remaining)  # type: ignore[assignment]
-        self._report(self._run)
+        if kind is None:
+            return False  # a success
+        run = self._run
+        if run.control is not None and run.control.cancelled and issubclass(kind, (Exception, asyncio.CancelledError)):
+            # It stopped because its cancel was requested (checkpoint() raised, its task was
+            # cancelled, or it gave up its own way): the message ends CANCELLED.
+            run.error, run.outcome = error, HandlerOutcome.CANCELLED
+            return True
+        if not issubclass(kind, Exception):
+            return False  # a cancellation of the worker's own (a drain out of time): no outcome
+        run.error, run.outcome = error, handler_outcome(True, run.retry_remaining)
+        self._report(run)
         return True

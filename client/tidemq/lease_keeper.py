@@ -5,18 +5,25 @@ finished ones whose outcome the :class:`~tidemq.ack_sender.AckSender` is still s
 may therefore run far longer than its ttr while its worker lives; a worker killed with -9 stops
 beating, and its messages come back within ttr plus one period. A lease found lost before its
 handler started is reported, so the runner does not start it.
+
+The heartbeat also carries the handlers' progress reports (the latest per message; a report
+brings the next heartbeat of its lease forward, to at most one a second) and brings back which
+messages' cancel was requested: their runs' :class:`~tidemq.control.RunControl` is told.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Sequence
+import time
+from typing import Callable, Optional, Sequence
 
+from . import metrics
 from .consumer import ConsumerSpec
+from .control import RunControl
 from .drain import LAST_CALL, Drain
 from .errors import RetriableError, StorageUnavailableError, TidemqError
-from .link import BrokerLink, Delivery, LeaseRef
+from .link import BrokerLink, Delivery, LeaseRef, ProgressRef
 
 __all__ = ["LeaseKeeper", "SMALLEST"]
 
@@ -26,6 +33,8 @@ log = logging.getLogger(__name__)
 # and a batch that grows while it fails would otherwise never get through (nor would the
 # heartbeat of its leases).
 SMALLEST = 50
+#: Seconds between two heartbeats a handler's progress reports bring forward.
+PROGRESS_EVERY = 1.0
 
 
 class LeaseKeeper:
@@ -41,6 +50,11 @@ class LeaseKeeper:
         self._held: set[LeaseRef] = set()  # prefetched or running
         self._reporting: set[LeaseRef] = set()  # finished: the outcome is on its way to a broker
         self._lost: set[LeaseRef] = set()  # leases a heartbeat found gone before the handler started
+        self._controls: dict[LeaseRef, RunControl] = {}  # the runs of leases held
+        self._cancel_seen: set[LeaseRef] = set()  # cancel requested before the run started
+        self._progress: dict[LeaseRef, ProgressRef] = {}  # the latest report not yet sent, per lease
+        self._progress_sent = 0.0  # monotonic time of the last heartbeat a report brought forward
+        self._nudge = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"tidemq-heartbeat-{spec.topic}", daemon=True)
         self.stale = 0  # leases found lost before their handler started
@@ -51,6 +65,7 @@ class LeaseKeeper:
     def stop(self) -> None:
         """Stop beating (once every outcome was sent or given up)."""
         self._stop.set()
+        self._nudge.set()
         self._thread.join(self._drain.left() + LAST_CALL + 1.0)
 
     # -- the leases held ---------------------------------------------------------------------
@@ -71,6 +86,29 @@ class LeaseKeeper:
             self._reporting.difference_update(leases)
             for lease in leases:
                 self._touched.pop(lease, None)
+                self._controls.pop(lease, None)
+                self._cancel_seen.discard(lease)
+                self._progress.pop(lease, None)
+
+    def control(self, lease: LeaseRef) -> RunControl:
+        """The control of the run of ``lease``, which starts now: told of a cancel request (at
+        once, if a heartbeat saw one while the message waited), its progress sent by heartbeats."""
+        control = RunControl(lease.id, lambda done, total, note: self.progress(lease, done, total, note))
+        with self._lock:
+            self._controls[lease] = control
+            seen = lease in self._cancel_seen
+        if seen:
+            control.request_cancel()
+        return control
+
+    def progress(self, lease: LeaseRef, done: float, total: Optional[float], note: str) -> None:
+        """A handler's progress report: the latest one goes with the next heartbeat."""
+        with self._lock:
+            if lease not in self._held:
+                return
+            self._progress[lease] = ProgressRef(lease.id, lease.lease_token, done, total, note)
+        metrics.progress_reported(self.spec.topic, done, total)
+        self._nudge.set()
 
     def lost_before_start(self, delivery: Delivery) -> bool:
         """True (and counted stale) when a heartbeat found the lease gone while it waited."""
@@ -96,38 +134,72 @@ class LeaseKeeper:
     # -- heartbeats --------------------------------------------------------------------------
     def _loop(self) -> None:
         # Every ttr/3: a lease then always has two thirds of its life left when it is extended,
-        # so one failed heartbeat (a broker failing over) does not lose it.
-        while not self._stop.wait(self.spec.ttr / 3):
-            self.beat()
+        # so one failed heartbeat (a broker failing over) does not lose it. Progress reports
+        # bring the heartbeat of their leases forward, to at most one per PROGRESS_EVERY.
+        period = self.spec.ttr / 3
+        next_full = time.monotonic() + period
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._lock:
+                pending = bool(self._progress)
+            wake = min(next_full, self._progress_sent + PROGRESS_EVERY) if pending else next_full
+            if wake > now:
+                self._nudge.wait(wake - now)
+                self._nudge.clear()
+                continue
+            if now >= next_full:
+                self.beat()
+                next_full = time.monotonic() + period
+            else:
+                with self._lock:
+                    reported = set(self._progress)
+                self.beat(reported)
+            if pending:
+                self._progress_sent = time.monotonic()
 
-    def beat(self) -> None:
-        """Extend every lease held now in one call (one per ttr when a handler lengthened its
-        lease with ``touch``); forget (and report) those found lost."""
+    def beat(self, only: Optional[set[LeaseRef]] = None) -> None:
+        """Extend every lease held now (or those of ``only``) in one call (one per ttr when a
+        handler lengthened its lease with ``touch``), with the progress reports waiting; forget
+        (and report) those found lost, tell the runs whose cancel was requested."""
         with self._lock:
             by_ttr: dict[float, list[LeaseRef]] = {}
             for lease in self._held | self._reporting:
-                by_ttr.setdefault(self._touched.get(lease, self.spec.ttr), []).append(lease)
+                if only is None or lease in only:
+                    by_ttr.setdefault(self._touched.get(lease, self.spec.ttr), []).append(lease)
+            progress, self._progress = self._progress, {}
         for ttr, leases in by_ttr.items():
-            self._beat(leases, ttr)
+            self._beat(leases, ttr, [progress[lease] for lease in leases if lease in progress])
 
-    def _beat(self, leases: list[LeaseRef], ttr: float) -> None:
+    def _beat(self, leases: list[LeaseRef], ttr: float, progress: Sequence[ProgressRef] = ()) -> None:
         # One call always fits: at most threads + batch (2,024) leases plus the outcomes on their
         # way, and MAX_BATCH is 10,000.
+        heartbeat = getattr(self.link, "heartbeat", None)
         try:
-            extended = self.link.extend(leases, ttr, self._consumer(), timeout=self._drain.call_timeout())
+            if heartbeat is not None:
+                reply = heartbeat(leases, ttr, self._consumer(), progress, timeout=self._drain.call_timeout())
+                extended, flags = reply.extended, reply.cancel_requested
+            else:  # a link without results: no progress sent, no cancel flags
+                extended = self.link.extend(leases, ttr, self._consumer(), timeout=self._drain.call_timeout())
+                flags = [False] * len(leases)
         except RetriableError as exc:  # the pool logs an outage once
             log.debug("heartbeat of %d lease(s) of %s failed (%s)", len(leases), self.spec.topic, exc)
             if isinstance(exc, StorageUnavailableError) and len(leases) > SMALLEST:
                 half = len(leases) // 2  # each half once, now: see SMALLEST
-                self._beat(leases[:half], ttr)
-                self._beat(leases[half:], ttr)
+                self._beat(leases[:half], ttr, progress)
+                self._beat(leases[half:], ttr, progress)
             return
         except TidemqError as exc:
             log.info("heartbeat of %d lease(s) of %s refused (%s); next one in %.1f s",
                      len(leases), self.spec.topic, exc, self.spec.ttr / 3)
             return
         lost = []
+        stop: list[RunControl] = []
         with self._lock:
+            for lease, flag in zip(leases, flags):
+                if flag and lease in self._controls:
+                    stop.append(self._controls[lease])
+                elif flag and lease in self._held:
+                    self._cancel_seen.add(lease)
             for lease, ok in zip(leases, extended):
                 # Only a lease still waiting for (or in) its handler is reported here. One whose
                 # outcome is on its way was either recorded meanwhile (so not extended) or lost,
@@ -137,6 +209,8 @@ class LeaseKeeper:
                     self._touched.pop(lease, None)
                     self._lost.add(lease)
                     lost.append(lease.id)
+        for control in stop:
+            control.request_cancel()
         for msg_id in lost:
             log.warning("lease of message %d of %s was lost (expired or taken over): its ack will be "
                         "refused as STALE", msg_id, self.spec.topic,

@@ -13,13 +13,22 @@ so client, broker, console and pipeline agree on what each transition does::
                    RUNNING --expire, deliveries < max_deliveries--> NEW (trace names who lost it)
                    RUNNING --expire, deliveries >= max_deliveries--> FAIL (a poison message)
                    RUNNING --extend (heartbeat, touch)--> RUNNING, lease_expire moved
+                   RUNNING --report_progress--> RUNNING, progress set (no version, no trace)
+                   RUNNING --request_cancel--> RUNNING, cancel_requested set
+                   RUNNING (cancel requested) --cancelled: the handler stopped, or its lease
+                           ran out, or it failed or was released--> CANCELLED
     NEW --cancel--> gone            any but RUNNING --admin_delete--> gone
     SUCCESS --retire (the broker's retention)--> gone
+    SUCCESS | FAIL | CANCELLED --forget_result (result retention)--> the same, result cleared
     FAIL --requeue--> NEW           any but RUNNING --admin_edit--> the status the admin chose
-    SUCCESS | FAIL --archive (pipeline)--> gone from MySQL, kept in Parquet --restore--> NEW
+    SUCCESS | FAIL | CANCELLED --archive (pipeline)--> gone from MySQL, kept in Parquet --restore--> NEW
 
 Every change moves ``version`` on (the console's optimistic lock) except a lease extension,
-which a heartbeat repeats every few seconds and which changes nothing an operator edits.
+which a heartbeat repeats every few seconds and which changes nothing an operator edits, and a
+progress report or a result's expiry, for the same reason.
+
+A finished message keeps its lease token: an ack that repeats one already recorded is answered
+as applied, and any other ack of a finished row (a late one after CANCELLED included) is stale.
 """
 
 from __future__ import annotations
@@ -28,18 +37,21 @@ import enum
 import random
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Optional, Sequence
 
 from . import trace
 from .clock import after
+from .policies import (Attempted, Backoff, HandlerOutcome, _Named, handler_outcome, next_delay,
+                       retention_deletes_success, retries_left)
 from .tables import MESSAGE as M
 
 __all__ = [
-    "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "Event", "Change",
+    "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "FINAL_STATUSES", "Event", "Change",
     "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE",
     "DEFAULT_RETRY_MAX", "DEFAULT_TTR",
     "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_expiries",
     "lease_lost", "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore",
+    "request_cancel", "cancelled", "report_progress", "forget_result", "DEFAULT_RESULT_RETENTION",
     "next_delay", "retries_left", "HandlerOutcome", "handler_outcome", "retention_deletes_success",
 ]
 
@@ -52,13 +64,8 @@ DEFAULT_RETRY_MAX = 3600.0
 DEFAULT_TTR = 60
 #: Days a topic without settings keeps its SUCCESS messages (see retention_deletes_success).
 DEFAULT_RETENTION_DAYS = 7
-
-
-class _Named(str, enum.Enum):
-    """A string enum that prints as its value (in f-strings, trace lines and templates)."""
-
-    def __str__(self) -> str:
-        return self.value
+#: Seconds a topic without a setting keeps the results (and progress) of its finished messages.
+DEFAULT_RESULT_RETENTION = 86_400
 
 
 class MessageStatus(_Named):
@@ -72,20 +79,27 @@ class MessageStatus(_Named):
     SUCCESS: done; retention deletes it or the archive moves it to Parquet.
     FAIL: a dead letter (retries exhausted or a poison message); requeue moves it back to NEW,
     the archive moves it to Parquet.
+    CANCELLED: final; its cancel was requested while it ran and its handler stopped (or its
+    worker died, or its attempt failed). Nothing revives it but an operator's edit; the archive
+    moves it to Parquet.
     """
 
     NEW = "NEW"
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAIL = "FAIL"
+    CANCELLED = "CANCELLED"
 
 
 NEW, RUNNING, SUCCESS, FAIL = MessageStatus.NEW, MessageStatus.RUNNING, MessageStatus.SUCCESS, MessageStatus.FAIL
+CANCELLED = MessageStatus.CANCELLED
 STATUSES: tuple[MessageStatus, ...] = tuple(MessageStatus)
 #: What an operator may set and change by hand: RUNNING belongs to a consumer's lease.
 EDITABLE_STATUSES: tuple[MessageStatus, ...] = tuple(s for s in STATUSES if s is not RUNNING)
 #: Finished messages: what the archive moves to Parquet and a restore may put back.
-ARCHIVABLE_STATUSES: tuple[MessageStatus, ...] = (SUCCESS, FAIL)
+ARCHIVABLE_STATUSES: tuple[MessageStatus, ...] = (SUCCESS, FAIL, CANCELLED)
+#: States nothing but an operator moves a message out of: a result waiter stops at them.
+FINAL_STATUSES: tuple[MessageStatus, ...] = ARCHIVABLE_STATUSES
 
 
 class Event(_Named):
@@ -101,6 +115,7 @@ class Event(_Named):
     EXTENDED = "EXTENDED"
     REQUEUED = "REQUEUED"
     CANCELLED = "CANCELLED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
     ADMIN_RETRY = "ADMIN_RETRY"
     ADMIN_REQUEUE = "ADMIN_REQUEUE"
     ADMIN_EDIT = "ADMIN_EDIT"
@@ -148,21 +163,6 @@ class Change:
             row[M.trace] = row.get(M.trace, "") + self.trace
 
 
-class Attempted(Protocol):
-    """What the retry decision reads of a message (a stored message has all of it)."""
-
-    retry_remaining: int
-    retry_schedule: Optional[Sequence[float]]
-    attempt: int
-
-
-class Backoff(Protocol):
-    """A topic's exponential backoff (topic settings have both)."""
-
-    retry_base: float
-    retry_max: float
-
-
 def _line(now: datetime, event: Event, **fields: object) -> str:
     return trace.line(now, event.value, **fields)
 
@@ -176,7 +176,8 @@ def _lease_cleared() -> dict[str, Any]:
 def produce(now: datetime, **who: object) -> Change:
     """A new message: NEW, no lease, attempt 0. ``who`` names the broker or console user."""
     values = {M.status: NEW.value, M.attempt: 0, M.ttr: None, M.consumer: None, M.version: 0, M.add_time: now,
-              M.update_time: now, M.start_time: None, M.finish_time: None, **_lease_cleared()}
+              M.update_time: now, M.start_time: None, M.finish_time: None, M.result: None, M.progress: None,
+              M.cancel_requested: False, **_lease_cleared()}
     return Change(Event.PRODUCED, (), NEW, values, trace=_line(now, Event.PRODUCED, **who))
 
 
@@ -194,25 +195,32 @@ def lease(now: datetime, ttr: int, consumer: str, lease_token: str, ahead: float
                   trace=_line(now, Event.LOCKED, consumer=consumer, **who, ttr=ttr, **extra))
 
 
-def succeed(now: datetime, consumer: str, broker: str) -> Change:
-    """RUNNING -> SUCCESS (the storage also checks the lease token)."""
-    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+def succeed(now: datetime, consumer: str, broker: str, result: Optional[str] = None) -> Change:
+    """RUNNING -> SUCCESS (the storage also checks the lease token), storing ``result``, the
+    handler's return value as JSON text (None: it returned nothing), in the same write."""
+    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None, M.result: result}
     return Change(Event.SUCCESS, (RUNNING,), SUCCESS, values,
                   trace=_line(now, Event.SUCCESS, consumer=consumer, broker=broker))
 
 
 def fail_attempt(msg: Attempted, backoff: Backoff, error: str, now: datetime, consumer: str, broker: str,
-                 rng: Optional[random.Random] = None) -> Change:
-    """RUNNING -> NEW at now + the next delay while retries remain, else RUNNING -> FAIL."""
+                 rng: Optional[random.Random] = None, result: Optional[str] = None,
+                 cancel_requested: bool = False) -> Change:
+    """RUNNING -> NEW at now + the next delay while retries remain, else RUNNING -> FAIL.
+
+    ``result`` is the error as JSON (``{"type", "message", "traceback"}``), kept with a retry
+    too (the latest error). A message whose cancel was requested is not retried: CANCELLED."""
     error = error or "failed"
+    if cancel_requested:
+        return cancelled(now, consumer, broker, error=error)
     if retries_left(msg.retry_remaining):
         delay = next_delay(msg, backoff, rng)
         values = {M.effect_time: after(now, delay), M.retry_remaining: msg.retry_remaining - 1, M.update_time: now,
-                  **_lease_cleared()}
+                  M.result: result, **_lease_cleared()}
         line = _line(now, Event.RETRY, consumer=consumer, broker=broker, attempt=msg.attempt, next_in=f"{delay:.3f}s",
                      retries_left=msg.retry_remaining - 1, error=error)
         return Change(Event.RETRY, (RUNNING,), NEW, values, trace=line)
-    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None, M.result: result}
     line = _line(now, Event.FAIL, consumer=consumer, broker=broker, attempt=msg.attempt, error=error)
     return Change(Event.FAIL, (RUNNING,), FAIL, values, trace=line)
 
@@ -238,12 +246,17 @@ def delivered_out(deliveries: int, max_deliveries: int) -> bool:
 
 
 def expire(now: datetime, deliveries: int, max_deliveries: int, lost_by: Optional[str], broker: str,
-           expiries: int = 1) -> Change:
+           expiries: int = 1, cancel_requested: bool = False) -> Change:
     """RUNNING whose lease ran out: back to NEW, due now, or FAIL once :func:`delivered_out` (a
-    poison message that kills or hangs its consumer every time).
+    poison message that kills or hangs its consumer every time), or CANCELLED when its cancel
+    was requested (its worker died after the request: it does not run again).
 
     ``expiries`` counts this expiry and the earlier ones, for the trace of a FAIL."""
     lost_by = lost_by or "-"
+    if cancel_requested:
+        values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+        return Change(Event.CANCELLED, (RUNNING,), CANCELLED, values,
+                      trace=_line(now, Event.CANCELLED, broker=broker, lost_by=lost_by, error="lease_expired"))
     if delivered_out(deliveries, max_deliveries):
         values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
         line = _line(now, Event.FAIL, broker=broker, lost_by=lost_by, attempt=deliveries,
@@ -266,11 +279,41 @@ def lease_lost(now: datetime, lost_by: Optional[str], broker: str) -> Change:
                   trace=_line(now, Event.LEASE_EXPIRED, broker=broker, lost_by=lost_by or "-"))
 
 
+# -- results, progress and cancelling running work -------------------------------------------
+def report_progress(now: datetime, progress: str) -> Change:
+    """RUNNING stays RUNNING with ``progress`` (JSON ``{"done", "total", "note", "at"}``) set; the
+    storage checks the lease token. No trace line and no new version: a handler may report
+    about once a second, and only the latest report is kept."""
+    return Change(Event.EXTENDED, (RUNNING,), RUNNING, {M.progress: progress}, bump_version=False)
+
+
+def request_cancel(now: datetime, **who: object) -> Change:
+    """RUNNING stays RUNNING, marked ``cancel_requested``: its worker learns of it at its next
+    heartbeat or progress report and stops the handler (:func:`cancelled`)."""
+    return Change(Event.CANCEL_REQUESTED, (RUNNING,), RUNNING, {M.cancel_requested: True, M.update_time: now},
+                  trace=_line(now, Event.CANCEL_REQUESTED, **who))
+
+
+def cancelled(now: datetime, consumer: str, broker: str, error: str = "") -> Change:
+    """RUNNING (its cancel requested) -> CANCELLED, final. The lease token stays, so the ack that
+    recorded it is recognised when repeated and any other ack is stale: nothing revives it."""
+    values = {M.finish_time: now, M.update_time: now, M.lease_expire: None}
+    extra = {"error": error} if error else {}
+    return Change(Event.CANCELLED, (RUNNING,), CANCELLED, values,
+                  trace=_line(now, Event.CANCELLED, consumer=consumer or "-", broker=broker, **extra))
+
+
+def forget_result(now: datetime) -> Change:
+    """A finished message's result and progress cleared (the topic's result retention ran out);
+    no trace line and no version: the row is otherwise as it was."""
+    return Change(Event.RETIRED, FINAL_STATUSES, None, {M.result: None, M.progress: None}, bump_version=False)
+
+
 # -- operators and producers -----------------------------------------------------------------
 def requeue(now: datetime, retry: int, event: Event = Event.REQUEUED, **who: object) -> Change:
     """FAIL -> NEW, due now, with ``retry`` retries left after the new attempt."""
     values = {M.effect_time: now, M.retry_remaining: max(retry, 0), M.finish_time: None, M.update_time: now,
-              **_lease_cleared()}
+              M.cancel_requested: False, **_lease_cleared()}
     return Change(event, (FAIL,), NEW, values, trace=_line(now, event, **who, retries=max(retry, 0)))
 
 
@@ -290,6 +333,7 @@ def admin_edit(now: datetime, user: str, status: Optional[MessageStatus], change
     sets[M.update_time] = now
     if status is not None:
         sets.update(_lease_cleared())
+        sets[M.cancel_requested] = False
         sets[M.finish_time] = None if status is NEW else now
     line = _line(now, Event.ADMIN_EDIT, user=user, changed=",".join(changed) or "-",
                  status=status.value if status is not None else None)
@@ -311,54 +355,6 @@ def restore(now: datetime, retry: int, **who: object) -> Change:
     """An archived SUCCESS or FAIL message put back into MySQL as NEW, due now, with a fresh
     lease state and ``retry`` retries (the pipeline's restore)."""
     values = {M.status: NEW.value, M.effect_time: now, M.retry_remaining: max(retry, 0), M.finish_time: None,
-              M.start_time: None, M.consumer: None, M.update_time: now, **_lease_cleared()}
+              M.start_time: None, M.consumer: None, M.update_time: now, M.result: None, M.progress: None,
+              M.cancel_requested: False, **_lease_cleared()}
     return Change(Event.RESTORED, ARCHIVABLE_STATUSES, NEW, values, trace=_line(now, Event.RESTORED, **who))
-
-
-# -- policies --------------------------------------------------------------------------------
-def retries_left(retry_remaining: int) -> bool:
-    """Whether a failed attempt is retried (:func:`fail_attempt`) rather than ending in FAIL."""
-    return retry_remaining > 0
-
-
-class HandlerOutcome(_Named):
-    """What a handler's run comes to, decided once where it ends (the worker) by the rule the
-    broker applies to its ack: SUCCESS, RETRY (it raised with retries left: NEW again after the
-    next delay) or FAIL (it raised on its last attempt: a dead letter)."""
-
-    SUCCESS = "success"
-    RETRY = "retry"
-    FAIL = "fail"
-
-
-def handler_outcome(failed: bool, retry_remaining: int) -> HandlerOutcome:
-    """The outcome of a run that returned (``failed`` False) or raised, of a message delivered
-    with ``retry_remaining`` retries."""
-    if not failed:
-        return HandlerOutcome.SUCCESS
-    return HandlerOutcome.RETRY if retries_left(retry_remaining) else HandlerOutcome.FAIL
-
-
-def next_delay(msg: Attempted, backoff: Backoff, rng: Optional[random.Random] = None) -> float:
-    """Seconds until the next attempt of ``msg``, which still has retries left.
-
-    With a schedule, entry k is the delay before retry k+1. Otherwise the topic's backoff:
-    ``retry_base * 2**k`` capped at ``retry_max``, with jitter in [50 %, 100 %] so that a burst
-    of failures does not come back as a burst.
-    """
-    if msg.retry_schedule:
-        used = len(msg.retry_schedule) - msg.retry_remaining
-        return float(msg.retry_schedule[min(max(used, 0), len(msg.retry_schedule) - 1)])
-    used = max(msg.attempt - 1, 0)
-    ceiling = min(backoff.retry_base * (2 ** min(used, 40)), backoff.retry_max)
-    return ceiling * (rng or _RNG).uniform(0.5, 1.0)
-
-
-_RNG = random.Random()
-
-
-def retention_deletes_success(retention_days: int, archive: bool) -> bool:
-    """Who removes a topic's SUCCESS rows: the broker's retention job (True) or the archive
-    pipeline (False: topics marked ``archive``, or kept with ``retention_days`` 0). Never both,
-    so the two never race for a row; FAIL rows are always left to an operator or the archive."""
-    return not archive and retention_days > 0

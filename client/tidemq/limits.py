@@ -18,6 +18,7 @@ __all__ = [
     "TOPIC_MAX_LENGTH", "UNIQUE_KEY_MAX_LENGTH", "FLOW_KEY_MAX_LENGTH", "PRIORITY_MIN", "PRIORITY_MAX",
     "PRIORITIES_DESC", "DEFAULT_MAX_DATA_BYTES", "MAX_DATA_DEPTH", "MAX_DELAY_SECONDS", "MAX_RETRIES", "MAX_BATCH",
     "MAX_PULL", "MAX_WAIT", "MIN_TTR", "MAX_TTR", "MAX_AHEAD", "new_lease_token", "check_lease_token",
+    "DEFAULT_MAX_RESULT_BYTES", "MAX_RESULT_IDS", "MAX_PROGRESS_NOTE", "MAX_ERROR_TRACEBACK",
 ]
 
 # -- messages --------------------------------------------------------------------------------
@@ -42,6 +43,12 @@ MAX_WAIT = 60.0  # seconds a pull may long-poll
 MIN_TTR = 1  # seconds: a broker leases in whole seconds
 MAX_TTR = 7 * 24 * 3600
 MAX_AHEAD = 10.0  # seconds before due a pull may hand a message out
+
+# -- results and progress --------------------------------------------------------------------
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024  # a handler's return value as JSON (TIDEMQ_MAX_RESULT_BYTES)
+MAX_RESULT_IDS = 1000  # ids one Results call may read or wait for
+MAX_PROGRESS_NOTE = 512  # characters of a progress report's note (the stored JSON fits 1024 bytes)
+MAX_ERROR_TRACEBACK = 8 * 1024  # characters of a failure's traceback kept in its error result
 
 _LEASE_TOKEN = re.compile(r"[0-9a-f]{32}")
 

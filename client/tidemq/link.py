@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Delivery", "AckItem", "AckOutcome", "LeaseRef", "PullHandle", "BrokerLink"]
+__all__ = ["Delivery", "AckItem", "AckOutcome", "LeaseRef", "ProgressRef", "Heartbeat", "PullHandle", "BrokerLink"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,17 @@ class Delivery:
 
 @dataclass(frozen=True)
 class AckItem:
-    """One outcome reported by a consumer: success, or a failure with its error text."""
+    """One outcome reported by a consumer: success, or a failure with its error text, or (with
+    ``cancelled``) a handler that stopped because its cancel was requested. ``result`` is JSON
+    text: the handler's return value on success, the error (type, message, traceback) on a
+    failure; None: nothing to store."""
 
     id: int
     lease_token: str
     success: bool
     error: str = ""
+    result: Optional[str] = None
+    cancelled: bool = False
 
 
 class AckOutcome(str, enum.Enum):
@@ -54,6 +59,26 @@ class LeaseRef:
 
     id: int
     lease_token: str
+
+
+@dataclass(frozen=True)
+class ProgressRef:
+    """A handler's latest progress on one lease, sent with the next heartbeat."""
+
+    id: int
+    lease_token: str
+    done: float
+    total: Optional[float] = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A heartbeat's answer, one bool per lease in order: whether it is still held
+    (``extended``) and whether its message's cancel was requested."""
+
+    extended: list[bool]
+    cancel_requested: list[bool]
 
 
 class PullHandle:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Optional
 
-from .errors import InvalidMessageTypeError, quote
+from .control import RunControl
+from .errors import InvalidMessageTypeError, MalformedRequestError, quote
 from .lifecycle import MessageStatus
 
 __all__ = ["MessageType", "MessageStatus", "Message"]
@@ -57,6 +58,30 @@ class Message:
     #: handler's span is its child (``tidemq.tracing``).
     trace_context: str = ""
     _touch: Optional[Callable[[float], bool]] = field(default=None, repr=False, compare=False)
+    _control: Optional[RunControl] = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this message's cancel was requested (``cancel(id, running=True)``): the
+        handler should stop; what it raises then ends the message CANCELLED."""
+        return self._control is not None and self._control.cancelled
+
+    def checkpoint(self) -> None:
+        """Raise :class:`~tidemq.errors.MessageCancelledError` once this message's cancel was
+        requested; call it between steps of long work."""
+        if self._control is not None:
+            self._control.checkpoint()
+
+    def progress(self, done: float, total: Optional[float] = None, note: str = "") -> None:
+        """Report progress (``done`` of ``total``, None: unknown; a short ``note``). The latest
+        report reaches the broker with a heartbeat, at most about once a second, and shows on
+        the message's handle and console page."""
+        for value, what in ((done, "done"), (total, "total")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or value != value or value in (float("inf"), float("-inf"))):
+                raise MalformedRequestError(f"progress {what} must be a finite number, got {quote(value)}")
+        if self._control is not None:
+            self._control.report(float(done), None if total is None else float(total), str(note))
 
     def touch(self, ttr: Optional[float] = None) -> bool:
         """Extend this message's lease by ``ttr`` seconds from now (default: the current ttr).

@@ -72,14 +72,23 @@ def histogram(name: str, doc: str, buckets: tuple[float, ...], labels: tuple[str
     return prometheus_client.Histogram(name, doc, labels, buckets=buckets) if AVAILABLE else _Noop()
 
 
+def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+    """A Gauge in the default registry, or a no-op."""
+    return prometheus_client.Gauge(name, doc, labels) if AVAILABLE else _Noop()
+
+
 MESSAGES_SUCCEEDED = counter("tidemq_messages_succeeded", "Handlers that returned (the message goes to SUCCESS), "
                              "counted by the worker when the handler ends.", ("topic",))
 MESSAGES_RETRIED = counter("tidemq_messages_retried", "Handlers that raised while the message had retries left "
                            "(it goes back to NEW after its backoff).", ("topic",))
 MESSAGES_FAILED = counter("tidemq_messages_failed", "Handlers that raised on the message's last attempt (it goes "
                           "to FAIL, the dead letters).", ("topic",))
+MESSAGES_CANCELLED = counter("tidemq_messages_cancelled", "Handlers that stopped after their message's cancel was "
+                             "requested (it goes to CANCELLED).", ("topic",))
+PROGRESS_RATIO = gauge("tidemq_progress_ratio", "The latest progress (done / total) a running handler of the topic "
+                       "reported, on this worker.", ("topic",))
 _COUNTERS = {HandlerOutcome.SUCCESS: MESSAGES_SUCCEEDED, HandlerOutcome.RETRY: MESSAGES_RETRIED,
-             HandlerOutcome.FAIL: MESSAGES_FAILED}
+             HandlerOutcome.FAIL: MESSAGES_FAILED, HandlerOutcome.CANCELLED: MESSAGES_CANCELLED}
 HANDLER_SECONDS = histogram("tidemq_handler_duration_seconds", "Seconds a handler ran, by outcome "
                             "(success or failure).", HANDLER_BUCKETS, ("topic", "outcome"))
 LATENESS_SECONDS = histogram("tidemq_lateness_seconds", "Seconds from a message's effect_time to the start of its "
@@ -95,6 +104,12 @@ def handler_started(topic: str, effect_time: datetime) -> float:
         now = now.replace(tzinfo=None)
     LATENESS_SECONDS.labels(topic).observe((now - effect_time).total_seconds())
     return time.perf_counter()
+
+
+def progress_reported(topic: str, done: float, total: Optional[float]) -> None:
+    """Record a handler's progress report as its topic's latest progress ratio."""
+    if total:
+        PROGRESS_RATIO.labels(topic).set(done / total)
 
 
 def handler_finished(topic: str, started: float, outcome: HandlerOutcome) -> None:

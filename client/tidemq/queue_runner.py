@@ -3,6 +3,7 @@ it holds and the outcomes it sends are kept by a LeaseKeeper and an AckSender.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -19,7 +20,7 @@ from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, me
 from .lease_keeper import LeaseKeeper
 from .lifecycle import HandlerOutcome
 from .limits import new_lease_token
-from .link import AckItem, BrokerLink, Delivery, LeaseRef, PullHandle
+from .link import BrokerLink, Delivery, LeaseRef, PullHandle
 from .loop import AsyncHandlers, EventLoopThread
 from .message import Message, MessageType
 from .prefetch import Prefetch
@@ -109,7 +110,7 @@ class QueueRunner:
         self._due = DueTimer(self._work.put if self._tasks is None else self._tasks.put,
                              name=f"tidemq-timer-{spec.topic}")
         # Log context, span, metrics and the outcome around every run (tidemq.handling).
-        self._handling = HandlerWrapper([measured, in_log_context, deciding(self._log_failure), in_span])
+        self._handling = HandlerWrapper([measured, in_log_context, deciding(self._log_failure), in_span], results=True)
         self._threads: list[threading.Thread] = []
         self._handlers: list[threading.Thread] = []
         self.registration: Optional[Registration] = None
@@ -299,19 +300,36 @@ class QueueRunner:
     def _handle(self, delivery: Delivery) -> None:
         if self._lost_before_start(delivery):
             return
-        run = Run.of(delivery)
+        run = self._start(delivery)
         started = time.perf_counter()
-        self._handling.run(run, lambda: self.spec.handler(self._message(delivery)))
+        if run.outcome is None:
+            self._handling.run(run, lambda: self.spec.handler(self._message(delivery, run)))
         self._finish(delivery, run, time.perf_counter() - started)
 
     async def _handle_async(self, delivery: Delivery) -> None:
-        """:meth:`_handle` for an ``async def`` handler, as a task on the event loop."""
+        """:meth:`_handle` for an ``async def`` handler, as a task on the event loop; a cancel
+        request cancels the task while its handler runs."""
         if self._lost_before_start(delivery):
             return
-        run = Run.of(delivery)
+        run = self._start(delivery)
         started = time.perf_counter()
-        await self._handling.run_async(run, lambda: self.spec.handler(self._message(delivery)))  # type: ignore[arg-type]
+        if run.outcome is None:
+            task, loop, armed = asyncio.current_task(), asyncio.get_running_loop(), [True]
+            assert task is not None and run.control is not None
+            run.control.on_cancel(lambda: loop.call_soon_threadsafe(lambda: armed[0] and task.cancel()))
+            try:
+                await self._handling.run_async(run, lambda: self.spec.handler(self._message(delivery, run)))  # type: ignore[arg-type]
+            finally:
+                armed[0] = False  # from here on the task reports the outcome: not to be cancelled
         self._finish(delivery, run, time.perf_counter() - started)
+
+    def _start(self, delivery: Delivery) -> Run:
+        """The run of ``delivery``; already CANCELLED when its cancel came while it waited."""
+        run = Run.of(delivery)
+        run.control = self._keeper.control(LeaseRef(delivery.id, delivery.lease_token))
+        if run.control.cancelled:
+            run.outcome = HandlerOutcome.CANCELLED
+        return run
 
     def _lost_before_start(self, delivery: Delivery) -> bool:
         """True (and the slot freed) when a heartbeat found the lease gone while it waited."""
@@ -325,15 +343,16 @@ class QueueRunner:
     def _log_failure(self, run: Run) -> None:
         log.warning("handler of %s failed on message %d: %r", self.spec.topic, run.id, run.error)
 
-    def _message(self, delivery: Delivery) -> Message:
+    def _message(self, delivery: Delivery, run: Run) -> Message:
         lease = LeaseRef(delivery.id, delivery.lease_token)
-        return delivery_to_message(delivery, touch=lambda ttr: self._keeper.touch(lease, ttr))
+        message = delivery_to_message(delivery, touch=lambda ttr: self._keeper.touch(lease, ttr))
+        message._control = run.control
+        return message
 
     def _finish(self, delivery: Delivery, run: Run, seconds: float) -> None:
         """Queue the run's outcome for the ack thread and free the handler's slot; the run's
         ``seconds`` tune an adaptive pull size."""
-        self._acks.report(AckItem(delivery.id, delivery.lease_token, run.outcome is HandlerOutcome.SUCCESS,
-                                    run.error_text))
+        self._acks.report(run.ack(delivery.lease_token))
         if not self.serial:
             # A QUEUE slot frees when its handler returns: waiting for the ack's round trip too
             # held every slot one ack batch longer and cost a fifth of the consume rate. The

@@ -15,7 +15,11 @@ from typing import Any, Optional, Sequence, Union
 from .coalesce import Request
 from .errors import (BrokerUnavailableError, ConfigurationError, PermissionDeniedError, TidemqError,
                      ValidationError)
-from .link import AckItem, AckOutcome, Delivery, LeaseRef
+from .clock import from_epoch_ms
+from .lifecycle import MessageStatus
+from .limits import MAX_RESULT_IDS
+from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef
+from .results import MessageState, parse_progress
 from .rpc import tidemq_pb2 as pb
 from .validation import (
     MAX_BATCH,
@@ -137,9 +141,25 @@ def spread_ids(ids: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
     return shares
 
 
-def cancel_request(ids: Sequence[int]) -> pb.CancelRequest:
+def cancel_request(ids: Sequence[int], running: bool = False) -> pb.CancelRequest:
     check_batch_size(ids, "ids")
-    return pb.CancelRequest(ids=list(ids))
+    return pb.CancelRequest(ids=list(ids), running=running)
+
+
+def results_request(ids: Sequence[int], wait: float) -> pb.ResultsRequest:
+    check_batch_size(ids, "ids")
+    if len(ids) > MAX_RESULT_IDS:
+        raise ConfigurationError(f"at most {MAX_RESULT_IDS} ids per Results call, got {len(ids)}")
+    return pb.ResultsRequest(ids=list(ids), wait_seconds=wait)
+
+
+def message_state(state: pb.ResultState) -> MessageState:
+    """A broker's answer about one message as a :class:`MessageState`."""
+    if not state.found:
+        return MessageState(state.id, False)
+    return MessageState(state.id, True, MessageStatus(state.status), state.result or None,
+                        parse_progress(state.progress), from_epoch_ms(state.effect_time_ms),
+                        from_epoch_ms(state.finish_time_ms) if state.finish_time_ms else None, state.cancel_requested)
 
 
 def requeue_request(ids: Optional[Sequence[int]], topic: Optional[str], retry: int) -> pb.RequeueRequest:
@@ -158,18 +178,28 @@ def ack_request(topic: str, consumer: str, items: Sequence[AckItem]) -> pb.AckRe
     if len(items) > MAX_BATCH:
         raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
     return pb.AckRequest(consumer=consumer, topic=topic, items=[
-        pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error) for i in items])
+        pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error, result=i.result or "",
+                   cancelled=i.cancelled) for i in items])
 
 
 def ack_outcomes(reply: pb.AckReply) -> list[AckOutcome]:
     return [AckOutcome.APPLIED if o == pb.APPLIED else AckOutcome.STALE for o in reply.outcomes]
 
 
-def extend_request(leases: Sequence[LeaseRef], ttr: float, consumer: str) -> pb.ExtendRequest:
+def extend_request(leases: Sequence[LeaseRef], ttr: float, consumer: str,
+                   progress: Sequence[ProgressRef] = ()) -> pb.ExtendRequest:
     if len(leases) > MAX_BATCH:
         raise ConfigurationError(f"at most {MAX_BATCH} leases per extend call")
+    reports = [pb.ProgressReport(id=p.id, lease_token=p.lease_token, done=p.done, total=p.total or 0.0,
+                                 has_total=p.total is not None, note=p.note) for p in progress]
     return pb.ExtendRequest(leases=[pb.LeaseRef(id=l.id, lease_token=l.lease_token) for l in leases],
-                            ttr_seconds=ttr, consumer=consumer)
+                            ttr_seconds=ttr, consumer=consumer, progress=reports)
+
+
+def heartbeat(reply: pb.ExtendReply, leases: int) -> Heartbeat:
+    """An Extend reply as a :class:`Heartbeat` (a broker without cancel flags: none requested)."""
+    flags = list(reply.cancel_requested)
+    return Heartbeat(list(reply.extended), flags if len(flags) == leases else [False] * leases)
 
 
 def delivery(d: pb.Delivery) -> Delivery:

@@ -41,7 +41,9 @@ from .clock import after
 from .errors import MalformedRequestError, PullCancelledError, StorageUnavailableError
 from .lifecycle import Change, MessageStatus
 from .limits import check_lease_token, new_lease_token
+from .handle import Handle
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
+from .stub_results import StubResults
 from .stub_types import PullRecord, StubMessage, StubTopic, delivery_of, stored_time
 from .tables import MESSAGE as M
 from .validation import (check_batch_size, check_flow_key, check_lease_ttr, check_priority, check_pull, check_topic,
@@ -49,8 +51,11 @@ from .validation import (check_batch_size, check_flow_key, check_lease_ttr, chec
 
 __all__ = ["StubBroker", "StubTopic", "StubMessage", "PullRecord"]
 
-_NEW, _RUNNING, _SUCCESS, _FAIL = (s.value for s in (MessageStatus.NEW, MessageStatus.RUNNING,
-                                                     MessageStatus.SUCCESS, MessageStatus.FAIL))
+_NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
+#: The statuses an applied ack leaves: a repeat of it finds one of them.
+_RECORDED = {(True, False): {MessageStatus.SUCCESS.value}, (False, False): {MessageStatus.FAIL.value,
+             MessageStatus.CANCELLED.value}, (False, True): {MessageStatus.CANCELLED.value},
+             (True, True): {MessageStatus.CANCELLED.value}}
 
 
 @dataclass
@@ -58,9 +63,10 @@ class _Call:
     cancelled: bool = False
 
 
-class StubBroker:
+class StubBroker(StubResults):
     """A thread-safe in-memory broker implementing :class:`tidemq.link.BrokerLink` and the
-    producer calls of :class:`tidemq.Client` (produce, produce_many, cancel, requeue).
+    producer calls of :class:`tidemq.Client` (produce, produce_many, cancel, requeue, results;
+    ``result=True`` returns handles).
 
     Inspect it with :meth:`status`, :meth:`message`, :meth:`ids`, and the records ``pulls``,
     ``releases`` (token, how many), ``extend_calls`` (the leases of each call), ``history``
@@ -130,19 +136,19 @@ class StubBroker:
     def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                 effect_time: Optional[datetime] = None, retry: Any = None, unique_key: Optional[str] = None,
                 timeout: Optional[float] = None, key: Optional[str] = None, priority: int = 0,
-                trace_context: str = "") -> int:
+                trace_context: str = "", result: bool = False) -> Any:
         """Store one message as :meth:`tidemq.Client.produce` does (and with the producer's W3C
-        traceparent, if any); return its id."""
+        traceparent, if any); return its id (a :class:`~tidemq.handle.Handle` with ``result``)."""
         return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                  unique_keys=[unique_key], keys=[key], priority=priority,
-                                 trace_context=trace_context)[0]
+                                 trace_context=trace_context, result=result)[0]
 
     def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                      effect_time: Optional[datetime] = None, retry: Any = None,
                      unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None,
                      keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0,
-                     trace_context: str = "") -> list[int]:
-        """Store many messages of one topic, all or none; return their ids."""
+                     trace_context: str = "", result: bool = False) -> list[Any]:
+        """Store many messages of one topic, all or none; return their ids (handles)."""
         datas = list(datas)
         check_batch_size(datas)
         topic, priority = check_topic(topic), check_priority(priority)
@@ -170,17 +176,22 @@ class StubBroker:
                 self._apply(row, change)
                 ids.append(row[M.id])
             self._cond.notify_all()
-            return ids
+            return [Handle(i, self) for i in ids] if result else ids
 
-    def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
-        """Delete a message that is still NEW; False if it is running, done or gone."""
-        return self.cancel_many([msg_id])[0]
+    def cancel(self, msg_id: int, timeout: Optional[float] = None, *, running: bool = False) -> bool:
+        """Delete a message that is still NEW (``running``: or mark a RUNNING one); False if it is
+        running, done or gone."""
+        return self.cancel_many([msg_id], running=running)[0]
 
-    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+    def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None, *,
+                    running: bool = False) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
         check_batch_size(ids, "ids")
         with self._cond:
-            return [msg_id in self._rows and self._apply(self._rows[msg_id], lifecycle.cancel()) for msg_id in ids]
+            gone = [msg_id in self._rows and self._apply(self._rows[msg_id], lifecycle.cancel()) for msg_id in ids]
+            marked = self._cancel_running(ids) if running else [False] * len(ids)
+            self._cond.notify_all()
+            return [a or b for a, b in zip(gone, marked)]
 
     def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
                 timeout: Optional[float] = None) -> int:
@@ -209,7 +220,8 @@ class StubBroker:
                     continue
                 most = self.topic(row[M.topic]).max_deliveries
                 expiries = lifecycle.lease_expiries(row[M.trace]) + 1
-                change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], self.name, expiries)
+                change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], self.name, expiries,
+                                          cancel_requested=bool(row[M.cancel_requested]))
                 if self._apply(row, change):
                     moved.append(row[M.id])
             self._cond.notify_all()
@@ -263,18 +275,21 @@ class StubBroker:
                 row = self._rows.get(item.id)
                 if row is None or not _holds(row, item.lease_token):
                     # A repeat of an ack this lease already recorded is answered as applied.
-                    done = _SUCCESS if item.success else _FAIL
-                    repeat = row is not None and (row[M.status], row[M.lease_token]) == (done, item.lease_token)
+                    done = _RECORDED[(item.success, item.cancelled)]
+                    repeat = row is not None and row[M.status] in done and row[M.lease_token] == item.lease_token
                     if not repeat:
                         self.history.append((AckOutcome.STALE, item.id))
                     outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
                     continue
-                if item.success:
-                    change = lifecycle.succeed(now, consumer, self.name)
+                if item.cancelled:
+                    change = lifecycle.cancelled(now, consumer, self.name)
+                elif item.success:
+                    change = lifecycle.succeed(now, consumer, self.name, item.result)
                 else:
                     self._errors[item.id] = item.error
                     change = lifecycle.fail_attempt(_attempted(row), self.topic(row[M.topic]), item.error, now,
-                                                    consumer, self.name)
+                                                    consumer, self.name, result=item.result,
+                                                    cancel_requested=bool(row[M.cancel_requested]))
                 self._apply(row, change, item.lease_token)
                 outcomes.append(AckOutcome.APPLIED)
             self._cond.notify_all()
@@ -285,7 +300,9 @@ class StubBroker:
         with self._cond:
             self._call("release")
             change = lifecycle.release(self._now(), consumer or "-", self.name)
-            released = sum(self._apply(row, change, lease_token) for row in list(self._rows.values()))
+            stop = lifecycle.cancelled(self._now(), consumer or "-", self.name, error="released")
+            released = sum(self._apply(row, stop if row[M.cancel_requested] else change, lease_token)
+                           for row in list(self._rows.values()))
             self.releases.append((lease_token, released))
             self._cond.notify_all()
             return released

@@ -52,6 +52,11 @@ class _Message(Table):
     trace_context = "trace_context"
     priority = "priority"  # higher first among due messages (0 to 9; flow control, version 9)
     flow_key = "flow_key"  # produce(..., key=...): the topic's per-key running limit counts by it
+    # Results (version 11): the handler's return value or its error as JSON text, the latest
+    # progress report as JSON, and whether a cancel of the running message was requested.
+    result = "result"
+    progress = "progress"
+    cancel_requested = "cancel_requested"
 
 
 class _Topic(Table):
@@ -80,6 +85,7 @@ class _Topic(Table):
     max_running_per_key = "max_running_per_key"  # RUNNING messages per flow_key
     rate_tokens = "rate_tokens"  # the rate's token bucket: tokens left at rate_at
     rate_at = "rate_at"
+    result_retention_seconds = "result_retention_seconds"  # NULL: lifecycle.DEFAULT_RESULT_RETENTION
 
 
 class _SchemaVersion(Table):

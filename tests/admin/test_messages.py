@@ -116,3 +116,30 @@ def test_detail_shows_the_producer_s_trace_id(admin, storage):
         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))], now)
     html = admin.get(f"/messages/{msg_id}").get_data(as_text=True)
     assert "0af7651916cd43dd8448eb211c80319c" in html
+
+
+def test_the_message_page_shows_the_result_the_error_and_progress_and_the_json_endpoint(admin, storage):
+    from tidemq import clock
+    from tidemq_broker.storage import AckItem, LockRequest, Shard, TopicSettings
+
+    ids = produce(storage, "jobs", ['{"a": 1}', '{"a": 2}', '{"a": 3}'])
+    leased = storage.leases.lock_batch(LockRequest(Shard("jobs"), "test-consumer", 30, clock.now(), limit=3))
+    by_id = {m.id: m for m in leased}
+    done, failed, running = ids
+    error = json.dumps({"type": "app.QuotaError", "message": "over <quota>", "traceback": "Traceback: line 9"})
+    storage.acks.ack([AckItem(done, by_id[done].lease_token, True, result='{"rows": 42}'),
+                      AckItem(failed, by_id[failed].lease_token, False, "over quota", error)], clock.now(),
+                     "test-consumer", "b", lambda name: TopicSettings(name, retry_count=0))
+    storage.leases.report_progress([(running, by_id[running].lease_token,
+                                     '{"done": 3, "total": 10, "note": "rows", "at": 1}')], clock.now())
+    html = admin.get(f"/messages/{done}").get_data(as_text=True)
+    assert 'id="result"' in html and ("&#34;rows&#34;: 42" in html or '"rows": 42' in html)
+    html = admin.get(f"/messages/{failed}").get_data(as_text=True)
+    assert "app.QuotaError" in html and "over &lt;quota&gt;" in html and "Traceback: line 9" in html
+    html = admin.get(f"/messages/{running}").get_data(as_text=True)
+    assert '<progress max="10" value="3">' in html and "3 / 10" in html and "— rows" in html
+    api = admin.get(f"/messages/{failed}/result").get_json()
+    assert (api["status"], api["error"]["type"], api["result"]) == ("FAIL", "app.QuotaError", None)
+    assert admin.get(f"/messages/{done}/result").get_json()["result"] == {"rows": 42}
+    assert admin.get(f"/messages/{running}/result").get_json()["progress"]["done"] == 3
+    assert admin.get("/messages/987654321/result").status_code == 404

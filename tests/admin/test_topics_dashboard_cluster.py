@@ -56,6 +56,19 @@ def test_topic_max_deliveries_is_edited_and_its_limit_named(admin, storage):
     assert _topic(storage, "orders").max_deliveries == 1000
 
 
+def test_topic_result_retention_is_a_setting_whose_limit_is_named(admin, storage):
+    produce(storage, "orders", ['{"a": 1}'])
+    form = admin.get("/topics/orders/edit").get_data(as_text=True)
+    assert 'name="result_retention_seconds" value=""' in form and 'placeholder="86400 (a day)"' in form
+    assert admin.post("/topics/orders/edit", {**SETTINGS, "result_retention_seconds": "3600"}).status_code == 302
+    assert _topic(storage, "orders").result_retention_seconds == 3600
+    resp = admin.post("/topics/orders/edit", {**SETTINGS, "result_retention_seconds": "-1"})
+    assert resp.status_code == 400 and "result retention (seconds) must be between 0 and" in resp.get_data(as_text=True)
+    assert _topic(storage, "orders").result_retention_seconds == 3600
+    assert admin.post("/topics/orders/edit", SETTINGS).status_code == 302  # empty: back to the default
+    assert _topic(storage, "orders").result_retention_seconds is None
+
+
 def test_topic_edit_errors_are_named_and_nothing_saved(admin, storage):
     produce(storage, "orders", ['{"a": 1}'])
     bad = {**SETTINGS, "ttr": "0", "alarm_failure_rate": "2", "retry_base": "100", "retry_max": "10", "retry_count": ""}

@@ -111,7 +111,9 @@ def test_unreadable_tls_files_are_refused_naming_the_setting(settings, tmp_path)
 
 # -- authentication -------------------------------------------------------------------------
 
-RPCS = ("Produce", "Pull", "Ack", "Touch", "Extend", "Release", "Cancel", "Requeue", "PutSchedule")
+RPCS = ("Produce", "Pull", "Ack", "Touch", "Extend", "Release", "Cancel", "Requeue", "PutSchedule", "Results")
+#: RPCs that only read: an allowed call shows in what it returns, and never in the database.
+READS = {"Results"}
 
 
 class Case:
@@ -147,6 +149,7 @@ class Case:
             "Cancel": lambda: client.cancel(self.id),
             "Requeue": lambda: client.requeue([self.id]),
             "PutSchedule": lambda: client.schedule(self.topic, self.topic, "0 3 * * *"),
+            "Results": lambda: client.results([self.id]),
         }[self.rpc]()
 
 
@@ -193,8 +196,8 @@ def test_a_call_with_a_token_and_no_request_message_is_refused_naming_it(auth_br
 
 
 ALLOWED = {
-    "producer": {"Produce", "Cancel", "Requeue", "PutSchedule"},
-    "consumer": {"Pull", "Ack", "Touch", "Extend", "Release"},
+    "producer": {"Produce", "Cancel", "Requeue", "PutSchedule", "Results"},
+    "consumer": {"Pull", "Ack", "Touch", "Extend", "Release", "Results"},
     "admin": set(RPCS),
 }
 
@@ -209,13 +212,17 @@ def test_each_role_against_each_rpc_on_its_own_and_a_foreign_topic(auth_broker, 
                 for topic, own in ((f"orders.{role}.{rpc.lower()}", True), (f"billing.{role}.{rpc.lower()}", False)):
                     case = Case(store, rpc, topic)
                     allowed = own and rpc in ALLOWED[role]
+                    answer = None
                     try:
-                        case.call(client)
+                        answer = case.call(client)
                         outcome = "allowed"
                     except PermissionDeniedError as exc:
                         outcome = "denied"
                         assert f"{role}-1" in str(exc) and rpc in str(exc)
                     changed = case.snapshot() != case.before
+                    if rpc in READS:
+                        assert not changed, f"{role} {rpc} changed the database"
+                        changed = bool(answer and answer[0].found and answer[0].status is not None)
                     if outcome != ("allowed" if allowed else "denied") or changed != allowed:
                         wrong.append(f"{role} {rpc} on {topic}: {outcome}, changed={changed}")
         finally:

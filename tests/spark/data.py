@@ -63,6 +63,10 @@ def message_rows(n: int, topics: tuple[str, ...] = ("t.alpha", "t.beta"), seed: 
             "finish_time": finish,
             "trace_context": f"00-{i:032x}-{i + 1:016x}-01" if i % 2 else None,
             "priority": i % 10, "flow_key": f"customer-{i % 7}" if i % 4 == 0 else None,
+            # Results (version 11): the archive carries them with every other column.
+            "result": f'{{"n": {i}}}' if status == "SUCCESS" and i % 2 else None,
+            "progress": f'{{"done": {i}, "total": null, "note": "", "at": 1}}' if status == "RUNNING" else None,
+            "cancel_requested": 0,
         })
     return rows
 

@@ -130,7 +130,8 @@ def test_cancel_requeue_retire_and_restore():
     assert _events(requeue) == ["ADMIN_RETRY"]
     assert lifecycle.retire().delete and lifecycle.retire().source == (S.SUCCESS,)
     restore = lifecycle.restore(NOW, 1, job="restore")
-    assert restore.values[M.status] == "NEW" and set(restore.source) == {S.SUCCESS, S.FAIL}
+    assert restore.values[M.status] == "NEW" and set(restore.source) == {S.SUCCESS, S.FAIL, S.CANCELLED}
+    assert restore.values[M.result] is None and restore.values[M.cancel_requested] is False
 
 
 @pytest.mark.parametrize("days, archive, broker_deletes", [(7, False, True), (0, False, False), (7, True, False)])
@@ -171,3 +172,66 @@ def test_expiries_are_counted_from_the_trace_for_a_poison_messages_fail_line():
     assert lifecycle.lease_expiries(lost * 2) == 2
     change = lifecycle.expire(NOW, 3, 3, "c2", "b", lifecycle.lease_expiries(lost * 2) + 1)
     assert trace.parse(change.trace)[0]["error"] == "lease_expired_3_times:_max_deliveries_3_reached"
+
+
+def test_success_stores_the_result_with_the_status_and_keeps_the_lease_token():
+    change = lifecycle.succeed(NOW, "c", "b", result='{"rows": 3}')
+    assert (change.source, change.target, change.values[M.result]) == ((S.RUNNING,), S.SUCCESS, '{"rows": 3}')
+    assert M.lease_token not in change.values and change.values[M.lease_expire] is None
+    assert lifecycle.succeed(NOW, "c", "b").values[M.result] is None
+
+
+@pytest.mark.parametrize("retry_remaining, target", [(2, S.NEW), (0, S.FAIL)])
+def test_a_failure_keeps_its_error_result_on_a_retry_and_on_fail(retry_remaining, target):
+    error = '{"type": "builtins.ValueError", "message": "bad", "traceback": ""}'
+    change = lifecycle.fail_attempt(_Msg(retry_remaining), _Backoff(), "bad", NOW, "c", "b", result=error)
+    assert (change.target, change.values[M.result]) == (target, error)
+
+
+def test_a_failure_after_a_cancel_request_ends_cancelled_not_retried():
+    change = lifecycle.fail_attempt(_Msg(5), _Backoff(), "stopped", NOW, "c", "b", cancel_requested=True)
+    assert (change.source, change.target, change.event) == ((S.RUNNING,), S.CANCELLED, Event.CANCELLED)
+    assert change.values[M.finish_time] == NOW and M.lease_token not in change.values
+
+
+def test_a_cancel_request_marks_a_running_message_and_leaves_it_running():
+    change = lifecycle.request_cancel(NOW, broker="b:1")
+    assert (change.source, change.target, change.values[M.cancel_requested]) == ((S.RUNNING,), S.RUNNING, True)
+    assert _events(change) == ["CANCEL_REQUESTED"] and change.bump_version
+
+
+def test_cancelled_is_final_keeps_the_lease_token_and_is_no_longer_editable_as_running():
+    change = lifecycle.cancelled(NOW, "worker-1", "b:1")
+    assert (change.source, change.target) == ((S.RUNNING,), S.CANCELLED)
+    assert M.lease_token not in change.values and change.values[M.lease_expire] is None
+    assert trace.parse(change.trace)[0]["consumer"] == "worker-1"
+    assert S.CANCELLED in lifecycle.FINAL_STATUSES and S.CANCELLED in lifecycle.ARCHIVABLE_STATUSES
+    assert S.CANCELLED in EDITABLE_STATUSES
+
+
+def test_an_expired_lease_of_a_cancel_requested_message_ends_it_cancelled_whatever_its_deliveries():
+    for deliveries in (1, 10):
+        change = lifecycle.expire(NOW, deliveries, 10, "worker-9", "b", cancel_requested=True)
+        assert change.target is S.CANCELLED
+        assert trace.parse(change.trace)[0]["error"] == "lease_expired"
+
+
+def test_progress_is_lease_guarded_elsewhere_and_leaves_no_trace_nor_version():
+    change = lifecycle.report_progress(NOW, '{"done": 1, "total": 2, "note": "", "at": 1}')
+    assert (change.source, change.target, change.trace, change.bump_version) == ((S.RUNNING,), S.RUNNING, "", False)
+    assert set(change.values) == {M.progress}
+    row = {M.status: "RUNNING", M.version: 4, M.trace: "t", M.attempt: 1}
+    change.apply_to(row)
+    assert row[M.version] == 4 and row[M.trace] == "t"
+
+
+def test_forget_result_clears_result_and_progress_of_finished_messages_only():
+    change = lifecycle.forget_result(NOW)
+    assert set(change.source) == {S.SUCCESS, S.FAIL, S.CANCELLED} and change.target is None
+    assert change.values == {M.result: None, M.progress: None} and not change.delete
+
+
+def test_paths_back_to_new_clear_a_cancel_request():
+    assert lifecycle.requeue(NOW, 1).values[M.cancel_requested] is False
+    assert lifecycle.admin_edit(NOW, "ann", S.NEW, ["status"]).values[M.cancel_requested] is False
+    assert lifecycle.produce(NOW).values[M.cancel_requested] is False

@@ -17,6 +17,7 @@ from tidemq_broker.maintenance import Maintainer
 from tidemq_broker.maintenance import leases as leases_job
 from tidemq_broker.maintenance.leases import LeaseExpiry
 from tidemq_broker.maintenance.requests import ProduceRequests
+from tidemq_broker.maintenance.results import ResultRetention
 from tidemq_broker.maintenance.retention import Retention
 from tidemq_broker.schema import message
 from tidemq_broker.storage import AckItem, LockRequest, NewRow, RequestRef, Shard, TopicSettings
@@ -51,6 +52,28 @@ def test_retention_deletes_successes_past_each_topics_retention_in_batches(tmp_p
     assert counts["short"] == {"FAIL": 5}  # dead letters are kept for an operator
     assert counts["keep.forever"] == {"SUCCESS": 20, "FAIL": 5}
     assert counts["archived"] == {"SUCCESS": 20, "FAIL": 5}  # the archive pipeline owns its history
+    storage.close()
+
+
+def test_result_retention_clears_results_past_each_topics_setting_in_batches_and_keeps_the_rows(tmp_path):
+    storage, db = _store(tmp_path)
+    now = clock.now()
+    storage.topics.save_topic(TopicSettings("results.hour", result_retention_seconds=3600), now)
+    storage.topics.save_topic(TopicSettings("results.default"), now)
+    for topic in ("results.hour", "results.default"):
+        storage.messages.insert_messages([NewRow(topic, "1", now, 0) for _ in range(10)], now)
+        done = storage.leases.lock_batch(LockRequest(Shard(topic), "c", 30, now, limit=10))
+        storage.acks.ack([AckItem(m.id, m.lease_token, True, result=f'{{"n": {m.id}}}') for m in done], now, "c", "b",
+                         TopicSettings)
+    # Two hours old: past the hour, within the default day.
+    with db.engine.begin() as conn:
+        conn.execute(update(message).values(finish_time=now - timedelta(hours=2)))
+    assert ResultRetention(storage.topics, storage.messages, batch=3).run() == 10
+    kept = {t: [r.result for r in storage.reads.get_results(range(1, 21)) if r.topic == t]
+            for t in ("results.hour", "results.default")}
+    assert kept["results.hour"] == [None] * 10
+    assert all(result is not None for result in kept["results.default"]) and len(kept["results.default"]) == 10
+    assert storage.counts.count_by_status()["results.hour"] == {"SUCCESS": 10}
     storage.close()
 
 

@@ -22,7 +22,7 @@ from tidemq_broker.storages import open_storage
 
 #: Every label a tidemq metric may carry: each takes a bounded set of values, never an id.
 BOUNDED_LABELS = {"topic", "outcome", "endpoint", "code"}
-UNITS = ("_seconds", "_rows", "_messages", "_total")
+UNITS = ("_seconds", "_rows", "_messages", "_total", "_ratio")
 
 
 def _ours():

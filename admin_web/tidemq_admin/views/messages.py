@@ -1,12 +1,17 @@
-"""Message list (every topic or one, filtered, keyset-paginated) and message detail."""
+"""Message list (every topic or one, filtered, keyset-paginated), message detail (with its
+result, error and progress) and a message's result as JSON."""
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any, Optional
 
-from flask import Blueprint, abort, render_template, request
+from flask import Blueprint, abort, jsonify, render_template, request
 
 from tidemq import trace
+from tidemq.lifecycle import MessageStatus
+from tidemq.results import parse_progress
 
 from ..forms import MAX_ID, filter_args, parse_filter, whole_number
 from . import console
@@ -40,4 +45,31 @@ def detail(id: int):  # type: ignore[no-untyped-def]
     msg = console().storage.reads.get_message(id)
     if msg is None:
         abort(404, description=f"Message {id} does not exist (it may have been deleted or cleaned up by retention).")
-    return render_template("message.html", msg=msg, trace=trace.parse(msg.trace))
+    progress = parse_progress(msg.progress)
+    error = _error(msg.status, msg.result)
+    return render_template("message.html", msg=msg, trace=trace.parse(msg.trace), progress=progress, error=error,
+                           result=msg.result if error is None else None)
+
+
+@bp.route(f"/messages/<int(max={MAX_ID}):id>/result")
+def result(id: int):  # type: ignore[no-untyped-def]
+    """The message's status, result (or error) and progress as JSON: the console's API."""
+    msg = console().storage.reads.get_message(id)
+    if msg is None:
+        abort(404, description=f"Message {id} does not exist (it may have been deleted or cleaned up by retention).")
+    progress = parse_progress(msg.progress)
+    error = _error(msg.status, msg.result)
+    return jsonify(id=msg.id, topic=msg.topic, status=msg.status, cancel_requested=bool(msg.cancel_requested),
+                   result=json.loads(msg.result) if msg.result is not None and error is None else None, error=error,
+                   progress=None if progress is None else vars(progress))
+
+
+def _error(status: str, text: Optional[str]) -> Optional[dict[str, Any]]:
+    """A stored failure ({"type", "message", "traceback"}) of a message not in SUCCESS."""
+    if text is None or status == MessageStatus.SUCCESS.value:
+        return None
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        return {"type": "", "message": text, "traceback": ""}
+    return fields if isinstance(fields, dict) else {"type": "", "message": text, "traceback": ""}

@@ -1,5 +1,6 @@
 """Acks: many outcomes in one transaction, each guarded by status RUNNING and its lease token,
-so an outcome from a consumer that lost its lease is refused, never applied."""
+so an outcome from a consumer that lost its lease is refused, never applied. A result is
+written by the same statement as its status."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ from tidemq.link import AckItem, AckOutcome
 
 from ..schema import message as m
 from ..records import TopicSettings
-from .changes import apply
+from .changes import apply, apply_each
 from .database import SqlDatabase
 from .ids import ids_in
-from .rows import to_message
+from .rows import recorded_as, to_message
 
 __all__ = ["Acks"]
 
 _CHUNK = 1000
-_RUNNING, _SUCCESS, _FAIL = MessageStatus.RUNNING.value, MessageStatus.SUCCESS.value, MessageStatus.FAIL.value
+_RUNNING = MessageStatus.RUNNING.value
 
 
 class _SomeStale(Exception):
@@ -37,7 +38,8 @@ class Acks:
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
-        if items and all(item.success for item in items) and len({item.id for item in items}) == len(items):
+        if items and all(item.success and not item.cancelled for item in items) \
+                and len({item.id for item in items}) == len(items):
             try:
                 return self._db.tx(lambda conn: self._all_succeeded(conn, items, now, consumer, broker))
             except _SomeStale:
@@ -52,12 +54,17 @@ class Acks:
         per pulled batch). If any item does not match, the transaction is rolled back and the
         exact path decides each outcome.
         """
-        by_token: dict[str, list[int]] = {}
+        by_token: dict[str, list[AckItem]] = {}
         for item in items:
-            by_token.setdefault(item.lease_token, []).append(item.id)
-        change = lifecycle.succeed(now, consumer, broker)
-        for token, ids in by_token.items():
-            if _chunked(conn, change, ids, m.c.lease_token == token) != len(ids):
+            by_token.setdefault(item.lease_token, []).append(item)
+        plain = lifecycle.succeed(now, consumer, broker)
+        for token, group in by_token.items():
+            if all(item.result is None for item in group):
+                changed = _chunked(conn, plain, [item.id for item in group], m.c.lease_token == token)
+            else:
+                changed = apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result))
+                                            for item in group], m.c.lease_token == token)
+            if changed != len(group):
                 raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)
 
@@ -78,30 +85,33 @@ class Acks:
                 else:
                     done[row.id] = (row.status, row.lease_token)
         outcomes: list[AckOutcome] = []
-        succeeded: list[int] = []
+        succeeded: list[AckItem] = []
         failed: list[AckItem] = []
+        stopped: list[int] = []
         for item in items:
             if item.id not in held or held.pop(item.id) != item.lease_token:
                 # A repeat of an ack this lease already recorded (its reply was lost with a
                 # connection or a broker) is answered as applied, and changes nothing.
-                repeat = done.get(item.id) == (_SUCCESS if item.success else _FAIL, item.lease_token)
+                status, token = done.get(item.id, ("", ""))
+                repeat = token == item.lease_token and status in recorded_as(item)
                 outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
-            elif item.success:
-                outcomes.append(AckOutcome.APPLIED)
-                succeeded.append(item.id)
-            else:
-                outcomes.append(AckOutcome.APPLIED)
-                failed.append(item)
+                continue
+            outcomes.append(AckOutcome.APPLIED)
+            (stopped.append(item.id) if item.cancelled else succeeded.append(item) if item.success
+             else failed.append(item))
         if failed:
             rows = conn.execute(select(m).where(m.c.id.in_([item.id for item in failed])))
             full = {row.id: to_message(row._mapping) for row in rows}
             for item in failed:
                 msg = full[item.id]
-                change = lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker)
+                change = lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker,
+                                                result=item.result, cancel_requested=msg.cancel_requested)
                 apply(conn, change, m.c.id == msg.id)
+        if stopped:
+            _chunked(conn, lifecycle.cancelled(now, consumer, broker), stopped)
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
-            _chunked(conn, lifecycle.succeed(now, consumer, broker), succeeded)
+            apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result)) for item in succeeded])
         return outcomes
 
 

@@ -6,15 +6,21 @@ the guard on the source states, the values, the attempt and version counters and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from sqlalchemy import ColumnElement, Connection, delete, update
+from sqlalchemy import ColumnElement, Connection, case, delete, update
 
 from tidemq.lifecycle import Change
 
 from ..schema import message as m
+from .ids import ids_in
 
-__all__ = ["values_of", "guard", "apply"]
+__all__ = ["values_of", "guard", "apply", "apply_each"]
+
+_CHUNK = 1000
+#: Text values (results) one statement carries at most: a batch of large results is split so no
+#: statement nears the server's max_allowed_packet.
+_CHUNK_BYTES = 4 << 20
 
 
 def values_of(change: Change) -> dict[Any, Any]:
@@ -42,3 +48,26 @@ def apply(conn: Connection, change: Change, *where: Any) -> int:
     if change.delete:
         return conn.execute(delete(m).where(*where, guard(change))).rowcount
     return conn.execute(update(m).where(*where, guard(change)).values(values_of(change))).rowcount
+
+
+def apply_each(conn: Connection, changes: Sequence[tuple[int, Change]], *where: Any) -> int:
+    """Apply one change per row id, changes of one transition that differ only in some values
+    (each message's result), in one UPDATE per chunk: a differing column is set by a CASE on
+    the id. Returns how many rows changed."""
+    done, start = 0, 0
+    while start < len(changes):
+        end, size = start, 0
+        while end < len(changes) and end - start < _CHUNK and (end == start or size < _CHUNK_BYTES):
+            size += sum(len(v) for v in changes[end][1].values.values() if isinstance(v, str))
+            end += 1
+        part = changes[start:end]
+        base = part[0][1]
+        values = values_of(base)
+        for name in base.values:
+            if len({change.values[name] for _, change in part}) > 1:
+                values[name] = case({id: change.values[name] for id, change in part}, value=m.c.id,
+                                    else_=m.c[name])
+        done += conn.execute(update(m).where(ids_in([id for id, _ in part]), *where, guard(base))
+                             .values(values)).rowcount
+        start = end
+    return done

@@ -87,7 +87,12 @@ class Leases:
                 return 0
             ids = conn.execute(select(m.c.id).where(m.c.topic.in_(topics), m.c.status == _RUNNING,
                                                     m.c.lease_token == lease_token)).scalars().all()
-            return apply(conn, change, ids_in(ids), m.c.lease_token == lease_token) if ids else 0
+            if not ids:
+                return 0
+            # A message whose cancel was requested meanwhile does not go back: it ends CANCELLED.
+            stopped = apply(conn, lifecycle.cancelled(now, consumer or "-", broker, error="released"), ids_in(ids),
+                            m.c.lease_token == lease_token, m.c.cancel_requested)
+            return stopped + apply(conn, change, ids_in(ids), m.c.lease_token == lease_token)
 
         return self._db.tx(work)
 
@@ -112,6 +117,23 @@ class Leases:
 
         return self._db.tx(work)
 
+    def report_progress(self, reports: Sequence[tuple[int, str, str]], now: datetime) -> list[bool]:
+        def work(conn: Connection) -> list[bool]:
+            # Latest wins: a report is written as it comes, one UPDATE by key each (a handler
+            # reports about once a second at most).
+            return [apply(conn, lifecycle.report_progress(now, progress), m.c.id == id,
+                          m.c.lease_token == token) == 1 for id, token, progress in reports]
+
+        return self._db.tx(work) if reports else []
+
+    def cancels_requested(self, leases: Sequence[tuple[int, str]]) -> list[bool]:
+        ids = sorted({id for id, _ in leases})
+        if not ids:
+            return []
+        marked = set(self._db.tx(lambda conn: conn.execute(
+            select(m.c.id, m.c.lease_token).where(ids_in(ids), m.c.status == _RUNNING, m.c.cancel_requested)).all()))
+        return [(id, token) in marked for id, token in leases]
+
     def expire_leases(self, now: datetime, limit: int, broker: str,
                       max_deliveries: Callable[[str], int], by_topic: Optional[dict[str, int]] = None,
                       grace: Optional[OutageGrace] = None) -> int:
@@ -130,14 +152,18 @@ class Leases:
                 return 0
             # One range of (topic, status, lease_expire) per topic.
             expired = conn.execute(
-                select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer)
+                select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer, m.c.cancel_requested)
                 .where(m.c.topic.in_(topics), m.c.status == _RUNNING, *ran_out)
                 .order_by(m.c.lease_expire).limit(limit)).all()
             # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
             back: dict[tuple[Optional[str], str], list[int]] = {}
             for row in expired:
                 most = max_deliveries(row.topic)
-                if lifecycle.delivered_out(row.attempt, most):
+                if row.cancel_requested:
+                    # Its worker died after the cancel request: it does not run again.
+                    change = lifecycle.expire(now, row.attempt, most, row.consumer, broker, cancel_requested=True)
+                    _tally(counts, row.topic, apply(conn, change, m.c.id == row.id, m.c.lease_expire < now))
+                elif lifecycle.delivered_out(row.attempt, most):
                     change = lifecycle.expire(now, row.attempt, most, row.consumer, broker,
                                             _expiries(conn, row.id) + 1)
                     _tally(counts, row.topic, apply(conn, change, m.c.id == row.id, m.c.lease_expire < now))

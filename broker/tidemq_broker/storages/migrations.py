@@ -128,6 +128,24 @@ def _schedules(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[schedule])
 
 
+def _results(db: SqlDatabase) -> None:
+    """Version 11: results, progress and cancelling running work. A message's ``result`` (its
+    handler's return value or error, JSON), ``progress`` and ``cancel_requested``; a topic's
+    ``result_retention_seconds``. No index: each of them is read and written by id."""
+    inspector = inspect(db.engine)
+    columns = {column["name"] for column in inspector.get_columns(MESSAGE.name)}
+    topic_columns = {column["name"] for column in inspector.get_columns(TOPIC.name)}
+    result_type = "MEDIUMTEXT" if db.engine.dialect.name in ("mysql", "mariadb") else "TEXT"
+    message_columns = [f"{name} {kind}" for name, kind in (
+        (MESSAGE.result, f"{result_type} NULL"), (MESSAGE.progress, "VARCHAR(1024) NULL"),
+        (MESSAGE.cancel_requested, "BOOLEAN NOT NULL DEFAULT 0")) if name not in columns]
+    added_topic = [f"{TOPIC.result_retention_seconds} INTEGER NULL"] \
+        if TOPIC.result_retention_seconds not in topic_columns else []
+    with db.engine.begin() as conn:
+        db.dialect.alter_table(conn, MESSAGE.name, message_columns)
+        db.dialect.alter_table(conn, TOPIC.name, added_topic)
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -139,6 +157,7 @@ STEPS = (
          _console_sessions),
     Step(9, "flow control: message priority and key, topic limits, priority in the lock index", _flow_control),
     Step(10, "tidemq_schedule: periodic messages, one per tick of a cron expression", _schedules),
+    Step(11, "results: a message's result, progress and cancel request; a topic's result retention", _results),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

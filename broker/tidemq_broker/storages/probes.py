@@ -18,11 +18,14 @@ from tidemq.validation import PRIORITIES_DESC
 from ..records import RecentInserts, Shard
 from ..schema import message as m
 from .database import SqlDatabase
+from .ids import ids_in
 from .reads import any_running
 
 __all__ = ["PullProbes"]
 
 _NEW = MessageStatus.NEW.value
+_PENDING = (MessageStatus.NEW.value, MessageStatus.RUNNING.value)
+_CHUNK = 1000
 
 
 class PullProbes:
@@ -30,6 +33,19 @@ class PullProbes:
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
+
+    def finished(self, ids: Sequence[int]) -> list[int]:
+        wanted = sorted(set(ids))
+
+        def work(conn: Connection) -> set[int]:
+            pending: set[int] = set()
+            for start in range(0, len(wanted), _CHUNK):
+                pending.update(conn.execute(select(m.c.id).where(ids_in(wanted[start : start + _CHUNK]),
+                                                                 m.c.status.in_(_PENDING))).scalars())
+            return pending
+
+        pending = self._db.tx(work) if wanted else set()
+        return [i for i in wanted if i not in pending]
 
     def next_due(self, shard: Shard) -> Optional[datetime]:
         topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint

@@ -8,12 +8,17 @@ from sqlalchemy import Connection, select
 
 from tidemq.lifecycle import MessageStatus
 
-from ..records import StoredMessage
+from ..records import MessageResult, StoredMessage
 from ..schema import message as m
 from .database import SqlDatabase
+from .ids import ids_in
 from .rows import to_message
 
 __all__ = ["Reads", "topics_present", "any_running"]
+
+_CHUNK = 1000
+_RESULT_COLUMNS = (m.c.id, m.c.topic, m.c.status, m.c.result, m.c.progress, m.c.effect_time, m.c.finish_time,
+                   m.c.cancel_requested)
 
 
 def topics_present(conn: Connection) -> list[str]:
@@ -57,3 +62,16 @@ class Reads:
                 m.c.topic.in_(topics), m.c.status == MessageStatus.RUNNING.value, m.c.lease_token == lease_token).distinct()).scalars())
 
         return self._db.tx(work)
+
+    def get_results(self, ids: Sequence[int]) -> list[MessageResult]:
+        wanted = sorted(set(ids))
+
+        def work(conn: Connection) -> list[MessageResult]:
+            found: list[MessageResult] = []
+            for start in range(0, len(wanted), _CHUNK):
+                rows = conn.execute(select(*_RESULT_COLUMNS).where(ids_in(wanted[start : start + _CHUNK]))
+                                    .order_by(m.c.id))
+                found += [MessageResult(**row._mapping) for row in rows]
+            return found
+
+        return self._db.tx(work) if wanted else []

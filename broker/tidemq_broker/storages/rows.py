@@ -12,14 +12,15 @@ import json
 from typing import Any, Mapping
 
 from tidemq import lifecycle
-from tidemq.lifecycle import Change
+from tidemq.lifecycle import Change, MessageStatus
+from tidemq.link import AckItem
 from tidemq.limits import new_lease_token
 from tidemq.tables import MESSAGE as M
 
 from ..records import LeasedMessage, LockRequest, NewRow, StoredMessage
 
 __all__ = ["INSERT_COLUMNS", "row_values", "lease_change", "leased", "to_message", "expiries",
-           "lock_order"]
+           "lock_order", "recorded_as"]
 
 #: Every column an INSERT writes (all but the id), in the table's order.
 INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
@@ -78,3 +79,13 @@ def expiries(trace: str) -> int:
     """How many times a message's lease expired before (``lifecycle.lease_expiries``; the trace
     may be NULL)."""
     return lifecycle.lease_expiries(trace or "")
+
+
+def recorded_as(item: AckItem) -> tuple[str, ...]:
+    """The statuses a row ends in once ``item`` was applied: a repeat of it finds one of them
+    (a failure after a cancel request ends CANCELLED)."""
+    if item.cancelled:
+        return (MessageStatus.CANCELLED.value,)
+    if item.success:
+        return (MessageStatus.SUCCESS.value,)
+    return MessageStatus.FAIL.value, MessageStatus.CANCELLED.value

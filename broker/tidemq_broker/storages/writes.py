@@ -1,4 +1,5 @@
-"""Produce and the operators' changes: insert, cancel, requeue, edit, delete, retention.
+"""Produce and the operators' changes: insert, cancel, requeue, edit, delete, retention, and
+the cancel requests of running messages and the result retention.
 
 Each operation applies one lifecycle transition (``tidemq.lifecycle``) to the rows it selects.
 """
@@ -19,6 +20,7 @@ from ..records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..schema import message as m
 from ..schema import produce_request as r
 from .changes import apply, guard
+from .ids import ids_in
 from .database import SqlDatabase
 from .request_ids import Claims, answer, id_list
 from .rows import row_values, to_message
@@ -159,6 +161,32 @@ class Writes:
                 select(m.c.id).where(m.c.topic == topic, guard(change), m.c.finish_time < before).limit(limit)
             ).scalars())
             return apply(conn, change, m.c.id.in_(old)) if old else 0
+
+        return self._db.tx(work)
+
+    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
+        change = lifecycle.request_cancel(now, broker=broker)
+
+        def work(conn: Connection) -> list[bool]:
+            wanted = sorted(set(ids))
+            running = set(conn.execute(select(m.c.id).where(ids_in(wanted), guard(change)).with_for_update())
+                          .scalars())
+            if running:
+                # Once each: a repeated request adds no trace line.
+                apply(conn, change, ids_in(sorted(running)), ~m.c.cancel_requested)
+            return [i in running for i in ids]
+
+        return self._db.tx(work) if ids else []
+
+    def forget_results(self, topic: str, before: datetime, limit: int) -> int:
+        change = lifecycle.forget_result(before)
+        old = [m.c.topic == topic, guard(change), m.c.finish_time < before,
+               (m.c.result.is_not(None)) | (m.c.progress.is_not(None))]
+
+        def work(conn: Connection) -> int:
+            # A non-locking read finds them; the update locks them by key.
+            found = list(conn.execute(select(m.c.id).where(*old).limit(limit)).scalars())
+            return apply(conn, change, ids_in(found), m.c.finish_time < before) if found else 0
 
         return self._db.tx(work)
 

@@ -21,9 +21,10 @@ from ..config import Settings
 from ..rpc_build import Retry
 from .batch import BatchConsumer
 from .client import AsyncClient
+from .handle import AsyncHandle
 
-__all__ = ["AsyncClient", "BatchConsumer", "configure", "client", "close", "produce", "produce_many", "cancel",
-           "requeue"]
+__all__ = ["AsyncClient", "AsyncHandle", "BatchConsumer", "configure", "client", "close", "produce", "produce_many",
+           "cancel", "requeue", "handle"]
 
 _lock = threading.Lock()
 _settings: Optional[Settings] = None
@@ -62,25 +63,35 @@ async def close() -> None:
 
 async def produce(topic: str, data: Any = None, *, delay: Optional[float] = None,
                   effect_time: Optional[datetime] = None, retry: Retry = None, unique_key: Optional[str] = None,
-                  timeout: Optional[float] = None, key: Optional[str] = None, priority: int = 0) -> int:
-    """Store one message; returns its id after the commit. See :meth:`tidemq.Client.produce`."""
+                  timeout: Optional[float] = None, key: Optional[str] = None, priority: int = 0,
+                  result: bool = False) -> Any:
+    """Store one message; returns its id after the commit (with ``result``: an AsyncHandle). See
+    :meth:`tidemq.Client.produce`."""
     return await client().produce(topic, data, delay=delay, effect_time=effect_time, retry=retry,
-                                  unique_key=unique_key, timeout=timeout, key=key, priority=priority)
+                                  unique_key=unique_key, timeout=timeout, key=key, priority=priority, result=result)
 
 
 async def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                        effect_time: Optional[datetime] = None, retry: Retry = None,
                        unique_keys: Optional[Sequence[Optional[str]]] = None,
                        timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                       priority: int = 0) -> list[int]:
-    """Store many messages in one transaction (all or none). See :meth:`tidemq.Client.produce_many`."""
+                       priority: int = 0, result: bool = False) -> list[Any]:
+    """Store many messages in one transaction (all or none); ids, or AsyncHandles with ``result``.
+    See :meth:`tidemq.Client.produce_many`."""
     return await client().produce_many(topic, datas, delay=delay, effect_time=effect_time, retry=retry,
-                                       unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority)
+                                       unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority,
+                                       result=result)
 
 
-async def cancel(msg_id: int) -> bool:
-    """Delete a pending message; True if it was NEW and is now gone."""
-    return await client().cancel(msg_id)
+async def cancel(msg_id: int, running: bool = False) -> bool:
+    """Delete a pending message; True if it was NEW and is now gone (``running``: or a RUNNING
+    one was marked: its handler stops, it ends CANCELLED)."""
+    return await client().cancel(msg_id, running=running)
+
+
+def handle(msg_id: int) -> AsyncHandle:
+    """A handle on message ``msg_id`` for the running loop's client; ``await`` it for the result."""
+    return client().handle(msg_id)
 
 
 async def requeue(ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0) -> int:

@@ -58,9 +58,11 @@ class BatchConsumer:
         return [delivery_to_message(d, touch=_blocking_touch) for d in deliveries]
 
     async def ack(self, succeeded: Sequence[int] = (),
-                  failed: Union[Sequence[int], Mapping[int, str]] = ()) -> AckResult:
-        """Record successes and failures (optionally {id: error text}) in one transaction."""
-        items = self._leases.items(succeeded, failed)
+                  failed: Union[Sequence[int], Mapping[int, str]] = (),
+                  results: Optional[Mapping[int, Any]] = None) -> AckResult:
+        """Record successes and failures (optionally {id: error text}) in one transaction, with
+        ``results`` ({id: JSON value} of succeeded messages) stored with their SUCCESS."""
+        items = self._leases.items(succeeded, failed, results)
         return self._leases.result(items, await self.client.ack(self.topic, self.name, items))
 
     def processing(self, message: Message) -> "contextlib.AbstractContextManager[Any]":

@@ -16,6 +16,7 @@ from ..coordinators import open_coordinator
 from ..direct import open_direct
 from ..errors import TidemqError
 from ..link import AckItem, AckOutcome, Delivery, LeaseRef
+from ..results import MessageState
 from ..rpc import tidemq_pb2 as pb
 from ..rpc_build import (
     RPC_DATA_BYTES,
@@ -26,17 +27,20 @@ from ..rpc_build import (
     check_produce_batch,
     delivery,
     extend_request,
+    message_state,
     not_sent,
     produce_messages,
     produce_template,
     pull_request,
     requeue_request,
+    results_request,
     produce_call,
     settle_produce,
 )
 from ..tls import channel_credentials
 from ..validation import MAX_BATCH
 from .coalesce import AsyncCoalescer
+from .handle import AsyncHandle
 from .pool import AsyncBrokerPool
 
 __all__ = ["AsyncClient"]
@@ -76,19 +80,21 @@ class AsyncClient:
     async def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                       effect_time: Optional[datetime] = None, retry: Retry = None,
                       unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
-                      priority: int = 0) -> int:
-        """Store one message and return its id once it is committed (see :meth:`tidemq.Client.produce`)."""
+                      priority: int = 0, result: bool = False) -> Any:
+        """Store one message and return its id once it is committed (with ``result``: an
+        :class:`~tidemq.aio.handle.AsyncHandle`; see :meth:`tidemq.Client.produce`)."""
         ids = await self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                       unique_keys=[unique_key] if unique_key else None, timeout=timeout,
-                                      keys=[key] if key else None, priority=priority)
+                                      keys=[key] if key else None, priority=priority, result=result)
         return ids[0]
 
     async def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                            effect_time: Optional[datetime] = None, retry: Retry = None,
                            unique_keys: Optional[Sequence[Optional[str]]] = None,
                            timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                           priority: int = 0) -> list[int]:
-        """Store many messages of one topic in one transaction (all or none); return their ids."""
+                           priority: int = 0, result: bool = False) -> list[Any]:
+        """Store many messages of one topic in one transaction (all or none); return their ids
+        (with ``result``: their handles)."""
         datas = list(datas)
         check_produce_batch(datas, unique_keys, keys)
         template = produce_template(topic, delay, effect_time, retry, priority)
@@ -98,7 +104,11 @@ class AsyncClient:
             ids = await self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
                                              timeout if timeout is not None else self.settings.rpc_timeout)
             tracing.set_message_ids(span, ids)
-            return ids
+            return [AsyncHandle(i, self) for i in ids] if result else ids
+
+    def handle(self, msg_id: int) -> AsyncHandle:
+        """A handle on message ``msg_id`` (produced by anyone, anywhere)."""
+        return AsyncHandle(msg_id, self)
 
     async def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
         """One Produce RPC (or direct commit) for ``batch``; on an input error, one each (see
@@ -117,13 +127,22 @@ class AsyncClient:
         settle_produce(batch, ids)
 
     # -- managing ----------------------------------------------------------------------------
-    async def cancel(self, msg_id: int, timeout: Optional[float] = None) -> bool:
-        """Delete a message that is still pending (NEW). False if it is running, done or gone."""
-        return (await self.cancel_many([msg_id], timeout))[0]
+    async def cancel(self, msg_id: int, timeout: Optional[float] = None, *, running: bool = False) -> bool:
+        """Delete a message that is still pending (NEW); ``running``: mark a RUNNING one (see
+        :meth:`tidemq.Client.cancel`). False if it is done or gone."""
+        return (await self.cancel_many([msg_id], timeout, running=running))[0]
 
-    async def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None) -> list[bool]:
+    async def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None, *,
+                          running: bool = False) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
-        return list((await self._call("Cancel", cancel_request(ids), timeout)).cancelled)
+        return list((await self._call("Cancel", cancel_request(ids, running), timeout)).cancelled)
+
+    async def results(self, ids: Sequence[int], wait: float = 0.0,
+                      timeout: Optional[float] = None) -> list[MessageState]:
+        """As :meth:`tidemq.Client.results`."""
+        budget = timeout if timeout is not None else wait + self.settings.rpc_timeout
+        reply = await self._call("Results", results_request(ids, wait), budget)
+        return [message_state(state) for state in reply.states]
 
     async def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
                       timeout: Optional[float] = None) -> int:

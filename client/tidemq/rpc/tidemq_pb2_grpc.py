@@ -79,6 +79,11 @@ class BrokerStub:
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleRequest.SerializeToString,
                 response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleReply.FromString,
                 _registered_method=True)
+        self.Results = channel.unary_unary(
+                '/tidemq.v1.Broker/Results',
+                request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsRequest.SerializeToString,
+                response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -138,6 +143,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Results(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.PutSchedule,
                     request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleRequest.FromString,
                     response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleReply.SerializeToString,
+            ),
+            'Results': grpc.unary_unary_rpc_method_handler(
+                    servicer.Results,
+                    request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsRequest.FromString,
+                    response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class Broker:
             '/tidemq.v1.Broker/PutSchedule',
             tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleRequest.SerializeToString,
             tidemq_dot_rpc_dot_tidemq__pb2.PutScheduleReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Results(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidemq.v1.Broker/Results',
+            tidemq_dot_rpc_dot_tidemq__pb2.ResultsRequest.SerializeToString,
+            tidemq_dot_rpc_dot_tidemq__pb2.ResultsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,14 +20,13 @@ from tidemq.tables import MESSAGE as M
 
 from ...flow import KEY_WINDOW, refill, within_key_limit
 from ...records import FlowLimits, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
-from ..rows import expiries, lease_change, leased, lock_order, to_message
+from ..rows import expiries, lease_change, leased, lock_order, recorded_as, to_message
 from .state import MemoryState, apply
 from .topics import topic_row
 
 __all__ = ["MemoryLeases", "MemoryAcks", "due_candidates"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
-_SUCCESS, _FAIL = MessageStatus.SUCCESS.value, MessageStatus.FAIL.value
 Row = dict[str, Any]
 
 
@@ -124,8 +123,11 @@ class MemoryLeases:
     def release(self, lease_token: str, now: datetime, consumer: str = "", broker: str = "") -> int:
         change = lifecycle.release(now, consumer or "-", broker)
         with self._state.lock:
-            return apply(self._state, change, [row for row in self._state.rows(status=_RUNNING)
-                                               if row[M.lease_token] == lease_token])
+            rows = [row for row in self._state.rows(status=_RUNNING) if row[M.lease_token] == lease_token]
+            # A message whose cancel was requested meanwhile does not go back: it ends CANCELLED.
+            stopped = apply(self._state, lifecycle.cancelled(now, consumer or "-", broker, error="released"),
+                            [row for row in rows if row[M.cancel_requested]])
+            return stopped + apply(self._state, change, [row for row in rows if not row[M.cancel_requested]])
 
     def extend_leases(self, leases: Sequence[tuple[int, str]], ttr: int, now: datetime) -> list[bool]:
         change = lifecycle.extend(now, ttr)
@@ -135,6 +137,22 @@ class MemoryLeases:
                     and state.messages[id][M.status] == _RUNNING and state.messages[id][M.lease_token] == token}
             apply(state, change, [state.messages[id] for id, _ in held])
             return [(id, token) in held for id, token in leases]
+
+    def report_progress(self, reports: Sequence[tuple[int, str, str]], now: datetime) -> list[bool]:
+        state = self._state
+        done: list[bool] = []
+        with state.lock:
+            for id, token, progress in reports:
+                row = state.messages.get(id)
+                held = row is not None and row[M.status] == _RUNNING and row[M.lease_token] == token
+                done.append(held and apply(state, lifecycle.report_progress(now, progress), [row]) == 1)
+        return done
+
+    def cancels_requested(self, leases: Sequence[tuple[int, str]]) -> list[bool]:
+        state = self._state
+        with state.lock:
+            return [(row := state.messages.get(id)) is not None and row[M.status] == _RUNNING
+                    and row[M.lease_token] == token and bool(row[M.cancel_requested]) for id, token in leases]
 
     def expire_leases(self, now: datetime, limit: int, broker: str, max_deliveries: Callable[[str], int],
                       by_topic: Optional[dict[str, int]] = None, grace: Optional[OutageGrace] = None) -> int:
@@ -155,7 +173,11 @@ class MemoryLeases:
             back: dict[tuple[Optional[str], str], list[Row]] = {}
             for row in expired:
                 most = max_deliveries(row[M.topic])
-                if lifecycle.delivered_out(row[M.attempt], most):
+                if row[M.cancel_requested]:
+                    # Its worker died after the cancel request: it does not run again.
+                    change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], broker, cancel_requested=True)
+                    _tally(counts, row[M.topic], apply(self._state, change, [row]))
+                elif lifecycle.delivered_out(row[M.attempt], most):
                     change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], broker,
                                               expiries(row[M.trace]) + 1)
                     _tally(counts, row[M.topic], apply(self._state, change, [row]))
@@ -185,24 +207,31 @@ class MemoryAcks:
             done = {i: (row[M.status], row[M.lease_token]) for i in {item.id for item in items}
                     if (row := state.messages.get(i)) is not None and row[M.status] != _RUNNING}
             outcomes: list[AckOutcome] = []
-            succeeded: list[Row] = []
+            succeeded: list[AckItem] = []
             failed: list[AckItem] = []
+            stopped: list[Row] = []
             for item in items:
                 if item.id not in held or held.pop(item.id) != item.lease_token:
                     # A repeat of an ack this lease already recorded is answered as applied.
-                    repeat = done.get(item.id) == (_SUCCESS if item.success else _FAIL, item.lease_token)
+                    status, token = done.get(item.id, ("", ""))
+                    repeat = token == item.lease_token and status in recorded_as(item)
                     outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
                     continue
                 outcomes.append(AckOutcome.APPLIED)
-                if item.success:
-                    succeeded.append(state.messages[item.id])
+                if item.cancelled:
+                    stopped.append(state.messages[item.id])
+                elif item.success:
+                    succeeded.append(item)
                 else:
                     failed.append(item)
             for item in failed:
                 msg = to_message(state.messages[item.id])
-                apply(state, lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker),
+                apply(state, lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker,
+                                                    result=item.result, cancel_requested=msg.cancel_requested),
                       [state.messages[item.id]])
-            apply(state, lifecycle.succeed(now, consumer, broker), succeeded)
+            apply(state, lifecycle.cancelled(now, consumer, broker), stopped)
+            for item in succeeded:
+                apply(state, lifecycle.succeed(now, consumer, broker, item.result), [state.messages[item.id]])
             return outcomes
 
 

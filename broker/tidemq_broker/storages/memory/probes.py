@@ -24,6 +24,11 @@ class MemoryProbes:
     def __init__(self, state: MemoryState) -> None:
         self._state = state
 
+    def finished(self, ids: Sequence[int]) -> list[int]:
+        with self._state.lock:
+            messages = self._state.messages
+            return [i for i in sorted(set(ids)) if i not in messages or messages[i][M.status] not in (_NEW, _RUNNING)]
+
     def next_due(self, shard: Shard) -> Optional[datetime]:
         hint = shard.hint
         times: list[datetime] = []

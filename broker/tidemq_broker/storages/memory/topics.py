@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 
-from ...records import Backlog, FlowLimits, StoredMessage, TopicSettings
+from ...records import Backlog, FlowLimits, MessageResult, StoredMessage, TopicSettings
 from ..rows import to_message
 from .state import MemoryState
 
@@ -75,6 +75,13 @@ class MemoryReads:
     def lease_topics(self, lease_token: str) -> set[str]:
         with self._state.lock:
             return {row[M.topic] for row in self._state.rows(status=_RUNNING) if row[M.lease_token] == lease_token}
+
+    def get_results(self, ids: Sequence[int]) -> list[MessageResult]:
+        with self._state.lock:
+            rows = [self._state.messages[i] for i in sorted(set(ids)) if i in self._state.messages]
+            return [MessageResult(row[M.id], row[M.topic], row[M.status], row[M.result], row[M.progress],
+                                  row[M.effect_time], row[M.finish_time], bool(row[M.cancel_requested]))
+                    for row in rows]
 
 
 class MemoryCounts:

@@ -1,5 +1,6 @@
 """Produce and the operators' changes in memory: insert (unique keys, request ids), cancel,
-requeue, edit, delete, retention; each applies the lifecycle's Change as the SQL storage does."""
+requeue, edit, delete, retention, cancel requests of running messages and result retention; each
+applies the lifecycle's Change as the SQL storage does."""
 
 from __future__ import annotations
 
@@ -116,3 +117,19 @@ class MemoryWrites:
             old = [row for row in self._state.rows(topic) if change.allows(row) and row[M.finish_time] is not None
                    and row[M.finish_time] < before][:limit]
             return apply(self._state, change, old)
+
+    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
+        change = lifecycle.request_cancel(now, broker=broker)
+        state = self._state
+        with state.lock:
+            running = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
+            apply(state, change, [state.messages[i] for i in sorted(running)
+                                  if not state.messages[i][M.cancel_requested]])
+            return [i in running for i in ids]
+
+    def forget_results(self, topic: str, before: datetime, limit: int) -> int:
+        change = lifecycle.forget_result(before)
+        with self._state.lock:
+            old = [row for row in self._state.rows(topic) if change.allows(row) and row[M.finish_time] is not None
+                   and row[M.finish_time] < before and (row[M.result] is not None or row[M.progress] is not None)]
+            return apply(self._state, change, old[:limit])

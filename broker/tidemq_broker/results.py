@@ -1,0 +1,109 @@
+"""Result waiters: a Results call sleeps here until a message it waits for is final.
+
+A waiter wakes at once when this broker records the end of a message it waits for (an ack, a
+lease expiry, a cancel), and within one probe interval when another broker does: while anyone
+waits, one shared probe reads which waited ids are final, in one statement per thousand ids
+(``Probes.finished``), every ``probe_interval`` seconds. The probe's cost does not grow with the
+number of waiters of an id, and nothing runs while nobody waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable, Sequence
+
+from tidemq.lifecycle import FINAL_STATUSES
+
+from .errors import RetriableError
+from .storage import MessageResult, Probes
+
+__all__ = ["ResultHub", "is_final"]
+
+log = logging.getLogger(__name__)
+_FINAL = frozenset(status.value for status in FINAL_STATUSES)
+
+
+def is_final(ids: Sequence[int], found: Sequence[MessageResult]) -> bool:
+    """Whether a wait for ``ids`` is over: one of them is final, or is not stored (gone)."""
+    return len(found) < len(set(ids)) or any(state.status in _FINAL for state in found)
+
+
+class ResultHub:
+    """Where Results calls wait, keyed by message id."""
+
+    def __init__(self, probes: Probes, probe_interval: float = 0.05, recheck: float = 10.0) -> None:
+        self._probes = probes
+        self._probe_interval = probe_interval
+        self._recheck = recheck
+        self._lock = threading.Lock()
+        self._someone_waits = threading.Condition(self._lock)
+        self._waiters: dict[int, set[threading.Event]] = {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._probe_forever, name="tidemq-result-probe", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Wake every waiter: Results calls answer with what they have."""
+        with self._lock:
+            self._stopped.set()
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
+            self._someone_waits.notify_all()
+
+    def notify(self, ids: Iterable[int]) -> None:
+        """Messages ``ids`` may have ended (this broker recorded it): wake their waiters."""
+        with self._lock:
+            for id in ids:
+                for event in self._waiters.get(id, ()):
+                    event.set()
+
+    def wait(self, ids: Sequence[int], deadline: float,
+             read: Callable[[Sequence[int]], list[MessageResult]]) -> list[MessageResult]:
+        """Read ``ids`` (``read``) until one of them is final or gone, or until ``deadline`` (a
+        ``time.monotonic()`` value); return the last read."""
+        while True:
+            event = self._register(ids)  # before the read, so no notification is missed
+            try:
+                found = read(ids)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopped.is_set() or is_final(ids, found):
+                    return found
+                event.wait(min(remaining, self._recheck))
+            finally:
+                self._unregister(ids, event)
+
+    def _register(self, ids: Sequence[int]) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            for id in set(ids):
+                self._waiters.setdefault(id, set()).add(event)
+            self._someone_waits.notify_all()
+        return event
+
+    def _unregister(self, ids: Sequence[int], event: threading.Event) -> None:
+        with self._lock:
+            for id in set(ids):
+                events = self._waiters.get(id)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del self._waiters[id]
+
+    def _probe_forever(self) -> None:
+        while not self._stopped.is_set():
+            with self._lock:
+                while not self._waiters and not self._stopped.is_set():
+                    self._someone_waits.wait()
+                waited = list(self._waiters)
+            try:
+                self.notify(self._probes.finished(waited))
+            except RetriableError as exc:  # the database away: waiters re-read on their recheck
+                log.debug("result probe failed: %s", exc)
+            except Exception:
+                log.warning("result probe failed", exc_info=True)
+            self._stopped.wait(self._probe_interval)
