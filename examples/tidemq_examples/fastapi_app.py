@@ -12,6 +12,11 @@ Routes:
 - ``POST /mails`` ``{"to": ..., "text": ...}``: queues a mail; ``POST /mails/send?limit=N`` sends
   queued mails in one batch (``tidemq.aio.BatchConsumer``: many pulled, many acked in one call),
   as a scheduler calling the app every minute would.
+- ``POST /quotes`` ``{"item": ..., "quantity": n}``: asks a worker to price an order
+  (``example.quote``, handled by ``tidemq_examples.quotes``) and returns the message id;
+  ``GET /quotes/{id}?wait=S`` awaits its result through a handle (``tidemq.aio.handle``): the
+  price, 404 for an unknown id, 422 when the worker's handler failed (its error type and
+  message), 202 while it is still running after ``wait`` seconds.
 
 Every route takes the client through the ``TidemqClient`` dependency (``app.state.tidemq``), so
 a further route is one function with that parameter. tidemq's input errors become 422 answers
@@ -31,7 +36,7 @@ from pydantic import BaseModel
 
 import tidemq.aio
 from tidemq.aio import AsyncClient, BatchConsumer
-from tidemq.errors import RetriableError, ValidationError
+from tidemq.errors import MessageNotFoundError, RemoteError, ResultTimeoutError, RetriableError, ValidationError
 
 __all__ = ["app", "create_app", "PAYMENT_WINDOW"]
 
@@ -70,6 +75,11 @@ class NewOrder(BaseModel):
 class Mail(BaseModel):
     to: str
     text: str = ""
+
+
+class QuoteRequest(BaseModel):
+    item: str
+    quantity: int = 1
 
 
 def create_app() -> FastAPI:
@@ -113,6 +123,25 @@ def create_app() -> FastAPI:
                     failed[message.id] = f"not an address: {message.data.get('to')!r}"
         result = await consumer.ack(succeeded=sent, failed=failed)
         return {"sent": sent, "failed": sorted(failed), "stale": result.stale}
+
+    @app.post("/quotes")
+    async def ask_quote(request: QuoteRequest, client: TidemqClient) -> dict:
+        # No retry: a price that cannot be computed now will not be computable in a minute.
+        handle = await client.produce("example.quote", request.model_dump(), retry=0, result=True)
+        return {"quote": handle.id}
+
+    @app.get("/quotes/{quote_id}")
+    async def get_quote(quote_id: int, client: TidemqClient, wait: float = 5.0) -> JSONResponse:
+        # The broker long-polls for the result, woken by the worker's ack: no polling loop here.
+        try:
+            price = await client.handle(quote_id).result(timeout=min(max(wait, 0.0), 30.0))
+        except ResultTimeoutError:
+            return JSONResponse({"quote": quote_id, "status": "pending"}, status_code=202)
+        except MessageNotFoundError as exc:
+            return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=404)
+        except RemoteError as exc:  # the handler raised: its error is the answer
+            return JSONResponse({"error": exc.type, "detail": exc.message}, status_code=422)
+        return JSONResponse({"quote": quote_id, "price": price})
 
     return app
 

@@ -13,10 +13,14 @@ import httpx
 from tests.observe import all_messages, count
 from tests.processes import process_env
 from tests.servers import free_port, wait_until
+from tidemq import Client, MessageType, Worker
+from tidemq.consumer import ConsumerSpec
+from tidemq_examples import quotes
 from tidemq_examples.fastapi_app import PAYMENT_WINDOW
 
 
-def test_the_fastapi_example_produces_cancels_and_sends_a_batch(settings, broker, spawn):
+def _serve(settings, spawn) -> tuple[object, str]:
+    """The example app in its own uvicorn process, serving once it answers."""
     port = free_port()
     server = spawn("uvicorn", [sys.executable, "-m", "uvicorn", "tidemq_examples.fastapi_app:app",
                                "--host", "127.0.0.1", "--port", str(port)], process_env(settings))
@@ -31,6 +35,11 @@ def test_the_fastapi_example_produces_cancels_and_sends_a_batch(settings, broker
             return False
 
     wait_until(up, 30, 0.1, "uvicorn serving the app")
+    return server, base
+
+
+def test_the_fastapi_example_produces_cancels_and_sends_a_batch(settings, broker, spawn):
+    server, base = _serve(settings, spawn)
     storage = broker.storage
     with httpx.Client(base_url=base, timeout=30) as http:
         placed = http.post("/orders", json={"item": "a book"})
@@ -65,3 +74,30 @@ def test_the_fastapi_example_produces_cancels_and_sends_a_batch(settings, broker
     assert server.wait(30) in (0, -signal.SIGTERM)
     log = server.log_path.read_text()
     assert "Application shutdown complete" in log and "shutdown failed" not in log, log[-2000:]
+
+
+def test_the_fastapi_example_awaits_a_workers_result_through_a_handle(settings, broker, spawn):
+    server, base = _serve(settings, spawn)
+    with httpx.Client(base_url=base, timeout=30) as http:
+        asked = http.post("/quotes", json={"item": "a book", "quantity": 3}).json()["quote"]
+        # No worker yet: the route answers that the quote is still pending once its wait ends.
+        pending = http.get(f"/quotes/{asked}", params={"wait": 0.2})
+        assert pending.status_code == 202 and pending.json() == {"quote": asked, "status": "pending"}
+        unknown = http.post("/quotes", json={"item": "a lamp"}).json()["quote"]
+        client = Client(settings)
+        worker = Worker([ConsumerSpec("example.quote", MessageType.QUEUE, quotes.quote)], client=client).start()
+        try:
+            priced = http.get(f"/quotes/{asked}", params={"wait": 20})
+            assert priced.status_code == 200, priced.text
+            assert priced.json() == {"quote": asked,
+                                     "price": {"item": "a book", "quantity": 3, "total_cents": 3 * 1250}}
+            failed = http.get(f"/quotes/{unknown}", params={"wait": 20})
+            assert failed.status_code == 422 and failed.json()["error"] == "KeyError"
+            assert "no price for 'a lamp'" in failed.json()["detail"]
+            missing = http.get("/quotes/999999999", params={"wait": 1})
+            assert missing.status_code == 404 and missing.json()["error"] == "MessageNotFoundError"
+        finally:
+            worker.stop()
+            client.close()
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) in (0, -signal.SIGTERM)
