@@ -337,6 +337,10 @@ class ConsoleStore(Protocol):
         """A page of messages matching ``flt`` with ids below ``before_id``, newest first. A
         filter no index answers (text, time ranges) examines at most ``window`` ids per page."""
 
+    def results_page(self, topic: str, limit: int, before_id: Optional[int] = None) -> list[MessageResult]:
+        """Up to ``limit`` finished messages of ``topic`` that still hold a result (or error),
+        with ids below ``before_id``, newest first: the console's retained results."""
+
     def matching_ids(self, flt: MessageFilter, after_id: int, limit: int) -> list[int]:
         """Ids above ``after_id`` matching ``flt`` (every criterion), ascending: for bulk actions."""
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .client import Client, Retry
     from .config import Settings
     from .consumer import mq_consumer
-    from .handle import Handle
+    from .handles import Handle
     from .results import Progress
     from .message import Message, MessageStatus, MessageType
     from .transactional import enqueue
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AckResult": "batch", "BatchConsumer": "batch", "Client": "client", "Retry": "client", "Settings": "config",
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
-    "enqueue": "transactional", "Worker": "worker", "Handle": "handle", "Progress": "results",
+    "enqueue": "transactional", "Worker": "worker", "Handle": "handles", "Progress": "results",
 }
 
 __all__ = [

@@ -15,7 +15,7 @@ from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
 from .errors import DataTooLargeError, TidemqError
-from .handle import Handle
+from .handles import Handle
 from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef, PullHandle
 from .pool import BrokerPool
 from .results import MessageState
@@ -89,7 +89,7 @@ class Client:
                 unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
                 priority: int = 0, result: bool = False) -> Any:
         """Store one message and return its id once it is committed (with ``result``: a
-        :class:`~tidemq.handle.Handle` on it, to wait for its result, watch or cancel it).
+        :class:`~tidemq.handles.Handle` on it, to wait for its result, watch or cancel it).
 
         ``delay`` (seconds) or ``effect_time`` (a datetime) sets when it may run; ``retry`` is a
         count or a schedule like ``[0, "2m", "1h"]``; ``unique_key`` makes a repeated produce of

@@ -41,7 +41,7 @@ from .clock import after
 from .errors import MalformedRequestError, PullCancelledError, StorageUnavailableError
 from .lifecycle import Change, MessageStatus
 from .limits import check_lease_token, new_lease_token
-from .handle import Handle
+from .handles import Handle
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .stub_results import StubResults
 from .stub_types import PullRecord, StubMessage, StubTopic, delivery_of, stored_time
@@ -138,7 +138,7 @@ class StubBroker(StubResults):
                 timeout: Optional[float] = None, key: Optional[str] = None, priority: int = 0,
                 trace_context: str = "", result: bool = False) -> Any:
         """Store one message as :meth:`tidemq.Client.produce` does (and with the producer's W3C
-        traceparent, if any); return its id (a :class:`~tidemq.handle.Handle` with ``result``)."""
+        traceparent, if any); return its id (a :class:`~tidemq.handles.Handle` with ``result``)."""
         return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                  unique_keys=[unique_key], keys=[key], priority=priority,
                                  trace_context=trace_context, result=result)[0]

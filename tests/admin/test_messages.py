@@ -143,3 +143,23 @@ def test_the_message_page_shows_the_result_the_error_and_progress_and_the_json_e
     assert admin.get(f"/messages/{done}/result").get_json()["result"] == {"rows": 42}
     assert admin.get(f"/messages/{running}/result").get_json()["progress"]["done"] == 3
     assert admin.get("/messages/987654321/result").status_code == 404
+
+
+def test_a_topics_retained_results_are_listed_newest_first_and_paged(admin, storage):
+    from tidemq import clock
+    from tidemq_broker.storage import AckItem, LockRequest, Shard, TopicSettings
+    from tidemq_admin.views.messages import PAGE_SIZE
+
+    ids = produce(storage, "reports", [f'{{"n": {i}}}' for i in range(PAGE_SIZE + 2)])
+    leased = storage.leases.lock_batch(LockRequest(Shard("reports"), "c", 30, clock.now(), limit=len(ids)))
+    error = json.dumps({"type": "app.Broken", "message": "no <data>", "traceback": ""})
+    storage.acks.ack([AckItem(m.id, m.lease_token, m.id != ids[0], "no data", error if m.id == ids[0] else None)
+                      if m.id == ids[0] else AckItem(m.id, m.lease_token, True, result=f'{{"n": {m.id}}}')
+                      for m in leased], clock.now(), "c", "b", lambda name: TopicSettings(name, retry_count=0))
+    html = admin.get("/topics/reports/results").get_data(as_text=True)
+    assert html.index(f">{ids[-1]}</a>") < html.index(f">{ids[-2]}</a>") and 'id="older"' in html
+    assert f">{ids[0]}</a>" not in html
+    older = admin.get(f"/topics/reports/results?before={ids[2]}").get_data(as_text=True)
+    assert f">{ids[0]}</a>" in older and "app.Broken: no &lt;data&gt;" in older and f">{ids[1]}</a>" in older
+    assert admin.get("/topics/no%20such/results").status_code == 400
+    assert "Results" in admin.get("/topics").get_data(as_text=True)

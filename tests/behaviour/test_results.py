@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from tidemq.errors import MessageCancelledError, MessageNotFoundError, RemoteError, ResultTimeoutError
-from tidemq.handle import Handle
+from tidemq.handles import Handle
 from tidemq.lifecycle import MessageStatus
 from tidemq.link import AckItem, AckOutcome, LeaseRef, ProgressRef
 

@@ -185,3 +185,21 @@ def test_topic_result_retention_is_a_stored_setting(storage):
     storage.topics.ensure_topics(["t.ret.default"], clock.now())
     [default] = [t for t in storage.topics.list_topics() if t.name == "t.ret.default"]
     assert default.result_retention_seconds is None
+
+
+def test_the_consoles_retained_results_are_finished_messages_with_a_result_newest_first_in_pages(storage):
+    ids = insert(storage, "t.page", 6) + insert(storage, "t.page.other", 1)
+    leased = {m.id: m for m in lock(storage, "t.page") + lock(storage, "t.page.other")}
+    storage.messages.request_cancel([ids[4]], clock.now(), "b1")
+    error = json.dumps({"type": "E", "message": "m", "traceback": ""})
+    ack(storage, [AckItem(ids[0], leased[ids[0]].lease_token, True, result='"a"'),
+                  AckItem(ids[1], leased[ids[1]].lease_token, True),  # no result: not listed
+                  AckItem(ids[2], leased[ids[2]].lease_token, False, "m", result=error),
+                  AckItem(ids[3], leased[ids[3]].lease_token, True, result='"d"'),
+                  AckItem(ids[4], leased[ids[4]].lease_token, False, "stop", result=error, cancelled=True),
+                  AckItem(ids[6], leased[ids[6]].lease_token, True, result='"other"')])
+    first = storage.console.results_page("t.page", 2)
+    assert [(r.id, r.status) for r in first] == [(ids[3], "SUCCESS"), (ids[2], "FAIL")]
+    rest = storage.console.results_page("t.page", 10, before_id=first[-1].id)
+    assert [(r.id, r.result) for r in rest] == [(ids[0], '"a"')]  # the CANCELLED ack stored no result
+    assert storage.console.results_page("t.none", 10) == []

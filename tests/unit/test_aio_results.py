@@ -93,3 +93,31 @@ def test_batch_consumers_store_results_and_refuse_bad_ones_before_sending(embedd
 
     state = asyncio.run(aio_batch())
     assert (state.status, state.result) == (MessageStatus.SUCCESS, "[7]")
+
+
+def test_the_module_level_calls_return_handles_and_cancel_running_messages(embedded_broker, monkeypatch):
+    import tidemq
+
+    broker, client = embedded_broker
+    monkeypatch.setattr(tidemq, "_client", client)  # the process-wide client, for this test only
+    handle = tidemq.produce("mod.r", {"n": 1}, result=True)
+    assert isinstance(handle, tidemq.Handle) and tidemq.handle(handle.id) == handle
+    [plain] = tidemq.produce_many("mod.r", [2])
+    assert isinstance(plain, int)
+    client.pull("mod.r", "c1", max_messages=2, wait=5)
+    assert tidemq.cancel(handle.id) is False  # running: not deleted without running=True
+    assert tidemq.cancel(handle.id, running=True) is True
+    assert tidemq.handle(handle.id).state().cancel_requested
+    assert tidemq.handle(handle.id).status() is MessageStatus.RUNNING
+
+
+def test_the_handle_functions_stay_functions_once_every_client_module_is_loaded():
+    import importlib
+
+    import tidemq
+    import tidemq.aio
+
+    for name in ("tidemq.client", "tidemq.stub", "tidemq.handles", "tidemq.aio.client", "tidemq.aio.handles"):
+        importlib.import_module(name)
+    assert callable(tidemq.handle) and callable(tidemq.aio.handle)
+    assert tidemq.Handle.__name__ == "Handle"

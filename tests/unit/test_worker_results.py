@@ -139,3 +139,36 @@ def test_a_handler_that_completes_despite_a_cancel_request_wins_the_race(stub, s
 
 def test_invalid_result_error_is_a_validation_error():
     assert issubclass(InvalidResultError, ValueError)
+
+
+def test_a_message_whose_cancel_comes_while_it_waits_for_a_handler_slot_never_starts(stub):
+    release, started = threading.Event(), []
+
+    def handler(message):
+        started.append(message.data)
+        if message.data == "first":
+            release.wait(20)
+        return message.data
+
+    coordinator = LocalCoordinator(f"/test-{uuid.uuid4().hex[:8]}")
+    coordinator.start()
+    spec = ConsumerSpec("w.wait", MessageType.QUEUE, handler, ttr=3, batch=1, concurrency=1, threads=1)
+    worker = Worker([spec], link=stub, coordinator=coordinator, drain_timeout=5).start()
+    try:
+        first = stub.produce("w.wait", "first", result=True)
+        wait_until(lambda: started == ["first"], 10, what="the first handler to start")
+        second = stub.produce("w.wait", "second", result=True)
+        wait_until(lambda: stub.status(second.id) is MessageStatus.RUNNING, 10, what="the second to be prefetched")
+        beats = len(stub.extend_calls)
+        assert second.cancel(running=True) is True
+        # The next heartbeat (ttr/3) tells the worker; then the slot frees.
+        wait_until(lambda: any(second.id in (lease.id for lease in call) for call in stub.extend_calls[beats:]), 10,
+                   what="a heartbeat of the waiting message after the cancel")
+        release.set()
+        assert first.result(timeout=10) == "first"
+        with pytest.raises(MessageCancelledError):
+            second.result(timeout=10)
+        assert started == ["first"]
+    finally:
+        worker.stop()
+        coordinator.stop()

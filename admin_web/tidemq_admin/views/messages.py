@@ -1,5 +1,5 @@
 """Message list (every topic or one, filtered, keyset-paginated), message detail (with its
-result, error and progress) and a message's result as JSON."""
+result, error and progress), a message's result as JSON, and a topic's retained results."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, Optional
 from flask import Blueprint, abort, jsonify, render_template, request
 
 from tidemq import trace
+from tidemq.validation import check_topic
 from tidemq.lifecycle import MessageStatus
 from tidemq.results import parse_progress
 
@@ -62,6 +63,21 @@ def result(id: int):  # type: ignore[no-untyped-def]
     return jsonify(id=msg.id, topic=msg.topic, status=msg.status, cancel_requested=bool(msg.cancel_requested),
                    result=json.loads(msg.result) if msg.result is not None and error is None else None, error=error,
                    progress=None if progress is None else vars(progress))
+
+
+@bp.route("/topics/<name>/results")
+def retained(name: str):  # type: ignore[no-untyped-def]
+    """The topic's finished messages that still hold a result or an error, newest first, paged."""
+    try:
+        topic = check_topic(name)
+    except ValueError as exc:
+        abort(400, description=str(exc))
+    before_id = whole_number(request.args.get("before", ""), MAX_ID + 1, 1)
+    page = console().storage.console.results_page(topic, PAGE_SIZE + 1, before_id)
+    more = len(page) > PAGE_SIZE
+    rows = [(state, _error(state.status, state.result)) for state in page[:PAGE_SIZE]]
+    return render_template("results.html", topic=topic, rows=rows,
+                           next_before=page[PAGE_SIZE - 1].id if more else None)
 
 
 def _error(status: str, text: Optional[str]) -> Optional[dict[str, Any]]:

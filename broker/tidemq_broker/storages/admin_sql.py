@@ -15,9 +15,9 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import Connection, case, delete, func, insert, select, update
 
-from tidemq.lifecycle import STATUSES, MessageStatus
+from tidemq.lifecycle import FINAL_STATUSES, STATUSES, MessageStatus
 
-from ..records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, MessageFilter, MessagePage, TopicBacklog,
+from ..records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, MessageFilter, MessagePage, MessageResult, TopicBacklog,
                        TopicCounts)
 from ..schema import admin_session
 from ..schema import admin_user as u
@@ -26,7 +26,7 @@ from ..schema import message as m
 from ..schema import topic_count as tc
 from ..schema import topic_stats as ts
 from .database import SqlDatabase
-from .reads import topics_present
+from .reads import RESULT_COLUMNS, topics_present
 from .rows import to_message
 
 __all__ = ["SqlConsole"]
@@ -171,6 +171,21 @@ class SqlConsole:
         return self._db.tx(work)
 
     # -- dashboard ---------------------------------------------------------------------------
+    def results_page(self, topic: str, limit: int, before_id: Optional[int] = None) -> list[MessageResult]:
+        def work(conn: Connection) -> list[MessageResult]:
+            # One range of (topic, status, lease_expire) per final status, read newest first: the
+            # index ends with the id, and lease_expire is NULL in every final status.
+            found: list[MessageResult] = []
+            below = [m.c.id < before_id] if before_id is not None else []
+            for status in FINAL_STATUSES:
+                rows = conn.execute(select(*RESULT_COLUMNS).where(
+                    m.c.topic == topic, m.c.status == status.value, m.c.lease_expire.is_(None),
+                    m.c.result.is_not(None), *below).order_by(m.c.id.desc()).limit(limit))
+                found += [MessageResult(**row._mapping) for row in rows]
+            return sorted(found, key=lambda r: r.id, reverse=True)[:limit]
+
+        return self._db.tx(work)
+
     def topics_present(self) -> list[str]:
         """Every topic that has messages (read along an index that starts with topic)."""
         return self._db.tx(topics_present)

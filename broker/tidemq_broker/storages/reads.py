@@ -14,11 +14,12 @@ from .database import SqlDatabase
 from .ids import ids_in
 from .rows import to_message
 
-__all__ = ["Reads", "topics_present", "any_running"]
+__all__ = ["Reads", "topics_present", "any_running", "RESULT_COLUMNS"]
 
 _CHUNK = 1000
-_RESULT_COLUMNS = (m.c.id, m.c.topic, m.c.status, m.c.result, m.c.progress, m.c.effect_time, m.c.finish_time,
-                   m.c.cancel_requested)
+#: What a MessageResult holds (also the console's retained results).
+RESULT_COLUMNS = (m.c.id, m.c.topic, m.c.status, m.c.result, m.c.progress, m.c.effect_time, m.c.finish_time,
+                  m.c.cancel_requested)
 
 
 def topics_present(conn: Connection) -> list[str]:
@@ -69,7 +70,7 @@ class Reads:
         def work(conn: Connection) -> list[MessageResult]:
             found: list[MessageResult] = []
             for start in range(0, len(wanted), _CHUNK):
-                rows = conn.execute(select(*_RESULT_COLUMNS).where(ids_in(wanted[start : start + _CHUNK]))
+                rows = conn.execute(select(*RESULT_COLUMNS).where(ids_in(wanted[start : start + _CHUNK]))
                                     .order_by(m.c.id))
                 found += [MessageResult(**row._mapping) for row in rows]
             return found

@@ -21,7 +21,7 @@ from ..config import Settings
 from ..rpc_build import Retry
 from .batch import BatchConsumer
 from .client import AsyncClient
-from .handle import AsyncHandle
+from .handles import AsyncHandle
 
 __all__ = ["AsyncClient", "AsyncHandle", "BatchConsumer", "configure", "client", "close", "produce", "produce_many",
            "cancel", "requeue", "handle"]

@@ -40,7 +40,7 @@ from ..rpc_build import (
 from ..tls import channel_credentials
 from ..validation import MAX_BATCH
 from .coalesce import AsyncCoalescer
-from .handle import AsyncHandle
+from .handles import AsyncHandle
 from .pool import AsyncBrokerPool
 
 __all__ = ["AsyncClient"]
@@ -82,7 +82,7 @@ class AsyncClient:
                       unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
                       priority: int = 0, result: bool = False) -> Any:
         """Store one message and return its id once it is committed (with ``result``: an
-        :class:`~tidemq.aio.handle.AsyncHandle`; see :meth:`tidemq.Client.produce`)."""
+        :class:`~tidemq.aio.handles.AsyncHandle`; see :meth:`tidemq.Client.produce`)."""
         ids = await self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                       unique_keys=[unique_key] if unique_key else None, timeout=timeout,
                                       keys=[key] if key else None, priority=priority, result=result)

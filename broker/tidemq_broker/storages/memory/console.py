@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
 
-from tidemq.lifecycle import STATUSES, MessageStatus
+from tidemq.lifecycle import FINAL_STATUSES, STATUSES, MessageStatus
 from tidemq.tables import MESSAGE as M
 
-from ...records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, MessageFilter, MessagePage, TopicBacklog,
+from ...records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, MessageFilter, MessagePage, MessageResult, TopicBacklog,
                         TopicCounts)
 from ..rows import to_message
 from .state import MemoryState
@@ -100,6 +100,16 @@ class MemoryConsole:
             return sorted(id for id, row in self._state.messages.items() if id > after_id and matches(row))[:limit]
 
     # -- dashboard ---------------------------------------------------------------------------
+    def results_page(self, topic: str, limit: int, before_id: Optional[int] = None) -> list[MessageResult]:
+        final = {status.value for status in FINAL_STATUSES}
+        with self._state.lock:
+            rows = [row for row in self._state.rows(topic) if row[M.status] in final and row[M.result] is not None
+                    and (before_id is None or row[M.id] < before_id)]
+            rows = sorted(rows, key=lambda row: row[M.id], reverse=True)[:limit]
+            return [MessageResult(row[M.id], row[M.topic], row[M.status], row[M.result], row[M.progress],
+                                  row[M.effect_time], row[M.finish_time], bool(row[M.cancel_requested]))
+                    for row in rows]
+
     def topics_present(self) -> list[str]:
         with self._state.lock:
             return sorted({row[M.topic] for row in self._state.rows()})

@@ -1,4 +1,4 @@
-"""Handles for asyncio: :class:`AsyncHandle` is :class:`tidemq.handle.Handle` as coroutines,
+"""Handles for asyncio: :class:`AsyncHandle` is :class:`tidemq.handles.Handle` as coroutines,
 and awaiting the handle itself waits for its result.
 
 >>> h = await tidemq.aio.produce("report.build", {"month": "2026-10"}, result=True)   # doctest: +SKIP
@@ -12,7 +12,7 @@ import time
 from typing import Any, Generator, Optional, Protocol, Sequence
 
 from ..errors import ResultTimeoutError
-from ..handle import outcome
+from ..handles import outcome
 from ..lifecycle import MessageStatus
 from ..limits import MAX_WAIT
 from ..results import MessageState, Progress
@@ -65,7 +65,7 @@ class AsyncHandle:
         return (await self.state()).progress
 
     async def result(self, timeout: Optional[float] = None) -> Any:
-        """As :meth:`tidemq.handle.Handle.result`, without blocking the event loop."""
+        """As :meth:`tidemq.handles.Handle.result`, without blocking the event loop."""
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         while True:
             left = MAX_WAIT if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -76,5 +76,5 @@ class AsyncHandle:
                 raise ResultTimeoutError(f"message {self.id} is still {state.status} after {timeout} s")
 
     async def cancel(self, running: bool = True) -> bool:
-        """As :meth:`tidemq.handle.Handle.cancel`."""
+        """As :meth:`tidemq.handles.Handle.cancel`."""
         return (await self._source.cancel_many([self.id], running=running))[0]
