@@ -154,23 +154,31 @@ class LockHints:
               probed_at: datetime) -> set[str]:
         """The probe that began at ``probed_at``, after ``versions`` were read, found ``earliest``
         ({topic: {priority: earliest NEW effect_time}}, topics without NEW messages absent). A
-        topic whose version moved meanwhile keeps its hint: something made a message NEW that the
-        probe may not have seen. Returns the topics whose messages became stranded."""
+        topic whose version moved meanwhile only widens its hint: something made a message NEW
+        that the probe may not have seen, so the floor is not raised, no priority dropped and the
+        stranded flag not cleared, but a stranded message the probe saw is still there to take.
+        Returns the topics whose messages became stranded."""
         stale = clock.after(probed_at, -self.stranded_after)
         became: set[str] = set()
         with self._lock:
             for topic, version in versions.items():
                 state = self._topics.get(topic)
-                if state is None or state.version != version:
+                if state is None:
                     continue
                 found = earliest.get(topic, {})
                 first = min(found.values(), default=None)
-                low = probed_at if first is None or first > probed_at else first
-                state.floor = clock.after(low, -MARGIN)
-                state.priorities = frozenset(found)
                 stranded = first is not None and first <= stale
                 if stranded and not state.stranded:
                     became.add(topic)
+                if state.version != version:
+                    # Under steady production a commit lands during nearly every probe: taking
+                    # nothing from such a probe left a dead consumer's shard unseen for as long
+                    # as production went on.
+                    state.stranded = state.stranded or stranded
+                    continue
+                low = probed_at if first is None or first > probed_at else first
+                state.floor = clock.after(low, -MARGIN)
+                state.priorities = frozenset(found)
                 state.stranded = stranded
         return became
 

@@ -72,6 +72,25 @@ def test_a_probe_names_the_topics_whose_messages_just_became_stranded():
     assert hints.get("t").stranded == 1.0
 
 
+def test_a_probe_that_ran_across_a_commit_still_marks_what_it_found_stranded():
+    hints = LockHints(stranded_after=1.0)
+    hints.get("t")
+    now = clock.now()
+    _probe(hints, {"t": {0: now}}, now)  # both consumers keep up: nothing stranded
+    assert hints.get("t").stranded == 0.0
+    versions = hints.versions(["t"])  # a probe starts ...
+    hints.lower("t", clock.after(now, 2), {0})  # ... a producer's commit lands meanwhile ...
+    # ... and a message of a dead consumer's shard, due 2 s before the probe, is still there.
+    assert hints.learn(versions, {"t": {0: now}}, clock.after(now, 2)) == {"t"}
+    assert hints.get("t").stranded == 1.0
+    versions = hints.versions(["t"])
+    hints.lower("t", clock.after(now, 3), {0})
+    hints.learn(versions, {"t": {0: clock.after(now, 3)}}, clock.after(now, 3))  # may not clear it
+    assert hints.get("t").stranded == 1.0
+    _probe(hints, {"t": {0: clock.after(now, 3)}}, clock.after(now, 3))  # a probe across no commit does
+    assert hints.get("t").stranded == 0.0
+
+
 def test_the_probe_takes_a_bounded_share_of_the_time():
     assert LockHints.next_probe(0.001) == 0.5
     assert LockHints.next_probe(0.05) == 0.05 / 0.05
