@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tests.conformance.test_storage import rows
+from tests.conformance.storage_ops import rows
 from tidemq import clock
 from tidemq_broker.storage import RequestRef
 

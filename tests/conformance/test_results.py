@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conformance.test_storage import ack, insert, lock
+from tests.conformance.storage_ops import ack, insert, lock
 from tidemq import clock, trace
 from tidemq.lifecycle import MessageStatus as S
 from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard, TopicSettings
