@@ -1,7 +1,7 @@
-"""TLS, authentication and authorization on a real broker and MariaDB: plaintext and wrongly
-trusting clients are refused with a clear error, every RPC needs a valid token, every role is
-checked against every RPC on its own and a foreign topic (the database is checked afterwards),
-and a revoked token stops working within seconds on every broker."""
+"""Authentication and authorization on a real broker and MariaDB (TLS: test_tls.py): every RPC
+needs a valid token, every role is checked against every RPC on its own and a foreign topic (the
+database is checked afterwards), a revoked token stops working within seconds on every broker,
+and anonymous requests cost the broker no memory."""
 
 from __future__ import annotations
 
@@ -11,102 +11,17 @@ from dataclasses import replace
 
 import pytest
 
-from tests.pki import Authority
+from tests.integration.security_setup import client_of, principal, store  # noqa: F401 (store: a fixture)
 from tests.processes import TIDEMQ
 from tests.servers import wait_until
 from tidemq import Client, clock
-from tidemq.errors import (AuthenticationError, BrokerUnavailableError, ConfigurationError,
+from tidemq.errors import (AuthenticationError, ConfigurationError,
                            PermissionDeniedError)
 from tidemq.link import AckItem, LeaseRef
 from tidemq_broker.auth import new_token, token_hash
 from tidemq_broker.server import BrokerServer
 from tidemq_broker.storage import AckItem as StoredAck
 from tidemq_broker.storage import LockRequest, NewRow, Shard, TopicSettings
-from tidemq_broker.storages import open_storage
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    ca = Authority(tmp_path_factory.mktemp("pki"))
-    return ca, ca.server(), ca.client(), Authority(tmp_path_factory.mktemp("rogue"), "rogue CA")
-
-
-@pytest.fixture
-def store(settings):
-    storage = open_storage(settings.db_url)
-    yield storage
-    storage.close()
-
-
-def _client(broker, **settings_fields):
-    from tidemq import Settings
-
-    return Client(Settings.from_env({}, brokers=(broker.address,), rpc_timeout=2, **settings_fields))
-
-
-def _principal(store, name, role, topics=("orders.*",)):
-    token = new_token()
-    store.principals.add(name, role, tuple(topics), token_hash(token), clock.now())
-    return token
-
-
-# -- TLS ------------------------------------------------------------------------------------
-
-def test_a_tls_broker_serves_verifying_clients_and_refuses_plaintext_and_untrusting_ones(settings, pki):
-    ca, server, _, rogue = pki
-    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key)).start()
-    clients = []
-    try:
-        good = _client(broker, tls_ca=ca.ca)
-        clients.append(good)
-        assert good.produce("tls.t", {"n": 1}) > 0
-        plain = _client(broker)
-        clients.append(plain)
-        with pytest.raises(BrokerUnavailableError, match="TIDEMQ_TLS_CA"):
-            plain.produce("tls.t", {"n": 2}, timeout=2)
-        untrusting = _client(broker, tls_ca=rogue.ca)
-        clients.append(untrusting)
-        with pytest.raises(BrokerUnavailableError, match="CERTIFICATE_VERIFY_FAILED.*TLS failed"):
-            untrusting.produce("tls.t", {"n": 3}, timeout=2)
-        assert broker.storage.counts.count_by_status("tls.t")["tls.t"] == {"NEW": 1}
-    finally:
-        for c in clients:
-            c.close()
-        broker.stop(grace=1)
-
-
-def test_mutual_tls_requires_a_client_certificate_the_ca_signed(settings, pki):
-    ca, server, client_pair, rogue = pki
-    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key, tls_client_ca=ca.ca)).start()
-    rogue_pair = rogue.client("rogue-client")
-    clients = []
-    try:
-        anonymous = _client(broker, tls_ca=ca.ca)
-        clients.append(anonymous)
-        with pytest.raises(BrokerUnavailableError):
-            anonymous.produce("mtls.t", 1, timeout=2)
-        forged = _client(broker, tls_ca=ca.ca, tls_cert=rogue_pair.cert, tls_key=rogue_pair.key)
-        clients.append(forged)
-        with pytest.raises(BrokerUnavailableError):
-            forged.produce("mtls.t", 2, timeout=2)
-        known = _client(broker, tls_ca=ca.ca, tls_cert=client_pair.cert, tls_key=client_pair.key)
-        clients.append(known)
-        assert known.produce("mtls.t", 3) > 0
-        assert broker.storage.counts.count_by_status("mtls.t")["mtls.t"] == {"NEW": 1}
-    finally:
-        for c in clients:
-            c.close()
-        broker.stop(grace=1)
-
-
-def test_unreadable_tls_files_are_refused_naming_the_setting(settings, tmp_path):
-    not_pem = tmp_path / "key.txt"
-    not_pem.write_text("secret-material")
-    with pytest.raises(ConfigurationError, match="TIDEMQ_TLS_KEY: .* is not a PEM file") as info:
-        BrokerServer(replace(settings, tls_cert=str(not_pem), tls_key=str(not_pem)))
-    assert "secret-material" not in str(info.value)
-    with pytest.raises(ConfigurationError, match="TIDEMQ_TLS_KEY: cannot read"):
-        BrokerServer(replace(settings, tls_cert=str(not_pem), tls_key=str(tmp_path / "missing.key")))
 
 
 # -- authentication -------------------------------------------------------------------------
@@ -161,11 +76,11 @@ def auth_broker(settings):
 
 
 def test_every_rpc_without_a_token_with_a_wrong_one_and_with_a_revoked_one_is_unauthenticated(auth_broker, store):
-    revoked = _principal(store, "gone", "admin", ["*"])
+    revoked = principal(store, "gone", "admin", ["*"])
     store.principals.revoke("gone", clock.now())
     wrong = new_token()
     for label, token in (("no token", ""), ("wrong token", wrong), ("revoked token", revoked)):
-        client = _client(auth_broker, token=token)
+        client = client_of(auth_broker, token=token)
         try:
             for rpc in RPCS:
                 case = Case(store, rpc, f"auth.{rpc.lower()}")
@@ -183,7 +98,7 @@ def test_a_call_with_a_token_and_no_request_message_is_refused_naming_it(auth_br
 
     from tidemq.rpc import tidemq_pb2 as pb
 
-    token = _principal(store, "empty", "admin", ["*"])
+    token = principal(store, "empty", "admin", ["*"])
     channel = grpc.insecure_channel(auth_broker.address)
     try:
         empty = channel.stream_unary("/tidemq.v1.Broker/Produce", request_serializer=pb.ProduceRequest.SerializeToString,
@@ -203,10 +118,10 @@ ALLOWED = {
 
 
 def test_each_role_against_each_rpc_on_its_own_and_a_foreign_topic(auth_broker, store):
-    tokens = {role: _principal(store, f"{role}-1", role) for role in ALLOWED}
+    tokens = {role: principal(store, f"{role}-1", role) for role in ALLOWED}
     wrong = []
     for role, token in tokens.items():
-        client = _client(auth_broker, token=token)
+        client = client_of(auth_broker, token=token)
         try:
             for rpc in RPCS:
                 for topic, own in ((f"orders.{role}.{rpc.lower()}", True), (f"billing.{role}.{rpc.lower()}", False)):
@@ -232,8 +147,8 @@ def test_each_role_against_each_rpc_on_its_own_and_a_foreign_topic(auth_broker, 
 
 def test_a_revoked_token_stops_working_within_seconds_on_every_broker(settings, store, spawn, tmp_path):
     brokers = [BrokerServer(replace(settings, auth="token")).start() for _ in range(2)]
-    token = _principal(store, "svc", "producer", ["jobs.*"])
-    clients = [_client(b, token=token) for b in brokers]
+    token = principal(store, "svc", "producer", ["jobs.*"])
+    clients = [client_of(b, token=token) for b in brokers]
     try:
         for c in clients:
             assert c.produce("jobs.a", 1) > 0
@@ -277,7 +192,7 @@ def test_the_auth_commands_show_tokens_once_and_never_list_them(settings, auth_b
     assert again.returncode == 2 and "revoke it first" in again.stderr
     bad = tidemq("add", "x", "--role", "consumer", "--topics", "orders.[a]")
     assert bad.returncode == 2 and "topic pattern" in bad.stderr
-    client = _client(auth_broker, token=token)
+    client = client_of(auth_broker, token=token)
     try:
         assert client.pull("audit", "me", wait=0) == []
         with pytest.raises(PermissionDeniedError):
@@ -306,8 +221,8 @@ def test_a_forbidden_topic_in_a_shared_produce_call_fails_only_its_own_caller(au
     """Concurrent produce() calls share RPCs; one caller's foreign topic must not deny the others."""
     import threading
 
-    token = _principal(store, "mixed", "producer", ["orders.*"])
-    client = _client(auth_broker, token=token)
+    token = principal(store, "mixed", "producer", ["orders.*"])
+    client = client_of(auth_broker, token=token)
     results: dict[str, object] = {}
     start = threading.Barrier(8)
 
@@ -333,33 +248,6 @@ def test_a_forbidden_topic_in_a_shared_produce_call_fails_only_its_own_caller(au
         client.close()
 
 
-def test_a_worker_process_consumes_through_tls_with_a_token(settings, pki, store, spawn, tmp_path):
-    from tests.integration.handlers_common import read_log
-    from tests.processes import start_worker
-
-    ca, server, _, _ = pki
-    broker = BrokerServer(replace(settings, tls_cert=server.cert, tls_key=server.key, auth="token")).start()
-    producer = _client(broker, tls_ca=ca.ca, token=_principal(store, "app", "producer", ["jobs.*"]),
-                       zk_hosts=settings.zk_hosts)
-    log = tmp_path / "runs.log"
-    token_file = tmp_path / "worker.token"
-    token_file.write_text(_principal(store, "worker", "consumer", ["jobs.*"]) + "\n")
-    env = {"TIDEMQ_DB_URL": "", "TIDEMQ_ZK_HOSTS": settings.zk_hosts, "TIDEMQ_BROKERS": broker.address,
-           "TIDEMQ_TLS_CA": ca.ca, "TIDEMQ_TOKEN_FILE": str(token_file), "HANDLER_LOG": str(log),
-           "HANDLER_TOPIC": "jobs.secure", "HANDLER_SLEEP": "0"}
-    try:
-        start_worker(spawn, "worker", "tests.integration.handlers_queue", env)
-        wait_until(lambda: len(producer.coordinator.consumers("jobs.secure")) == 1, 30,
-                   what="the worker registered")
-        ids = producer.produce_many("jobs.secure", [{"n": n} for n in range(200)])
-        wait_until(lambda: {e.id for e in read_log(log)} >= set(ids), 60, 0.1, "200 messages run")
-        wait_until(lambda: store.counts.count_by_status("jobs.secure")["jobs.secure"] == {"SUCCESS": 200}, 30,
-                   what="200 acks stored")
-    finally:
-        producer.close()
-        broker.stop(grace=1)
-
-
 # -- memory before authentication ---------------------------------------------------------------
 
 def _peak_rss_mib(pid: int) -> float:
@@ -381,7 +269,7 @@ def test_large_anonymous_requests_cost_the_broker_no_memory_while_a_client_keeps
     from tidemq import Settings
     from tidemq.rpc import tidemq_pb2 as pb
 
-    token = _principal(store, "steady", "producer", ["steady.*"])
+    token = principal(store, "steady", "producer", ["steady.*"])
     proc, address = start_broker_process(spawn, tmp_path, process_env(settings, TIDEMQ_AUTH="token"))
     client = Client(Settings.from_env({}, brokers=(address,), token=token, rpc_timeout=30))
     stop, produced, errors = threading.Event(), [], []
