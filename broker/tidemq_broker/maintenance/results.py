@@ -9,6 +9,7 @@ from tidemq import clock
 from tidemq.lifecycle import DEFAULT_RESULT_RETENTION
 
 from ..storage import MessageWrites, TopicStore
+from .retention import in_batches
 
 __all__ = ["ResultRetention"]
 
@@ -36,9 +37,6 @@ class ResultRetention:
         for settings in self._topics.list_topics():
             seconds = settings.result_retention_seconds
             before = now - timedelta(seconds=DEFAULT_RESULT_RETENTION if seconds is None else max(seconds, 0))
-            while True:
-                cleared = self._messages.forget_results(settings.name, before, self._batch)
-                total += cleared
-                if cleared < self._batch:
-                    break
+            total += in_batches(lambda n, t=settings.name, b=before: self._messages.forget_results(t, b, n),
+                                self._batch)
         return total

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Callable
 
 from tidemq import clock
 from tidemq.lifecycle import retention_deletes_success
 from ..storage import MessageWrites, TopicStore
 
-__all__ = ["Retention"]
+__all__ = ["Retention", "in_batches"]
 
 
 class Retention:
@@ -34,9 +35,17 @@ class Retention:
             if not retention_deletes_success(settings.retention_days, settings.archive):
                 continue
             before = now - timedelta(days=settings.retention_days)
-            while True:
-                deleted = self._messages.delete_finished(settings.name, before, self._batch)
-                total += deleted
-                if deleted < self._batch:
-                    break
+            total += in_batches(lambda n, t=settings.name, b=before: self._messages.delete_finished(t, b, n),
+                                self._batch)
         return total
+
+
+def in_batches(step: Callable[[int], int], batch: int) -> int:
+    """Call ``step(batch)`` (which handles at most ``batch`` rows and says how many) until a call
+    handles fewer; the total. Short transactions: other writers wait for none of them long."""
+    total = 0
+    while True:
+        done = step(batch)
+        total += done
+        if done < batch:
+            return total

@@ -9,7 +9,8 @@ row reads as (:func:`to_message`). Rows are ``{column name: value}`` with the na
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from datetime import datetime
+from typing import Any, Mapping, Sequence
 
 from tidemq import lifecycle
 from tidemq.lifecycle import Change, MessageStatus
@@ -17,10 +18,10 @@ from tidemq.link import AckItem
 from tidemq.limits import new_lease_token
 from tidemq.tables import MESSAGE as M
 
-from ..records import LeasedMessage, LockRequest, NewRow, StoredMessage
+from ..records import LeasedMessage, LockRequest, MessageEdit, NewRow, StoredMessage
 
 __all__ = ["INSERT_COLUMNS", "row_values", "lease_change", "leased", "to_message", "expiries",
-           "lock_order", "recorded_as"]
+           "lock_order", "recorded_as", "edit_change"]
 
 #: Every column an INSERT writes (all but the id), in the table's order.
 INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
@@ -89,3 +90,16 @@ def recorded_as(item: AckItem) -> tuple[str, ...]:
     if item.success:
         return (MessageStatus.SUCCESS.value,)
     return MessageStatus.FAIL.value, MessageStatus.CANCELLED.value
+
+
+def edit_change(edit: MessageEdit, now: datetime, user: str, changed: Sequence[str]) -> Change:
+    """The lifecycle's console edit of the fields ``edit`` sets, as every storage applies it."""
+    values: dict[str, Any] = {}
+    if edit.data is not None:
+        values[M.data] = edit.data
+    if edit.retry_remaining is not None:
+        values[M.retry_remaining] = edit.retry_remaining
+    if edit.effect_time is not None:
+        values[M.effect_time] = edit.effect_time
+    status = MessageStatus(edit.status) if edit.status is not None else None
+    return lifecycle.admin_edit(now, user, status, changed, values)

@@ -7,14 +7,13 @@ Each operation applies one lifecycle transition (``tidemq.lifecycle``) to the ro
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from tidemq import lifecycle
-from tidemq.lifecycle import Event, MessageStatus
-from tidemq.tables import MESSAGE as M
+from tidemq.lifecycle import Event
 
 from ..records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..schema import message as m
@@ -23,7 +22,7 @@ from .changes import apply, guard
 from .ids import ids_in
 from .database import SqlDatabase
 from .request_ids import Claims, answer, id_list
-from .rows import row_values, to_message
+from .rows import edit_change, row_values, to_message
 
 __all__ = ["Writes"]
 
@@ -126,15 +125,7 @@ class Writes:
 
     def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
                      changed: Sequence[str]) -> Optional[StoredMessage]:
-        values: dict[str, Any] = {}
-        if edit.data is not None:
-            values[M.data] = edit.data
-        if edit.retry_remaining is not None:
-            values[M.retry_remaining] = edit.retry_remaining
-        if edit.effect_time is not None:
-            values[M.effect_time] = edit.effect_time
-        status = MessageStatus(edit.status) if edit.status is not None else None
-        change = lifecycle.admin_edit(now, user, status, changed, values)
+        change = edit_change(edit, now, user, changed)
 
         def work(conn: Connection) -> Optional[StoredMessage]:
             if apply(conn, change, m.c.id == id, m.c.version == version) != 1:

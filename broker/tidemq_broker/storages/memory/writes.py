@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from tidemq import lifecycle
-from tidemq.lifecycle import Event, MessageStatus
+from tidemq.lifecycle import Event
 from tidemq.tables import MESSAGE as M
 
 from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
-from ..rows import row_values, to_message
+from ..rows import edit_change, row_values, to_message
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
 
 __all__ = ["MemoryWrites"]
@@ -91,15 +91,7 @@ class MemoryWrites:
 
     def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
                      changed: Sequence[str]) -> Optional[StoredMessage]:
-        values: dict[str, Any] = {}
-        if edit.data is not None:
-            values[M.data] = edit.data
-        if edit.retry_remaining is not None:
-            values[M.retry_remaining] = edit.retry_remaining
-        if edit.effect_time is not None:
-            values[M.effect_time] = edit.effect_time
-        status = MessageStatus(edit.status) if edit.status is not None else None
-        change = lifecycle.admin_edit(now, user, status, changed, values)
+        change = edit_change(edit, now, user, changed)
         with self._state.lock:
             row = self._state.messages.get(id)
             if row is None or row[M.version] != version or apply(self._state, change, [row]) != 1:
