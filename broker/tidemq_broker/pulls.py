@@ -39,15 +39,18 @@ class Waiter:
 
     ``wake_at``: when it wakes by itself, plus its lead. Anything due by then must wake it, or
     it would reach the consumer less than the lead before its effect_time (or late).
+    ``held``: it sleeps although messages may be due, held back by something a finished message
+    frees (a serial topic's running head, a flow limit), so an ack wakes it.
     """
 
-    __slots__ = ("topic", "lead", "wake_at", "event")
+    __slots__ = ("topic", "lead", "wake_at", "event", "held")
 
     def __init__(self, topic: str, lead: float = 0.0) -> None:
         self.topic = topic
         self.lead = lead
         self.wake_at = _FOREVER  # until it sets a time, any notification wakes it
         self.event = threading.Event()
+        self.held = False
 
 
 class PullHub:
@@ -112,6 +115,15 @@ class PullHub:
             if earliest <= waiter.wake_at:
                 waiter.event.set()
 
+    def notify_freed(self, topic: str) -> None:
+        """Messages of ``topic`` finished: wake only the pulls something running held back. A
+        pull that sleeps because nothing is due has nothing to gain from a success (waking it
+        cost two statements per ack, a round trip's worth of the broker's CPU when idle)."""
+        with self._lock:
+            waiters = [w for w in self._waiters.get(topic, ()) if w.held]
+        for waiter in waiters:
+            waiter.event.set()
+
     def notify_commit(self, arrived: dict[str, Arrival], ids: Sequence[int]) -> None:
         """Called by the writer after each commit of ``ids``: {topic: (earliest effect_time,
         priorities)} of what it stored."""
@@ -126,6 +138,7 @@ class PullHub:
             waiter.event.wait(seconds)
         waiter.event.clear()
         waiter.wake_at = _FOREVER
+        waiter.held = False
 
     def _wake(self, which: Callable[[Waiter], bool]) -> None:
         with self._lock:
@@ -192,7 +205,7 @@ class PullHub:
 
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],
               next_due: Callable[[], Optional[datetime]], topic: str, ahead: float = 0.0,
-              blocked: Optional[float] = None) -> list[LeasedMessage]:
+              blocked: Optional[float] = None, serial: bool = False) -> list[LeasedMessage]:
     """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
     (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline.
 
@@ -200,6 +213,7 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
     ``ahead / 2`` before the next due time: each attempt gathers about half a window of
     messages, and each reaches its consumer at least half a window before it is due.
     ``blocked``: the pause when messages were due yet none was taken (default: the hub's).
+    ``serial``: a serial topic's pull, which a running head holds back (``next_due`` None).
     """
     lead = ahead / 2
     while True:
@@ -213,6 +227,7 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
             due = next_due()
             if due is None:
                 pause = hub.recheck
+                waiter.held = serial  # the head runs (or nothing waits): its ack wakes this pull
             elif due > clock.after(attempted_at, ahead):
                 # Not within reach when we tried: sleep until it is (possibly not at all: it
                 # came within reach between the attempt and this query).
@@ -220,6 +235,7 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
             else:
                 # Due before we tried, yet not taken: serial head busy, a flow limit, raced.
                 pause = hub.blocked_recheck if blocked is None else blocked
+                waiter.held = True
             hub.sleep(waiter, min(pause, remaining, hub.recheck))
         finally:
             hub.unregister(waiter)

@@ -3,8 +3,11 @@
 A waiter wakes at once when this broker records the end of a message it waits for (an ack, a
 lease expiry, a cancel), and within one probe interval when another broker does: while anyone
 waits, one shared probe reads which waited ids are final, in one statement per thousand ids
-(``Probes.finished``), every ``probe_interval`` seconds. The probe's cost does not grow with the
-number of waiters of an id, and nothing runs while nobody waits.
+(``Probes.finished``), every ``probe_interval`` seconds, or less often when the probe itself
+takes long (many ids waited on): it sleeps at least twenty times its own duration. The probe's
+cost does not grow with the number of waiters of an id, and nothing runs while nobody waits.
+A waiter also reads again by itself every ``recheck`` seconds (the probe failing while the
+database is away must not leave it asleep until its deadline).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from .storage import MessageResult, Probes
 __all__ = ["ResultHub", "is_final"]
 
 log = logging.getLogger(__name__)
+#: The probe sleeps at least this many times as long as it took (5% of a core at most).
+_DUTY = 20
 _FINAL = frozenset(status.value for status in FINAL_STATUSES)
 
 
@@ -33,7 +38,7 @@ def is_final(ids: Sequence[int], found: Sequence[MessageResult]) -> bool:
 class ResultHub:
     """Where Results calls wait, keyed by message id."""
 
-    def __init__(self, probes: Probes, probe_interval: float = 0.05, recheck: float = 10.0) -> None:
+    def __init__(self, probes: Probes, probe_interval: float = 0.05, recheck: float = 60.0) -> None:
         self._probes = probes
         self._probe_interval = probe_interval
         self._recheck = recheck
@@ -100,10 +105,13 @@ class ResultHub:
                 while not self._waiters and not self._stopped.is_set():
                     self._someone_waits.wait()
                 waited = list(self._waiters)
+            began = time.monotonic()
             try:
                 self.notify(self._probes.finished(waited))
             except RetriableError as exc:  # the database away: waiters re-read on their recheck
                 log.debug("result probe failed: %s", exc)
             except Exception:
                 log.warning("result probe failed", exc_info=True)
-            self._stopped.wait(self._probe_interval)
+            # At most 1/_DUTY of a core: a probe of thousands of waited ids takes milliseconds,
+            # and at a fixed pace its cost would grow with the number of ids waited on.
+            self._stopped.wait(max(self._probe_interval, (time.monotonic() - began) * _DUTY))

@@ -155,7 +155,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                 return self.storage.probes.serial_head_due(topic)
             return self.storage.probes.next_due(shard())
 
-        found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings))
+        found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings),
+                          serial=request.serial)
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
@@ -193,10 +194,12 @@ class BrokerService(pb_grpc.BrokerServicer):
         if stale:
             log.info("refused %d stale ack(s) from %s", stale, request.consumer)
         if request.topic:
-            # A success frees a serial topic's head; a failure may make a retry due soon (of a
-            # priority not known here).
-            retried = any(not item.success for item in request.items)
-            self.hub.notify(request.topic, clock.now(), None if retried else ())
+            # A failure may make a retry due soon (of a priority not known here); a success only
+            # frees what a running message held back (a serial topic's head, a flow limit).
+            if any(not item.success for item in request.items):
+                self.hub.notify(request.topic, clock.now(), None)
+            else:
+                self.hub.notify_freed(request.topic)
         return pb.AckReply(outcomes=[pb.APPLIED if o is AckOutcome.APPLIED else pb.STALE for o in outcomes])
 
     @_rpc

@@ -32,3 +32,27 @@ def test_a_connection_killed_in_the_pool_is_replaced_without_an_error_or_a_dupli
     finally:
         admin.close()
         storage.close()
+
+
+def test_a_read_connection_killed_between_reads_is_replaced_and_reads_stay_fresh(mysql_url):
+    """``SqlDatabase.read`` keeps autocommit connections for the hot reads: one killed between
+    two reads costs the next read nothing, and each read sees what was committed before it."""
+    storage, db = open_sql(mysql_url)
+    url = make_url(mysql_url)
+    admin = pymysql.connect(host=url.host, port=url.port, user=url.username, password=url.password or "",
+                            database=url.database, autocommit=True)
+    try:
+        now = clock.now()
+        [first] = storage.messages.insert_messages([NewRow("t.read", '"first"', now, 0)], now)
+        [state] = storage.reads.get_results([first])
+        assert state.status == "NEW"
+        reader = db.read(lambda conn: conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar())
+        with admin.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {int(reader)}")
+        [second] = storage.messages.insert_messages([NewRow("t.read", '"second"', now, 0)], now)
+        states = storage.reads.get_results([first, second])  # the killed reader, replaced
+        assert [s.id for s in states] == [first, second]
+        assert db.read(lambda conn: conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()) != reader
+    finally:
+        admin.close()
+        storage.close()

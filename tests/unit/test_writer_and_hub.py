@@ -217,6 +217,41 @@ def test_a_pull_sleeps_until_the_next_due_time_of_its_shard(storage, store):
         hub.stop()
 
 
+def test_a_finished_message_wakes_only_the_pulls_something_running_held_back(storage, store):
+    """A success frees a serial topic's head or a flow-limited slot, nothing else: a pull that
+    sleeps because nothing is due is not woken by acks (each wake costs two statements)."""
+    hub = _hub(storage)
+    attempts = {"idle": 0, "serial": 0, "blocked": 0}
+    past = clock.after(clock.now(), -1)
+
+    def poll(name: str, next_due, serial: bool = False) -> InThread:
+        def attempt():
+            attempts[name] += 1
+            return []
+        return InThread(long_poll, hub, _monotonic_in(60), attempt, next_due, "t.freed", 0.0, None, serial)
+
+    polls = [poll("idle", lambda: None), poll("serial", lambda: None, serial=True), poll("blocked", lambda: past)]
+    try:
+        def all_asleep() -> bool:
+            waiters = hub._waiters.get("t.freed", set())
+            return len(waiters) == 3 and all(w.wake_at != datetime.max for w in waiters)
+
+        wait_until(all_asleep, 10, what="three pulls asleep")
+        assert attempts == {"idle": 1, "serial": 1, "blocked": 1}
+        idle = next(w for w in hub._waiters["t.freed"] if not w.held)
+        hub.notify_freed("t.freed")
+        assert not idle.event.is_set()
+        wait_until(lambda: attempts["serial"] == 2 and attempts["blocked"] == 2, 10, what="the held pulls to look again")
+        wait_until(all_asleep, 10, what="the held pulls asleep again")
+        assert attempts["idle"] == 1
+        hub.notify("t.freed", clock.now())  # something became due: every pull looks
+        wait_until(lambda: attempts["idle"] == 2, 10, what="the idle pull to look")
+    finally:
+        hub.stop()
+        for p in polls:
+            p.join(10)
+
+
 def _monotonic_in(seconds: float) -> float:
     import time
 

@@ -30,10 +30,11 @@ keeps it busy takes nothing of others (no contention under load).
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any, Sequence
 
-from sqlalchemy import Connection, literal, not_, select, union_all
+from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
 
 from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
@@ -64,28 +65,46 @@ def due_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: i
     ``ORDER BY effect_time, id LIMIT`` per priority, one statement), merged here.
     """
     topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint
-    priorities = sorted(hint.priorities, reverse=True) if hint.priorities is not None else PRIORITIES_DESC
+    priorities = tuple(sorted(hint.priorities, reverse=True)) if hint.priorities is not None else PRIORITIES_DESC
     if not priorities:
         return []
-    since = [m.c.effect_time >= hint.floor] if hint.floor is not None else []
+    sharded, stranded = total > 1, total > 1 and hint.stranded > 0
+    stmt = _candidates(dialect, priorities, hint.floor is not None, sharded, stranded, tuple(columns))
+    params = {"topic": topic, "due_by": due_by, "floor": hint.floor, "limit": limit, "total": total, "rank": rank,
+              "stranded_by": clock.after(now, -hint.stranded) if stranded else None}
+    rows = conn.execute(stmt, params).all()
+    rows.sort(key=lambda row: (row.part, -row.priority, row.effect_time, row.id))
+    return rows[:limit]
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, sharded: bool, stranded: bool,
+                columns: tuple[Any, ...]) -> Any:
+    """The candidates statement of one shape, its values bound at execution (``topic``,
+    ``due_by``, ``floor``, ``limit``, ``total``, ``rank``, ``stranded_by``).
+
+    Built once per shape: building the union (a subquery per priority) and its cache key took
+    more of a broker's CPU than the database's answer, at every lock attempt.
+    """
+    since = [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
+    limit = bindparam("limit", type_=Integer)
 
     def due(part: int, *where: Any) -> list[Any]:
         return [dialect.lock_index_hint(select(m.c.id, m.c.priority, m.c.effect_time, *columns,
                                                literal(part).label("part")))
-                .where(m.c.topic == topic, m.c.status == _NEW, m.c.priority == priority,
-                       m.c.effect_time <= due_by, *since, *where)
+                .where(m.c.topic == bindparam("topic", type_=m.c.topic.type), m.c.status == _NEW,
+                       m.c.priority == priority,
+                       m.c.effect_time <= bindparam("due_by", type_=m.c.effect_time.type), *since, *where)
                 .order_by(m.c.effect_time, m.c.id).limit(limit).subquery() for priority in priorities]
 
-    if total <= 1:
+    if not sharded:
         parts = due(0)
     else:
-        own = dialect.shard_clause(m.c.id, total, rank)
+        own = dialect.shard_clause(m.c.id, bindparam("total", type_=Integer), bindparam("rank", type_=Integer))
         parts = due(0, own)
-        if hint.stranded > 0:
-            parts += due(1, not_(own), m.c.effect_time <= clock.after(now, -hint.stranded))
-    rows = conn.execute(union_all(*[select(part) for part in parts])).all()
-    rows.sort(key=lambda row: (row.part, -row.priority, row.effect_time, row.id))
-    return rows[:limit]
+        if stranded:
+            parts += due(1, not_(own), m.c.effect_time <= bindparam("stranded_by", type_=m.c.effect_time.type))
+    return union_all(*[select(part) for part in parts])
 
 
 def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change) -> list[LeasedMessage]:

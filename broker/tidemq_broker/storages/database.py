@@ -9,6 +9,7 @@ the same instance; none of them opens transactions of its own.
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
 import time
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 #: Fresh connections a unit of work may need: one for its lost connection, then (a restart) one
 #: from a renewed pool.
 _RECONNECTS = 2
+#: Connections kept for ``read`` (taken from the engine's pool), and how long a read waits for one.
+_READERS, _READER_WAIT = 8, 5.0
 
 T = TypeVar("T")
 
@@ -49,8 +52,10 @@ class SqlDatabase:
         # letting them fail with "database is locked" (it also keeps a multi-row INSERT's rowids
         # consecutive). MySQL runs transactions concurrently.
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
-        self._reader: Optional[Connection] = None
-        self._reader_lock = threading.Lock()
+        # Autocommit connections for ``read``, opened when first needed (None until then).
+        self._readers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
+        for _ in range(_READERS):
+            self._readers.put(None)
         #: Logs a database outage once, and its end; the callers of ``tx`` that get its
         #: StorageUnavailableError do not log it again.
         self.outage = Outage(log, "calls to the database")
@@ -118,56 +123,77 @@ class SqlDatabase:
         self.outage.failed(cause)
         return StorageUnavailableError(f"the database is unavailable: {cause!r}")
 
-    def autocommit_read(self, stmt: Executable) -> list[Any]:
-        """The rows of one read, on a connection kept for such reads in autocommit mode.
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work(conn)``, which only reads, on a connection in autocommit mode: each
+        statement sees what was committed before it, as it would in a READ COMMITTED
+        transaction, without the transaction around it.
 
-        For the pull hub's probes, dozens a second: ``tx`` would add a pool checkout, a COMMIT
-        and the rollback on check-in to each, six times the CPU of the read itself. Each read
-        sees what was committed before it. A lost connection is dropped and the read made once
-        more on another (a read changes nothing); if that fails too, the database is unavailable.
+        For the reads made many times a second (the pull hub's probes, a pull's next due time,
+        waiting Results calls): ``tx`` adds a pool checkout, a COMMIT and the rollback on
+        check-in to each, several times the CPU of the read itself. A few connections are kept
+        for such reads (``_READERS``); a lost one is dropped and the read made once more on
+        another (a read changes nothing); if that fails too, the database is unavailable.
         SQLite (one writer, reads through ``tx``) keeps its process lock instead.
         """
         if self.dialect.single_writer:
-            return self.tx(lambda conn: conn.execute(stmt).all())
-        with self._reader_lock:
+            return self.tx(work)
+        try:
+            reader = self._readers.get(timeout=_READER_WAIT)
+        except queue.Empty:
+            raise self._unavailable(PoolTimeoutError(f"no read connection free within {_READER_WAIT} s")) from None
+        try:
             for attempt in range(2):
                 try:
-                    if self._reader is None:
-                        self._reader = self.engine.connect()
+                    if reader is None:
+                        reader = self.engine.connect()
                         # Not wrapped by SQLAlchemy: a connection lost here raises the driver's error.
-                        self._reader.execution_options(isolation_level="AUTOCOMMIT")
-                    rows = list(self._reader.execute(stmt).all())
+                        reader.execution_options(isolation_level="AUTOCOMMIT")
+                    result = work(reader)
                     break
                 except DBAPIError as exc:
-                    self._drop_reader()
+                    reader = _dropped(reader)
                     if exc.connection_invalidated and attempt == 0:
                         continue
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
                         raise self._unavailable(exc.orig) from exc
                     raise
                 except self.engine.dialect.loaded_dbapi.Error as exc:
-                    self._drop_reader()
+                    reader = _dropped(reader)
                     if attempt == 0:
                         continue
                     raise self._unavailable(exc) from exc
                 except PoolTimeoutError as exc:
                     raise self._unavailable(exc) from exc
+                except BaseException:
+                    reader = _dropped(reader)  # its state is not known: not for the next read
+                    raise
+        finally:
+            self._readers.put(reader)
         self.outage.succeeded()
-        return rows
+        return result
 
-    def _drop_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            try:
-                reader.invalidate()
-                reader.close()
-            except Exception:  # already broken: nothing to give back
-                pass
+    def autocommit_read(self, stmt: Executable, params: Optional[dict[str, Any]] = None) -> list[Any]:
+        """The rows of one read statement (``read``)."""
+        return self.read(lambda conn: list(conn.execute(stmt, params).all()))
 
     def close(self) -> None:
         """Release every pooled connection."""
-        with self._reader_lock:
-            self._drop_reader()
+        while True:
+            try:
+                _dropped(self._readers.get_nowait())
+            except queue.Empty:
+                break
         self.engine.dispose()
         if self.produce_engine is not self.engine:
             self.produce_engine.dispose()
+
+
+def _dropped(reader: Optional[Connection]) -> None:
+    """Close a read connection that failed (or whose state is unknown) for good; None."""
+    if reader is not None:
+        try:
+            reader.invalidate()
+            reader.close()
+        except Exception:  # already broken: nothing to give back
+            pass
+    return None

@@ -16,9 +16,15 @@ from sqlalchemy import ColumnElement, bindparam
 
 from ..schema import message as m
 
-__all__ = ["ids_in"]
+__all__ = ["ids_in", "bound_ids_in"]
 
 
 def ids_in(ids: Iterable[int]) -> ColumnElement[bool]:
     """The condition ``tidemq_message.id IN (ids)``."""
     return m.c.id.in_(bindparam("ids", [int(i) for i in ids], expanding=True, literal_execute=True, unique=True))
+
+
+def bound_ids_in() -> ColumnElement[bool]:
+    """``tidemq_message.id IN (:ids)`` for a statement built once: the ids are given at execution
+    (``{"ids": [...]}``), rendered the same way as :func:`ids_in`'s."""
+    return m.c.id.in_(bindparam("ids", expanding=True, literal_execute=True))

@@ -6,10 +6,11 @@ Each is a read of one index range or a few index dives, cheap enough to run many
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, Select, func, literal, not_, null, or_, select, union_all
+from sqlalchemy import Connection, Integer, Select, bindparam, func, literal, not_, null, or_, select, union_all
 
 from tidemq import clock
 from tidemq.lifecycle import MessageStatus
@@ -18,7 +19,7 @@ from tidemq.validation import PRIORITIES_DESC
 from ..records import RecentInserts, Shard
 from ..schema import message as m
 from .database import SqlDatabase
-from .ids import ids_in
+from .ids import bound_ids_in
 from .reads import any_running
 
 __all__ = ["PullProbes"]
@@ -26,6 +27,8 @@ __all__ = ["PullProbes"]
 _NEW = MessageStatus.NEW.value
 _PENDING = (MessageStatus.NEW.value, MessageStatus.RUNNING.value)
 _CHUNK = 1000
+#: The result probe's statement (several times a second while Results calls wait), built once.
+_PENDING_OF = select(m.c.id).where(bound_ids_in(), m.c.status.in_(_PENDING))
 
 
 class PullProbes:
@@ -40,26 +43,21 @@ class PullProbes:
         def work(conn: Connection) -> set[int]:
             pending: set[int] = set()
             for start in range(0, len(wanted), _CHUNK):
-                pending.update(conn.execute(select(m.c.id).where(ids_in(wanted[start : start + _CHUNK]),
-                                                                 m.c.status.in_(_PENDING))).scalars())
+                pending.update(conn.execute(_PENDING_OF, {"ids": wanted[start : start + _CHUNK]}).scalars())
             return pending
 
-        pending = self._db.tx(work) if wanted else set()
+        pending = self._db.read(work) if wanted else set()
         return [i for i in wanted if i not in pending]
 
     def next_due(self, shard: Shard) -> Optional[datetime]:
         topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint
-        priorities = sorted(hint.priorities, reverse=True) if hint.priorities is not None else PRIORITIES_DESC
+        priorities = tuple(sorted(hint.priorities, reverse=True)) if hint.priorities is not None else PRIORITIES_DESC
         if not priorities:
             return None
-        after = [m.c.effect_time >= hint.floor] if hint.floor is not None else []
-        parts = [_firsts([topic], priorities, *after, label=0)]
-        if total > 1:
-            own = self._db.dialect.shard_clause(m.c.id, total, rank)
-            parts = [_firsts([topic], priorities, own, *after, label=0)]
-            if hint.stranded > 0:  # other shards' messages, taken once stranded
-                parts.append(_firsts([topic], priorities, not_(own), *after, label=1))
-        rows = self._db.tx(lambda conn: conn.execute(union_all(*parts)).all())
+        stranded = total > 1 and hint.stranded > 0
+        stmt = _next_due(self._db.dialect, priorities, hint.floor is not None, total > 1, stranded)
+        params = {"topic": topic, "floor": hint.floor, "total": total, "rank": rank}
+        rows = self._db.read(lambda conn: conn.execute(stmt, params).all())
         times = [clock.after(row.due, hint.stranded) if row.part else row.due for row in rows]
         return min(times, default=None)
 
@@ -75,7 +73,7 @@ class PullProbes:
                     found.setdefault(row.topic, {})[row.priority] = row.due
             return found
 
-        return self._db.tx(work) if names else {}
+        return self._db.read(work) if names else {}
 
     def serial_head_due(self, topic: str) -> Optional[datetime]:
         def work(conn: Connection) -> Optional[datetime]:
@@ -84,7 +82,7 @@ class PullProbes:
             return conn.execute(select(m.c.effect_time).where(m.c.topic == topic, m.c.status == _NEW)
                                 .order_by(m.c.order_time, m.c.id).limit(1)).scalar()
 
-        return self._db.tx(work)
+        return self._db.read(work)
 
     def max_id(self) -> int:
         return self._db.tx(lambda conn: conn.execute(select(func.max(m.c.id))).scalar() or 0)
@@ -98,15 +96,11 @@ class PullProbes:
         # same statement (one more index dive, no round trip): when it is below ``after`` the ids
         # went backwards (a TRUNCATE, a restore) and the watch must start again from it. It runs
         # every 20 ms while pulls wait, so it skips the transaction around it (``autocommit_read``).
-        where = m.c.id > after
+        params: dict[str, Any] = {"after": after, "limit": limit}
         if missing:
-            where = or_(where, m.c.id.in_(list(missing)))
-        fresh = (select(m.c.id, m.c.topic, m.c.effect_time, m.c.priority).where(where).order_by(m.c.id)
-                 .limit(limit).subquery())
-        stmt = union_all(select(fresh.c.id, fresh.c.topic, fresh.c.effect_time, fresh.c.priority),
-                         select(func.max(m.c.id), null(), null(), null()))
+            params["missing"] = [int(id) for id in missing]
         rows, top = [], 0
-        for row in self._db.autocommit_read(stmt):
+        for row in self._db.autocommit_read(_RECENT_INSERTS[bool(missing)], params):
             if row[1] is None:  # the MAX row: a topic is never NULL
                 top = row[0] or 0
             else:
@@ -115,10 +109,40 @@ class PullProbes:
         return RecentInserts(rows, top)
 
 
+def _recent_inserts(missing: bool) -> Any:
+    """The insert watch's statement, built once (it runs 50 times a second): ``after``, ``limit``
+    and, when ``missing``, the ``missing`` ids are bound at execution."""
+    where = m.c.id > bindparam("after", type_=Integer)
+    if missing:
+        where = or_(where, m.c.id.in_(bindparam("missing", expanding=True, literal_execute=True)))
+    fresh = (select(m.c.id, m.c.topic, m.c.effect_time, m.c.priority).where(where).order_by(m.c.id)
+             .limit(bindparam("limit", type_=Integer)).subquery())
+    return union_all(select(fresh.c.id, fresh.c.topic, fresh.c.effect_time, fresh.c.priority),
+                     select(func.max(m.c.id), null(), null(), null()))
+
+
+_RECENT_INSERTS = {False: _recent_inserts(False), True: _recent_inserts(True)}
+
+
+@functools.lru_cache(maxsize=256)
+def _next_due(dialect: Any, priorities: tuple[int, ...], floor: bool, sharded: bool, stranded: bool) -> Any:
+    """``next_due``'s statement of one shape (``topic``, ``floor``, ``total``, ``rank`` bound at
+    execution): built once, it is cheap to run after every empty lock attempt."""
+    after = [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
+    topic = [bindparam("topic", type_=m.c.topic.type)]
+    if not sharded:
+        return _firsts(topic, priorities, *after, label=0)
+    own = dialect.shard_clause(m.c.id, bindparam("total", type_=Integer), bindparam("rank", type_=Integer))
+    parts = [_firsts(topic, priorities, own, *after, label=0)]
+    if stranded:  # other shards' messages, taken once stranded
+        parts.append(_firsts(topic, priorities, not_(own), *after, label=1))
+    return union_all(*parts)
+
+
 _PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
 
 
-def _firsts(topics: Sequence[str], priorities: Sequence[int], *where: Any, label: int) -> Select[Any]:
+def _firsts(topics: Sequence[Any], priorities: Sequence[int], *where: Any, label: int) -> Select[Any]:
     """The earliest NEW message matching ``where`` of each topic and priority: rows
     ``(topic, priority, due, part=label)``, a topic and priority without one absent.
 

@@ -11,7 +11,7 @@ from tidemq.lifecycle import MessageStatus
 from ..records import MessageResult, StoredMessage
 from ..schema import message as m
 from .database import SqlDatabase
-from .ids import ids_in
+from .ids import bound_ids_in
 from .rows import to_message
 
 __all__ = ["Reads", "topics_present", "any_running", "RESULT_COLUMNS"]
@@ -20,6 +20,7 @@ _CHUNK = 1000
 #: What a MessageResult holds (also the console's retained results).
 RESULT_COLUMNS = (m.c.id, m.c.topic, m.c.status, m.c.result, m.c.progress, m.c.effect_time, m.c.finish_time,
                   m.c.cancel_requested)
+_RESULTS_OF = select(*RESULT_COLUMNS).where(bound_ids_in()).order_by(m.c.id)
 
 
 def topics_present(conn: Connection) -> list[str]:
@@ -70,9 +71,9 @@ class Reads:
         def work(conn: Connection) -> list[MessageResult]:
             found: list[MessageResult] = []
             for start in range(0, len(wanted), _CHUNK):
-                rows = conn.execute(select(*RESULT_COLUMNS).where(ids_in(wanted[start : start + _CHUNK]))
-                                    .order_by(m.c.id))
+                rows = conn.execute(_RESULTS_OF, {"ids": wanted[start : start + _CHUNK]})
                 found += [MessageResult(**row._mapping) for row in rows]
             return found
 
-        return self._db.tx(work) if wanted else []
+        # Waiting Results calls read again on every wake-up: no transaction, a statement built once.
+        return self._db.read(work) if wanted else []
