@@ -18,7 +18,7 @@ from ..records import TopicSettings
 from .changes import apply, apply_each
 from .database import SqlDatabase
 from .ids import ids_in
-from .rows import recorded_as, to_message
+from .rows import sort_acks, to_message
 
 __all__ = ["Acks"]
 
@@ -84,21 +84,8 @@ class Acks:
                     held[row.id] = row.lease_token
                 else:
                     done[row.id] = (row.status, row.lease_token)
-        outcomes: list[AckOutcome] = []
-        succeeded: list[AckItem] = []
-        failed: list[AckItem] = []
-        stopped: list[int] = []
-        for item in items:
-            if item.id not in held or held.pop(item.id) != item.lease_token:
-                # A repeat of an ack this lease already recorded (its reply was lost with a
-                # connection or a broker) is answered as applied, and changes nothing.
-                status, token = done.get(item.id, ("", ""))
-                repeat = token == item.lease_token and status in recorded_as(item)
-                outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
-                continue
-            outcomes.append(AckOutcome.APPLIED)
-            (stopped.append(item.id) if item.cancelled else succeeded.append(item) if item.success
-             else failed.append(item))
+        outcomes, succeeded, failed, cancelled = sort_acks(items, held, done)
+        stopped = [item.id for item in cancelled]
         if failed:
             rows = conn.execute(select(m).where(m.c.id.in_([item.id for item in failed])))
             full = {row.id: to_message(row._mapping) for row in rows}

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from tidemq import lifecycle
 from tidemq.lifecycle import Change, MessageStatus
-from tidemq.link import AckItem
+from tidemq.link import AckItem, AckOutcome
 from tidemq.limits import new_lease_token
 from tidemq.tables import MESSAGE as M
 
 from ..records import LeasedMessage, LockRequest, MessageEdit, NewRow, StoredMessage
 
-__all__ = ["INSERT_COLUMNS", "row_values", "lease_change", "leased", "to_message", "expiries",
+__all__ = ["AckSort", "sort_acks", "INSERT_COLUMNS", "row_values", "lease_change", "leased", "to_message", "expiries",
            "lock_order", "recorded_as", "edit_change"]
 
 #: Every column an INSERT writes (all but the id), in the table's order.
@@ -90,6 +90,36 @@ def recorded_as(item: AckItem) -> tuple[str, ...]:
     if item.success:
         return (MessageStatus.SUCCESS.value,)
     return MessageStatus.FAIL.value, MessageStatus.CANCELLED.value
+
+
+class AckSort(NamedTuple):
+    """An ack batch judged against the rows' leases: each item's outcome, in order, and the
+    items to apply, by what they record."""
+
+    outcomes: list[AckOutcome]
+    succeeded: list[AckItem]
+    failed: list[AckItem]
+    cancelled: list[AckItem]
+
+
+def sort_acks(items: Sequence[AckItem], held: Mapping[int, str], done: Mapping[int, tuple[str, str]]) -> AckSort:
+    """Judge ``items`` as every storage does: ``held`` maps each RUNNING row of theirs to its
+    lease token, ``done`` each finished one to (status, the token it finished under), both read
+    before the batch. An item applies when its row runs under its token (once per row: a second
+    item of the same row is judged as a repeat); a repeat of an ack this lease already recorded
+    (its reply was lost with a connection or a broker) is answered as applied and changes
+    nothing; anything else is stale."""
+    running = dict(held)
+    sort = AckSort([], [], [], [])
+    for item in items:
+        if running.pop(item.id, None) != item.lease_token:
+            status, token = done.get(item.id, ("", ""))
+            repeat = token == item.lease_token and status in recorded_as(item)
+            sort.outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
+            continue
+        sort.outcomes.append(AckOutcome.APPLIED)
+        (sort.cancelled if item.cancelled else sort.succeeded if item.success else sort.failed).append(item)
+    return sort
 
 
 def edit_change(edit: MessageEdit, now: datetime, user: str, changed: Sequence[str]) -> Change:

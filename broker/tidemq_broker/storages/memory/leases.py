@@ -20,7 +20,7 @@ from tidemq.tables import MESSAGE as M
 
 from ...flow import KEY_WINDOW, refill, within_key_limit
 from ...records import FlowLimits, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
-from ..rows import expiries, lease_change, leased, lock_order, recorded_as, to_message
+from ..rows import expiries, lease_change, leased, lock_order, sort_acks, to_message
 from .state import MemoryState, apply
 from .topics import topic_row
 
@@ -206,24 +206,8 @@ class MemoryAcks:
                     if i in state.messages and state.messages[i][M.status] == _RUNNING}
             done = {i: (row[M.status], row[M.lease_token]) for i in {item.id for item in items}
                     if (row := state.messages.get(i)) is not None and row[M.status] != _RUNNING}
-            outcomes: list[AckOutcome] = []
-            succeeded: list[AckItem] = []
-            failed: list[AckItem] = []
-            stopped: list[Row] = []
-            for item in items:
-                if item.id not in held or held.pop(item.id) != item.lease_token:
-                    # A repeat of an ack this lease already recorded is answered as applied.
-                    status, token = done.get(item.id, ("", ""))
-                    repeat = token == item.lease_token and status in recorded_as(item)
-                    outcomes.append(AckOutcome.APPLIED if repeat else AckOutcome.STALE)
-                    continue
-                outcomes.append(AckOutcome.APPLIED)
-                if item.cancelled:
-                    stopped.append(state.messages[item.id])
-                elif item.success:
-                    succeeded.append(item)
-                else:
-                    failed.append(item)
+            outcomes, succeeded, failed, cancelled = sort_acks(items, held, done)
+            stopped = [state.messages[item.id] for item in cancelled]
             for item in failed:
                 msg = to_message(state.messages[item.id])
                 apply(state, lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker,
