@@ -15,7 +15,7 @@ from tidemq.link import AckItem, AckOutcome
 
 from ..schema import message as m
 from ..records import TopicSettings
-from .changes import apply, apply_each
+from .changes import apply, apply_each, apply_to_ids
 from .database import SqlDatabase
 from .ids import ids_in
 from .rows import sort_acks, to_message
@@ -60,7 +60,9 @@ class Acks:
         plain = lifecycle.succeed(now, consumer, broker)
         for token, group in by_token.items():
             if all(item.result is None for item in group):
-                changed = _chunked(conn, plain, [item.id for item in group], m.c.lease_token == token)
+                ids = [item.id for item in group]
+                changed = sum(apply_to_ids(conn, plain, ids[start : start + _CHUNK], token)
+                              for start in range(0, len(ids), _CHUNK))
             else:
                 changed = apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result))
                                             for item in group], m.c.lease_token == token)

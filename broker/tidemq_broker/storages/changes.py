@@ -6,16 +6,17 @@ the guard on the source states, the values, the attempt and version counters and
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Any, Optional, Sequence
 
-from sqlalchemy import ColumnElement, Connection, case, delete, update
+from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, update
 
 from tidemq.lifecycle import Change
 
 from ..schema import message as m
-from .ids import ids_in
+from .ids import bound_ids_in, ids_in
 
-__all__ = ["values_of", "guard", "apply", "apply_each"]
+__all__ = ["values_of", "guard", "apply", "apply_to_ids", "apply_each"]
 
 _CHUNK = 1000
 #: Text values (results) one statement carries at most: a batch of large results is split so no
@@ -39,7 +40,11 @@ def values_of(change: Change) -> dict[Any, Any]:
 
 def guard(change: Change) -> ColumnElement[bool]:
     """``status`` is one of the states ``change`` may leave."""
-    source = [status.value for status in change.source]
+    return _status_in(change.source)
+
+
+def _status_in(states: Sequence[Any]) -> ColumnElement[bool]:
+    source = [status.value for status in states]
     return m.c.status == source[0] if len(source) == 1 else m.c.status.in_(source)
 
 
@@ -48,6 +53,38 @@ def apply(conn: Connection, change: Change, *where: Any) -> int:
     if change.delete:
         return conn.execute(delete(m).where(*where, guard(change))).rowcount
     return conn.execute(update(m).where(*where, guard(change)).values(values_of(change))).rowcount
+
+
+def apply_to_ids(conn: Connection, change: Change, ids: Sequence[int], lease_token: Optional[str] = None) -> int:
+    """``apply`` to the rows ``ids`` (and, when given, held under ``lease_token``), by a
+    statement built once per kind of change with every value bound at execution: the UPDATEs of
+    every lease and every plain ack, where building the statement and its cache key each time
+    cost more of a broker's CPU than the database's answer. Returns how many rows changed."""
+    if change.delete or not ids:
+        return apply(conn, change, ids_in(ids), *(() if lease_token is None else (m.c.lease_token == lease_token,)))
+    stmt = _bound_update(tuple(change.source), change.target, tuple(sorted(change.values)), change.attempt_delta,
+                         change.bump_version, bool(change.trace), lease_token is not None)
+    params = {f"v_{name}": value for name, value in change.values.items()}
+    params.update(ids=[int(i) for i in ids], v_trace=change.trace, v_token=lease_token)
+    return conn.execute(stmt, params).rowcount
+
+
+@functools.lru_cache(maxsize=64)
+def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], attempt_delta: int,
+                  bump_version: bool, trace: bool, token: bool) -> Any:
+    values: dict[Any, Any] = {name: bindparam(f"v_{name}", type_=m.c[name].type) for name in names}
+    if target is not None:
+        values["status"] = target.value
+    if attempt_delta:
+        values["attempt"] = m.c.attempt + attempt_delta
+    if bump_version:
+        values["version"] = m.c.version + 1
+    if trace:
+        values["trace"] = m.c.trace + bindparam("v_trace", type_=m.c.trace.type)
+    where = [bound_ids_in(), _status_in(source)]
+    if token:
+        where.append(m.c.lease_token == bindparam("v_token", type_=m.c.lease_token.type))
+    return update(m).where(*where).values(values)
 
 
 def apply_each(conn: Connection, changes: Sequence[tuple[int, Change]], *where: Any) -> int:

@@ -42,9 +42,9 @@ from tidemq.validation import PRIORITIES_DESC
 
 from ..records import LeasedMessage, Shard
 from ..schema import message as m
-from .changes import apply
+from .changes import apply_to_ids
 from .dialect import SqlDialect
-from .ids import ids_in
+from .ids import bound_ids_in
 
 __all__ = ["due_candidates", "lease_rows"]
 
@@ -52,6 +52,8 @@ _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
 _LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt, m.c.trace_context,
                    m.c.priority]
+#: Step 2, built once (the ids are bound at execution).
+_LOCK_BY_KEY = select(*_LEASED_COLUMNS).where(bound_ids_in(), m.c.status == _NEW).with_for_update(skip_locked=True)
 
 
 def due_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime, now: datetime,
@@ -113,11 +115,10 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     first, then oldest due first."""
     if not ids:
         return []
-    rows = conn.execute(select(*_LEASED_COLUMNS).where(ids_in(ids), m.c.status == _NEW)
-                        .with_for_update(skip_locked=True)).all()
+    rows = conn.execute(_LOCK_BY_KEY, {"ids": [int(i) for i in ids]}).all()
     if not rows:
         return []
-    apply(conn, change, ids_in([row.id for row in rows]))
+    apply_to_ids(conn, change, [row.id for row in rows])
     # What the UPDATE stored, without reading it back: the rows as read plus what the lease set
     # (rows.leased builds the same from a row the change was applied to, at a dict per row).
     rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
