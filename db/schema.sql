@@ -1,9 +1,10 @@
--- tidemq schema (version 10) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
+-- tidemq schema (version 12) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
 -- Every message and its trace. States: NEW -> RUNNING -> SUCCESS | NEW (retry) | FAIL;
--- RUNNING -> NEW when the lease (lease_expire) runs out.
+-- RUNNING -> NEW when the lease (lease_expire) runs out; WAITING -> NEW when its last
+-- dependency succeeds (tidemq_dependency), WAITING -> CANCELLED when one fails.
 --   effect_time  when the message may next run (a retry moves it forward)
 --   order_time   effect_time as produced; SERIAL_QUEUE runs in (order_time, id) order
 --   lease_token  set by the pull that leased the row; an ack must present it
@@ -11,6 +12,8 @@
 --   trace_context the producer's W3C traceparent (OpenTelemetry), NULL when it had none
 --   priority     higher first among due messages (0 to 9)
 --   flow_key     the producer's key; a topic's max_running_per_key counts RUNNING messages by it
+--   deps_left    dependencies not succeeded yet: WAITING while above 0, NEW once they all have
+--   workflow_id  the workflow it belongs to or that waits on it; NULL: it has no dependents
 -- idx_message_lock serves the pull lock: topic and status by equality, then one range of
 -- effect_time per priority (the lock names all ten), read in index order: no row is sorted.
 -- idx_message_topic_status_lease finds each topic's expired leases and, lease_expire being NULL
@@ -42,6 +45,8 @@ CREATE TABLE `tidemq_message` (
   `result` mediumtext DEFAULT NULL,
   `progress` varchar(1024) DEFAULT NULL,
   `cancel_requested` tinyint(1) NOT NULL DEFAULT 0,
+  `deps_left` int(11) NOT NULL DEFAULT 0,
+  `workflow_id` bigint(20) DEFAULT NULL,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`priority` DESC,`effect_time`),
@@ -215,4 +220,13 @@ CREATE TABLE `tidemq_schedule` (
   `add_time` datetime(3) NOT NULL,
   `update_time` datetime(3) NOT NULL,
   PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Dependencies between messages: child_id waits on parent_id (WAITING until each parent
+-- succeeded). An ack reads the children of a parent by the primary key.
+CREATE TABLE `tidemq_dependency` (
+  `parent_id` bigint(20) NOT NULL,
+  `child_id` bigint(20) NOT NULL,
+  PRIMARY KEY (`parent_id`,`child_id`),
+  KEY `idx_dependency_child` (`child_id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

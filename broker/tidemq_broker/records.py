@@ -17,7 +17,7 @@ __all__ = [
     "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
-    "COUNTED_FROM", "hours_ago",
+    "COUNTED_FROM", "hours_ago", "WorkflowStep",
 ]
 
 
@@ -34,6 +34,17 @@ class NewRow:
     trace_context: Optional[str] = None  # the producer's W3C traceparent (``tidemq.tracing``)
     priority: int = 0  # higher first among due messages
     flow_key: Optional[str] = None  # counted by the topic's max_running_per_key
+
+
+@dataclass(frozen=True)
+class WorkflowStep:
+    """A validated message ready to insert with its dependencies: ``depends_on``, ids of stored
+    messages; ``after``, positions of other steps of the same submission (a DAG's edges before
+    the ids exist). A step with neither is a plain NEW message of the submission."""
+
+    row: NewRow
+    depends_on: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,8 @@ class StoredMessage:
     result: Optional[str] = None
     progress: Optional[str] = None
     cancel_requested: bool = False
+    deps_left: int = 0
+    workflow_id: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from tidemq import tables
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
-           "produce_request", "principal", "topic_count", "admin_session", "login_failure", "schedule",
+           "produce_request", "principal", "topic_count", "admin_session", "login_failure", "schedule", "dependency",
            "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -82,6 +82,10 @@ message = Table(
     Column("result", LongText, nullable=True),
     Column("progress", String(1024), nullable=True),
     Column("cancel_requested", Boolean, nullable=False, server_default=text("0")),
+    # Dependencies (version 12): dependencies not succeeded yet (WAITING while above 0) and the
+    # workflow of the message; NULL means it has no dependents, so its ack looks for none.
+    Column("deps_left", Integer, nullable=False, server_default=text("0")),
+    Column("workflow_id", BigInteger, nullable=True),
     UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
     # The pull lock: equality on topic and status, then one range of effect_time per priority,
     # read in index order (priority DESC, effect_time): the lock names every priority
@@ -311,12 +315,24 @@ schedule = Table(
     mysql_charset="utf8mb4",
 )
 
+# The edges of workflows (version 12): child_id waits on parent_id. The primary key serves an
+# ack's look for the children of the parents it succeeded or failed; the index the reverse.
+dependency = Table(
+    tables.DEPENDENCY.name,
+    metadata,
+    Column("parent_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("child_id", BigInteger, primary_key=True, autoincrement=False),
+    Index("idx_dependency_child", "child_id"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
                        (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
                        (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT),
                        (admin_session, tables.ADMIN_SESSION), (login_failure, tables.LOGIN_FAILURE),
-                       (schedule, tables.SCHEDULE)):
+                       (schedule, tables.SCHEDULE), (dependency, tables.DEPENDENCY)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

@@ -36,6 +36,10 @@ __all__ = [
     "MessageCancelledError",
     "RemoteError",
     "ResultTimeoutError",
+    "DependencyError",
+    "UnknownDependencyError",
+    "DependencyCycleError",
+    "WorkflowTooLargeError",
     "error_from_name",
     "quote",
     "QUOTE_CHARS",
@@ -162,6 +166,25 @@ class RemoteError(TidemqError):
 class ResultTimeoutError(TidemqError, TimeoutError):
     """Raised when ``Handle.result(timeout)`` ran out of time before the message finished; the
     message runs on, and a later call may still get its result."""
+
+
+class DependencyError(ValidationError):
+    """Raised when messages with dependencies are refused; nothing of the submission was stored."""
+
+
+class UnknownDependencyError(DependencyError):
+    """Raised when a dependency names a message id that is not stored (never produced, cancelled
+    before it ran, or removed by retention or the archive); the message names the ids."""
+
+
+class DependencyCycleError(DependencyError):
+    """Raised when the steps of one submission depend on each other in a cycle, or a step on
+    itself; the message names the steps of the cycle."""
+
+
+class WorkflowTooLargeError(DependencyError):
+    """Raised when a submission has more steps, or a step more dependencies, than the limits
+    ``tidemq.limits.MAX_WORKFLOW_STEPS`` and ``MAX_DEPENDENCIES`` allow (the message names it)."""
 
 
 def error_from_name(name: str, message: str) -> TidemqError:

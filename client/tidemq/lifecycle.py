@@ -22,6 +22,8 @@ so client, broker, console and pipeline agree on what each transition does::
     SUCCESS | FAIL | CANCELLED --forget_result (result retention)--> the same, result cleared
     FAIL --requeue--> NEW           any but RUNNING --admin_edit--> the status the admin chose
     SUCCESS | FAIL | CANCELLED --archive (pipeline)--> gone from MySQL, kept in Parquet --restore--> NEW
+    WAITING (dependencies not all succeeded; ``tidemq.dependencies``) --release--> NEW
+    WAITING --dependency_failed (policy stop)--> CANCELLED     WAITING --cancel--> gone
 
 Every change moves ``version`` on (the console's optimistic lock) except a lease extension,
 which a heartbeat repeats every few seconds and which changes nothing an operator edits, and a
@@ -71,6 +73,10 @@ DEFAULT_RESULT_RETENTION = 86_400
 class MessageStatus(_Named):
     """The states of a stored message and what moves a message out of each.
 
+    WAITING: produced with dependencies that have not all succeeded; never locked, never
+    expired. The SUCCESS of its last dependency releases it to NEW in the same transaction
+    (``tidemq.dependencies.released``); a dependency's FAIL or CANCELLED cancels it
+    (``dependency_failed``); cancel or an admin delete removes it.
     NEW: waiting for its effect_time; a lease moves it to RUNNING, cancel or an admin delete
     removes it.
     RUNNING: leased to one consumer until lease_expire. Its holder's ack moves it to SUCCESS,
@@ -89,10 +95,11 @@ class MessageStatus(_Named):
     SUCCESS = "SUCCESS"
     FAIL = "FAIL"
     CANCELLED = "CANCELLED"
+    WAITING = "WAITING"
 
 
 NEW, RUNNING, SUCCESS, FAIL = MessageStatus.NEW, MessageStatus.RUNNING, MessageStatus.SUCCESS, MessageStatus.FAIL
-CANCELLED = MessageStatus.CANCELLED
+CANCELLED, WAITING = MessageStatus.CANCELLED, MessageStatus.WAITING
 STATUSES: tuple[MessageStatus, ...] = tuple(MessageStatus)
 #: What an operator may set and change by hand: RUNNING belongs to a consumer's lease.
 EDITABLE_STATUSES: tuple[MessageStatus, ...] = tuple(s for s in STATUSES if s is not RUNNING)
@@ -122,6 +129,8 @@ class Event(_Named):
     ADMIN_DELETE = "ADMIN_DELETE"
     RESTORED = "RESTORED"
     RETIRED = "RETIRED"
+    DEPENDENCY_MET = "DEPENDENCY_MET"
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
 
 
 @dataclass(frozen=True)
@@ -177,7 +186,7 @@ def produce(now: datetime, **who: object) -> Change:
     """A new message: NEW, no lease, attempt 0. ``who`` names the broker or console user."""
     values = {M.status: NEW.value, M.attempt: 0, M.ttr: None, M.consumer: None, M.version: 0, M.add_time: now,
               M.update_time: now, M.start_time: None, M.finish_time: None, M.result: None, M.progress: None,
-              M.cancel_requested: False, **_lease_cleared()}
+              M.cancel_requested: False, M.deps_left: 0, M.workflow_id: None, **_lease_cleared()}
     return Change(Event.PRODUCED, (), NEW, values, trace=_line(now, Event.PRODUCED, **who))
 
 
@@ -318,8 +327,8 @@ def requeue(now: datetime, retry: int, event: Event = Event.REQUEUED, **who: obj
 
 
 def cancel() -> Change:
-    """NEW -> gone: a producer takes back a message nobody has started."""
-    return Change(Event.CANCELLED, (NEW,), None, delete=True)
+    """NEW or WAITING -> gone: a producer takes back a message nobody has started."""
+    return Change(Event.CANCELLED, (NEW, WAITING), None, delete=True)
 
 
 def admin_edit(now: datetime, user: str, status: Optional[MessageStatus], changed: Sequence[str],

@@ -19,6 +19,7 @@ __all__ = [
     "PRIORITIES_DESC", "DEFAULT_MAX_DATA_BYTES", "MAX_DATA_DEPTH", "MAX_DELAY_SECONDS", "MAX_RETRIES", "MAX_BATCH",
     "MAX_PULL", "MAX_WAIT", "MIN_TTR", "MAX_TTR", "MAX_AHEAD", "new_lease_token", "check_lease_token",
     "DEFAULT_MAX_RESULT_BYTES", "MAX_RESULT_IDS", "MAX_PROGRESS_NOTE", "MAX_ERROR_TRACEBACK",
+    "MAX_WORKFLOW_STEPS", "MAX_DEPENDENCIES",
 ]
 
 # -- messages --------------------------------------------------------------------------------
@@ -49,6 +50,12 @@ DEFAULT_MAX_RESULT_BYTES = 1024 * 1024  # a handler's return value as JSON (TIDE
 MAX_RESULT_IDS = 1000  # ids one Results call may read or wait for
 MAX_PROGRESS_NOTE = 512  # characters of a progress report's note (the stored JSON fits 1024 bytes)
 MAX_ERROR_TRACEBACK = 8 * 1024  # characters of a failure's traceback kept in its error result
+
+# -- dependencies between messages -----------------------------------------------------------
+# Steps of one submission: all of them, their edges and the release of the first ones are one
+# transaction, which must stay short enough not to hold a broker's commit slot for long.
+MAX_WORKFLOW_STEPS = MAX_BATCH
+MAX_DEPENDENCIES = 1000  # dependencies of one step (a fan-in wider than this: chain groups)
 
 _LEASE_TOKEN = re.compile(r"[0-9a-f]{32}")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
            "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT",
-           "ADMIN_SESSION", "LOGIN_FAILURE", "SCHEDULE"]
+           "ADMIN_SESSION", "LOGIN_FAILURE", "SCHEDULE", "DEPENDENCY"]
 
 
 class Table:
@@ -57,6 +57,11 @@ class _Message(Table):
     result = "result"
     progress = "progress"
     cancel_requested = "cancel_requested"
+    # Dependencies (version 12): how many of the message's dependencies have not succeeded yet
+    # (WAITING while above 0), and the workflow it was submitted in or that waits on it (NULL:
+    # none; a row with NULL has no dependents, which spares the plain ack any further work).
+    deps_left = "deps_left"
+    workflow_id = "workflow_id"
 
 
 class _Topic(Table):
@@ -229,6 +234,14 @@ class _Schedule(Table):
     update_time = "update_time"
 
 
+class _Dependency(Table):
+    """``tidemq_dependency``: one row per edge of a workflow, ``child_id`` waits on ``parent_id``."""
+
+    name = "tidemq_dependency"
+    parent_id = "parent_id"
+    child_id = "child_id"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -242,3 +255,4 @@ TOPIC_COUNT = _TopicCount()
 ADMIN_SESSION = _AdminSession()
 LOGIN_FAILURE = _LoginFailure()
 SCHEDULE = _Schedule()
+DEPENDENCY = _Dependency()

@@ -124,7 +124,7 @@ def test_operators_changes_never_touch_a_running_message():
 
 
 def test_cancel_requeue_retire_and_restore():
-    assert lifecycle.cancel().delete and lifecycle.cancel().source == (S.NEW,)
+    assert lifecycle.cancel().delete and lifecycle.cancel().source == (S.NEW, S.WAITING)
     requeue = lifecycle.requeue(NOW, 2, Event.ADMIN_RETRY, user="ann")
     assert (requeue.source, requeue.target, requeue.values[M.retry_remaining]) == ((S.FAIL,), S.NEW, 2)
     assert _events(requeue) == ["ADMIN_RETRY"]

@@ -20,7 +20,7 @@ from tidemq.tables import MESSAGE, TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
-from ..schema import admin_session, login_failure, principal, produce_request, schedule, topic_count
+from ..schema import admin_session, dependency, login_failure, principal, produce_request, schedule, topic_count
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -146,6 +146,19 @@ def _results(db: SqlDatabase) -> None:
         db.dialect.alter_table(conn, TOPIC.name, added_topic)
 
 
+def _dependencies(db: SqlDatabase) -> None:
+    """Version 12: dependencies between messages. A message's ``deps_left`` (WAITING while above
+    0) and ``workflow_id`` (NULL: no dependents, so its ack looks for none), and
+    ``tidemq_dependency``, one row per edge. No index on the new columns: they are read and
+    written by id."""
+    columns = {column["name"] for column in inspect(db.engine).get_columns(MESSAGE.name)}
+    added = [f"{name} {kind}" for name, kind in (
+        (MESSAGE.deps_left, "INTEGER NOT NULL DEFAULT 0"), (MESSAGE.workflow_id, "BIGINT NULL")) if name not in columns]
+    with db.engine.begin() as conn:
+        db.dialect.alter_table(conn, MESSAGE.name, added)
+    metadata.create_all(db.engine, tables=[dependency])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -158,6 +171,7 @@ STEPS = (
     Step(9, "flow control: message priority and key, topic limits, priority in the lock index", _flow_control),
     Step(10, "tidemq_schedule: periodic messages, one per tick of a cron expression", _schedules),
     Step(11, "results: a message's result, progress and cancel request; a topic's result retention", _results),
+    Step(12, "dependencies: a message's deps_left and workflow_id, tidemq_dependency's edges", _dependencies),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

@@ -1,0 +1,64 @@
+"""The lifecycle of a message with dependencies: its start as WAITING, its release, its stop.
+
+A message produced with dependencies that have not all succeeded is WAITING (see
+``tidemq.lifecycle.MessageStatus``) and counts them in ``deps_left``. Each SUCCESS of a
+dependency lowers the count in the transaction that records the SUCCESS; the one that brings it
+to 0 moves the message to NEW with :func:`released`. Under the failure policy ``stop`` (the only
+one so far) a dependency that ends FAIL or CANCELLED cancels its waiting dependents with
+:func:`dependency_failed`, and theirs in turn::
+
+    (produce with dependencies) --> WAITING --released (last dependency succeeded)--> NEW
+                                    WAITING --dependency_failed (policy stop)--> CANCELLED
+                                    WAITING --cancel--> gone
+
+Like every transition of ``tidemq.lifecycle``, each function returns a ``Change`` that the
+storages apply as it is.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Optional
+
+from . import trace
+from .lifecycle import CANCELLED, NEW, WAITING, Change, Event, produce
+from .tables import MESSAGE as M
+
+__all__ = ["FailurePolicy", "waiting", "released", "dependency_failed"]
+
+
+class FailurePolicy(str, enum.Enum):
+    """What a dependency that ends FAIL or CANCELLED does to the steps waiting on it.
+
+    STOP: they are CANCELLED, and the steps waiting on them in turn. (CONTINUE, which runs a
+    workflow's callback with the failures, needs the workflow's own row and comes later.)
+    """
+
+    STOP = "stop"
+
+
+def waiting(now: datetime, deps_left: int, **who: object) -> Change:
+    """A new message with ``deps_left`` dependencies not succeeded yet: WAITING (NEW when 0)."""
+    base = produce(now, **who)
+    target = WAITING if deps_left > 0 else NEW
+    values = {**base.values, M.status: target.value, M.deps_left: max(deps_left, 0)}
+    return Change(base.event, (), target, values, trace=base.trace)
+
+
+def released(now: datetime, effect_time: datetime, parent_id: int, broker: str) -> Change:
+    """WAITING -> NEW: its last dependency, ``parent_id``, succeeded. Due at its own effect_time
+    or now, whichever is later: a step produced with a delay keeps it, and one whose time passed
+    while it waited is due at once rather than ahead of messages that waited their turn."""
+    values = {M.effect_time: max(effect_time, now), M.update_time: now}
+    return Change(Event.DEPENDENCY_MET, (WAITING,), NEW, values,
+                  trace=trace.line(now, Event.DEPENDENCY_MET.value, dependency=parent_id, broker=broker))
+
+
+def dependency_failed(now: datetime, parent_id: int, parent_status: str, broker: Optional[str] = None) -> Change:
+    """WAITING -> CANCELLED under the policy stop: dependency ``parent_id`` ended
+    ``parent_status`` (FAIL or CANCELLED), so this step will never run."""
+    values = {M.finish_time: now, M.update_time: now}
+    return Change(Event.DEPENDENCY_FAILED, (WAITING,), CANCELLED, values,
+                  trace=trace.line(now, Event.DEPENDENCY_FAILED.value, dependency=parent_id,
+                                   dependency_status=parent_status, broker=broker))
