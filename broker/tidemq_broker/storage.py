@@ -1,17 +1,14 @@
 """The storage interface: every database operation tidemq performs is one named method of a role.
 
-A role is a protocol that one component of each implementation provides: the schema, message
-writes (produce and the operators' changes), leases, acks, the pull hub's probes, topics, message
-reads, counts, schedules, and, for the brokers' authentication and the console, principals,
-sessions and the console's own reads. :class:`Storage` holds one component per role, as the
-factory ``tidemq_broker.storages.open_storage`` builds them around one database (or
+A role is a protocol that one component of each implementation provides (the schema, message
+writes, dependencies, leases, acks, probes, topics, reads, counts, schedules, principals,
+sessions, the console's reads). :class:`Storage` holds one component per role, as the factory
+``tidemq_broker.storages.open_storage`` builds them around one database (or
 ``storages.memory.open_memory_storage`` around one in-memory state); callers take the roles they
-use and nothing reaches a database object behind them.
-
-Each transition of a message is one operation (lease, ack, release, extend, expire, requeue,
-cancel, an operator's edit or delete, retention) and applies what ``tidemq.lifecycle`` decides
-for it. Every implementation passes tests/conformance. Each method is one transaction unless it
-says otherwise. The values operations take and return are in ``tidemq_broker.records``.
+use and nothing reaches a database object behind them. Each transition of a message is one
+operation and applies what ``tidemq.lifecycle`` decides for it. Every implementation passes
+tests/conformance. Each method is one transaction unless it says otherwise. The values
+operations take and return are in ``tidemq_broker.records``.
 """
 
 from __future__ import annotations
@@ -26,13 +23,12 @@ from tidemq.link import AckItem, AckOutcome
 from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, LeasedMessage, LockHint,
                       LockRequest, MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal,
                       RecentInserts, RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog,
-                      TopicCounts, TopicSettings, hours_ago)
+                      TopicCounts, TopicSettings, WorkflowStep, hours_ago)
 
 __all__ = [
-    "Storage", "Schema", "MessageWrites", "Leasing", "Acking", "Probes", "TopicStore", "MessageReads", "Counts",
-    "ScheduleStore", "PrincipalStore", "SessionStore", "ConsoleStore",
-    # the values, from tidemq_broker.records
-    "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
+    "Storage", "Schema", "MessageWrites", "DependencyWrites", "Leasing", "Acking", "Probes", "TopicStore",
+    "MessageReads", "Counts", "ScheduleStore", "PrincipalStore", "SessionStore", "ConsoleStore",
+    "WorkflowStep", "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
     "COUNTED_FROM", "hours_ago", "AckItem", "AckOutcome", "MessageResult",
@@ -103,6 +99,17 @@ class MessageWrites(Protocol):
         """Retention: delete up to ``limit`` SUCCESS messages of ``topic`` finished before ``before``."""
 
 
+class DependencyWrites(Protocol):
+    """Messages that wait for others (``tidemq.dependencies``); their release or stop is part
+    of the transaction of ``Acking.ack`` that records their dependency's outcome."""
+
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, **who: object) -> list[int]:
+        """Insert ``steps`` and their edges, all or nothing (a ``DependencyError`` names the bad
+        id, the cycle or the limit); return their ids in order. A step waits on what has not
+        succeeded; under the policy stop a dependency already FAIL or CANCELLED stores it (and
+        the steps after it) CANCELLED. Steps and the messages they wait on get ``workflow_id``."""
+
+
 class Leasing(Protocol):
     """Leases: NEW -> RUNNING under a token, and every change of a RUNNING row by that token."""
 
@@ -155,7 +162,9 @@ class Acking(Protocol):
         """Apply many outcomes in one transaction, each guarded by status RUNNING and its token:
         ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL). An outcome that
         lease already recorded (a SUCCESS or FAIL under the same token: an ack sent again after
-        its reply was lost) is answered APPLIED and changes nothing; any other is STALE."""
+        its reply was lost) is answered APPLIED and changes nothing; any other is STALE. In the
+        same transaction a SUCCESS releases the dependents it was the last wait of, and a FAIL
+        or CANCELLED cancels the waiting ones (``tidemq.dependencies``)."""
 
 
 class Probes(Protocol):
@@ -373,6 +382,7 @@ class Storage:
 
     schema: Schema
     messages: MessageWrites
+    dependencies: DependencyWrites
     leases: Leasing
     acks: Acking
     probes: Probes

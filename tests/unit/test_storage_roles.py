@@ -33,7 +33,7 @@ def storage(request, tmp_path):
 
 def test_each_role_is_a_component_with_the_protocols_methods_and_signatures(storage):
     hints = typing.get_type_hints(Storage)
-    assert len(ROLES) == 12
+    assert len(ROLES) == 13
     for role in ROLES:
         protocol = hints[role]
         methods = _methods(protocol)

@@ -21,6 +21,7 @@ from ..storage import Storage
 from .acks import Acks
 from .admin_sql import SqlConsole
 from .counts import StatusCounts
+from .dependencies import SqlDependencies
 from .leases import Leases
 from .migrations import Migrations
 from .principals import SqlPrincipals
@@ -71,7 +72,8 @@ def open_storage(url: str, **options: Any) -> Storage:
 def sql_storage(db: SqlDatabase) -> Storage:
     """The storage over ``db``: every role's component shares its engine and transactions, and
     closing the storage closes ``db``."""
-    return Storage(schema=Migrations(db), messages=Writes(db), leases=Leases(db), acks=Acks(db),
+    return Storage(schema=Migrations(db), messages=Writes(db), dependencies=SqlDependencies(db), leases=Leases(db),
+                   acks=Acks(db),
                    probes=PullProbes(db), topics=Topics(db), reads=Reads(db), counts=StatusCounts(db),
                    schedules=Schedules(db), principals=SqlPrincipals(db), sessions=SqlSessions(db),
                    console=SqlConsole(db), closer=db.close)

@@ -1,6 +1,7 @@
 """Acks: many outcomes in one transaction, each guarded by status RUNNING and its lease token,
 so an outcome from a consumer that lost its lease is refused, never applied. A result is
-written by the same statement as its status."""
+written by the same statement as its status, and the steps waiting on a message are released
+or stopped in the transaction that finishes it (``storages/dependencies.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..schema import message as m
 from ..records import TopicSettings
 from .changes import apply, apply_each, apply_to_ids
 from .database import SqlDatabase
+from .dependencies import release_after, stop_after
 from .ids import ids_in
 from .rows import sort_acks, to_message
 
@@ -51,8 +53,10 @@ class Acks:
         """The common case in one statement per lease token instead of a locking read first.
 
         A row is marked only while it is RUNNING under the very token the item names (tokens are
-        per pulled batch). If any item does not match, the transaction is rolled back and the
-        exact path decides each outcome.
+        per pulled batch) and outside any workflow. If any item does not match, the transaction
+        is rolled back and the exact path decides each outcome. A message of a workflow may have
+        steps waiting on it: the exact path reads its workflow id with its token and releases
+        them; guarding the UPDATE by the column spares every other ack a look for dependents.
         """
         by_token: dict[str, list[AckItem]] = {}
         for item in items:
@@ -61,11 +65,11 @@ class Acks:
         for token, group in by_token.items():
             if all(item.result is None for item in group):
                 ids = [item.id for item in group]
-                changed = sum(apply_to_ids(conn, plain, ids[start : start + _CHUNK], token)
+                changed = sum(apply_to_ids(conn, plain, ids[start : start + _CHUNK], token, no_workflow=True)
                               for start in range(0, len(ids), _CHUNK))
             else:
                 changed = apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result))
-                                            for item in group], m.c.lease_token == token)
+                                            for item in group], m.c.lease_token == token, m.c.workflow_id.is_(None))
             if changed != len(group):
                 raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)
@@ -78,16 +82,20 @@ class Acks:
         # their full row below for the retry decision.
         held: dict[int, str] = {}
         done: dict[int, tuple[str, str]] = {}  # finished rows: (status, the token they finished under)
+        in_workflow: set[int] = set()  # rows that may have steps waiting on them
         for start in range(0, len(ids), _CHUNK):
-            stmt = (select(m.c.id, m.c.lease_token, m.c.status)
+            stmt = (select(m.c.id, m.c.lease_token, m.c.status, m.c.workflow_id)
                     .where(ids_in(ids[start : start + _CHUNK])).with_for_update())
             for row in conn.execute(stmt):
+                if row.workflow_id is not None:
+                    in_workflow.add(row.id)
                 if row.status == _RUNNING:
                     held[row.id] = row.lease_token
                 else:
                     done[row.id] = (row.status, row.lease_token)
         outcomes, succeeded, failed, cancelled = sort_acks(items, held, done)
         stopped = [item.id for item in cancelled]
+        ended: dict[int, str] = {id: lifecycle.CANCELLED.value for id in stopped if id in in_workflow}
         if failed:
             rows = conn.execute(select(m).where(m.c.id.in_([item.id for item in failed])))
             full = {row.id: to_message(row._mapping) for row in rows}
@@ -96,11 +104,16 @@ class Acks:
                 change = lifecycle.fail_attempt(msg, topics(msg.topic), item.error, now, consumer, broker,
                                                 result=item.result, cancel_requested=msg.cancel_requested)
                 apply(conn, change, m.c.id == msg.id)
+                if msg.id in in_workflow and change.target in (lifecycle.FAIL, lifecycle.CANCELLED):
+                    ended[msg.id] = change.target.value
         if stopped:
             _chunked(conn, lifecycle.cancelled(now, consumer, broker), stopped)
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
             apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result)) for item in succeeded])
+            release_after(conn, [item.id for item in succeeded if item.id in in_workflow], now, broker)
+        if ended:
+            stop_after(conn, ended, now, broker)
         return outcomes
 
 

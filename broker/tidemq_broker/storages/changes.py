@@ -55,15 +55,19 @@ def apply(conn: Connection, change: Change, *where: Any) -> int:
     return conn.execute(update(m).where(*where, guard(change)).values(values_of(change))).rowcount
 
 
-def apply_to_ids(conn: Connection, change: Change, ids: Sequence[int], lease_token: Optional[str] = None) -> int:
-    """``apply`` to the rows ``ids`` (and, when given, held under ``lease_token``), by a
-    statement built once per kind of change with every value bound at execution: the UPDATEs of
-    every lease and every plain ack, where building the statement and its cache key each time
-    cost more of a broker's CPU than the database's answer. Returns how many rows changed."""
+def apply_to_ids(conn: Connection, change: Change, ids: Sequence[int], lease_token: Optional[str] = None,
+                 no_workflow: bool = False) -> int:
+    """``apply`` to the rows ``ids`` (and, when given, held under ``lease_token``; with
+    ``no_workflow``, only rows outside any workflow), by a statement built once per kind of
+    change with every value bound at execution: the UPDATEs of every lease and every plain ack,
+    where building the statement and its cache key each time cost more of a broker's CPU than
+    the database's answer. Returns how many rows changed."""
     if change.delete or not ids:
-        return apply(conn, change, ids_in(ids), *(() if lease_token is None else (m.c.lease_token == lease_token,)))
+        where = (() if lease_token is None else (m.c.lease_token == lease_token,)) \
+            + ((m.c.workflow_id.is_(None),) if no_workflow else ())
+        return apply(conn, change, ids_in(ids), *where)
     stmt = _bound_update(tuple(change.source), change.target, tuple(sorted(change.values)), change.attempt_delta,
-                         change.bump_version, bool(change.trace), lease_token is not None)
+                         change.bump_version, bool(change.trace), lease_token is not None, no_workflow)
     params = {f"v_{name}": value for name, value in change.values.items()}
     params.update(ids=[int(i) for i in ids], v_trace=change.trace, v_token=lease_token)
     return conn.execute(stmt, params).rowcount
@@ -71,7 +75,7 @@ def apply_to_ids(conn: Connection, change: Change, ids: Sequence[int], lease_tok
 
 @functools.lru_cache(maxsize=64)
 def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], attempt_delta: int,
-                  bump_version: bool, trace: bool, token: bool) -> Any:
+                  bump_version: bool, trace: bool, token: bool, no_workflow: bool = False) -> Any:
     values: dict[Any, Any] = {name: bindparam(f"v_{name}", type_=m.c[name].type) for name in names}
     if target is not None:
         values["status"] = target.value
@@ -84,6 +88,8 @@ def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], 
     where = [bound_ids_in(), _status_in(source)]
     if token:
         where.append(m.c.lease_token == bindparam("v_token", type_=m.c.lease_token.type))
+    if no_workflow:
+        where.append(m.c.workflow_id.is_(None))
     return update(m).where(*where).values(values)
 
 

@@ -23,6 +23,7 @@ from ...schema import SCHEMA_VERSION
 from ...storage import Storage
 from .accounts import MemoryPrincipals, MemorySessions
 from .console import MemoryConsole
+from .dependencies import MemoryDependencies
 from .leases import MemoryAcks, MemoryLeases
 from .probes import MemoryProbes
 from .schedules import MemorySchedules
@@ -54,7 +55,8 @@ def open_memory_storage(id_step: int = 1) -> Storage:
     """A new, empty memory storage. ``id_step``: how far apart its ids are, as a server's
     ``auto_increment_increment`` (a Galera cluster of n nodes sets n)."""
     state = MemoryState(id_step)
-    return Storage(schema=MemorySchema(), messages=MemoryWrites(state), leases=MemoryLeases(state),
+    return Storage(schema=MemorySchema(), messages=MemoryWrites(state), dependencies=MemoryDependencies(state),
+                   leases=MemoryLeases(state),
                    acks=MemoryAcks(state), probes=MemoryProbes(state), topics=MemoryTopics(state),
                    reads=MemoryReads(state), counts=MemoryCounts(state), schedules=MemorySchedules(state),
                    principals=MemoryPrincipals(state), sessions=MemorySessions(state), console=MemoryConsole(state))

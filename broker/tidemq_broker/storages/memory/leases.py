@@ -21,12 +21,14 @@ from tidemq.tables import MESSAGE as M
 from ...flow import KEY_WINDOW, refill, within_key_limit
 from ...records import FlowLimits, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
 from ..rows import expiries, lease_change, leased, lock_order, sort_acks, to_message
+from .dependencies import release_after, stop_after
 from .state import MemoryState, apply
 from .topics import topic_row
 
 __all__ = ["MemoryLeases", "MemoryAcks", "due_candidates"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
+_ENDED = (MessageStatus.FAIL.value, MessageStatus.CANCELLED.value)  # what stops the steps waiting on it
 Row = dict[str, Any]
 
 
@@ -216,6 +218,11 @@ class MemoryAcks:
             apply(state, lifecycle.cancelled(now, consumer, broker), stopped)
             for item in succeeded:
                 apply(state, lifecycle.succeed(now, consumer, broker, item.result), [state.messages[item.id]])
+            # In the same atomic step, as the SQL storage does in the ack's transaction.
+            release_after(state, [item.id for item in succeeded], now, broker)
+            ended = {item.id: state.messages[item.id][M.status] for item in failed + cancelled
+                     if state.messages[item.id][M.status] in _ENDED}
+            stop_after(state, ended, now, broker)
             return outcomes
 
 

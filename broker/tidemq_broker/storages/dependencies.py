@@ -1,0 +1,148 @@
+"""Dependencies between messages in SQL: inserting steps with their edges, and what an ack does
+to the steps waiting on the messages it finishes (``tidemq.dependencies``).
+
+**Exactly one release.** The last members of a fan-in may succeed at the same instant in acks
+on different brokers. Each ack lowers ``deps_left`` of the children with an UPDATE, which
+takes the children's row locks and holds them until its COMMIT; a second ack's UPDATE of the
+same child waits for that lock and then works on the committed row (InnoDB's UPDATE reads the
+latest version, at any isolation level; SQLite runs one writer at a time). The decrements
+therefore happen one after another, each ack sees its own result under its lock, and only the
+ack whose decrement reached 0 finds the child ``status = WAITING AND deps_left = 0``: its
+release, guarded by exactly that, moves the child to NEW, and any later look finds it NEW.
+
+**The plain ack pays nothing.** Only a message with a ``workflow_id`` can have dependents (every
+step of a submission and every message a step waits on gets one, under the row lock of that
+message), so the ack's fast path guards its UPDATE with ``workflow_id IS NULL`` (a column of
+the row it updates by key anyway) and leaves every workflow message to the exact path, which
+reads ``workflow_id`` with the lease token it locks anyway and only then looks for children.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Mapping, Sequence
+
+from sqlalchemy import Connection, insert, select, update
+
+from tidemq import dependencies as deps
+from tidemq.lifecycle import MessageStatus
+
+from ..records import WorkflowStep
+from ..schema import dependency as d
+from ..schema import message as m
+from .changes import apply, apply_each
+from .database import SqlDatabase
+from .ids import ids_in
+from .rows import row_values
+from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
+
+__all__ = ["SqlDependencies", "release_after", "stop_after"]
+
+_CHUNK = 1000
+_WAITING = MessageStatus.WAITING.value
+
+
+class SqlDependencies:
+    """Steps with dependencies: one transaction per submission."""
+
+    def __init__(self, db: SqlDatabase) -> None:
+        self._db = db
+
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, **who: object) -> list[int]:
+        order = check_steps(steps)
+        if not steps:
+            return []
+        wanted = parent_ids(steps)
+
+        def work(conn: Connection) -> list[int]:
+            # Locked, so an ack cannot record an outcome of one between this read and the edges:
+            # it waits, then finds the workflow id set and looks for the new steps.
+            statuses: dict[int, str] = {}
+            for start in range(0, len(wanted), _CHUNK):
+                stmt = select(m.c.id, m.c.status).where(ids_in(wanted[start : start + _CHUNK])).with_for_update()
+                statuses.update((row.id, row.status) for row in conn.execute(stmt))
+            check_known(wanted, statuses)
+            starts = plan(steps, order, statuses)
+            ids = self._db.dialect.insert_plain(
+                conn, [row_values(step.row, deps.waiting(now, start.deps_left, **who))
+                       for step, start in zip(steps, starts)])
+            workflow = ids[0]
+            for start in range(0, len(ids), _CHUNK):
+                conn.execute(update(m).where(ids_in(ids[start : start + _CHUNK])).values(workflow_id=workflow))
+            waited = [id for id in wanted if statuses[id] in WAITED_ON]
+            for start in range(0, len(waited), _CHUNK):
+                conn.execute(update(m).where(ids_in(waited[start : start + _CHUNK]), m.c.workflow_id.is_(None))
+                             .values(workflow_id=workflow))
+            rows = edges(steps, ids, statuses)
+            if rows:
+                conn.execute(insert(d), [{"parent_id": p, "child_id": c} for p, c in rows])
+            for i in order:  # parents first: each stop names a parent already stopped
+                if starts[i].stopped:
+                    by = starts[i].by_id if starts[i].by_id is not None else ids[starts[i].by_step or 0]
+                    apply(conn, deps.dependency_failed(now, by, starts[i].by_status), m.c.id == ids[i])
+            return ids
+
+        return self._db.tx(work)
+
+
+def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]:
+    """The (parent_id, child_id) edges of ``parents``, by the primary key."""
+    found: list[tuple[int, int]] = []
+    for start in range(0, len(parents), _CHUNK):
+        stmt = select(d.c.parent_id, d.c.child_id).where(d.c.parent_id.in_(list(parents[start : start + _CHUNK])))
+        found.extend((row.parent_id, row.child_id) for row in conn.execute(stmt))
+    return found
+
+
+def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str) -> list[int]:
+    """Inside the transaction that records the SUCCESS of ``parents``: lower ``deps_left`` of
+    their waiting children and release (WAITING -> NEW) those that reach 0, each once (see the
+    module's docstring). Returns the ids released, ascending."""
+    found = _children(conn, sorted(set(parents)))
+    if not found:
+        return []
+    per_child = Counter(child for _, child in found)
+    by_count: dict[int, list[int]] = {}
+    for child, count in sorted(per_child.items()):  # ascending ids: one lock order for every ack
+        by_count.setdefault(count, []).append(child)
+    for count, children in by_count.items():
+        conn.execute(update(m).where(ids_in(children), m.c.status == _WAITING)
+                     .values(deps_left=m.c.deps_left - count))
+    ready = {row.id: row.effect_time for row in conn.execute(
+        select(m.c.id, m.c.effect_time).where(ids_in(sorted(per_child)), m.c.status == _WAITING,
+                                              m.c.deps_left == 0).with_for_update())}
+    by_parent: dict[int, list[int]] = {}  # the trace names one parent that released each child
+    left = set(ready)
+    for parent, child in sorted(found, key=lambda edge: edge[1]):
+        if child in left:
+            left.discard(child)
+            by_parent.setdefault(parent, []).append(child)
+    for parent, children in by_parent.items():
+        apply_each(conn, [(child, deps.released(now, ready[child], parent, broker)) for child in children],
+                   m.c.deps_left == 0)
+    return sorted(ready)
+
+
+def stop_after(conn: Connection, parents: Mapping[int, str], now: datetime, broker: str) -> list[int]:
+    """Inside the transaction that records the FAIL or CANCELLED of ``parents`` ({id: status}):
+    the policy stop, WAITING -> CANCELLED for their children, and theirs in turn. Returns the ids
+    cancelled."""
+    stopped: list[int] = []
+    frontier = dict(parents)
+    while frontier:
+        found = _children(conn, sorted(frontier))
+        waiting = set(conn.execute(select(m.c.id).where(ids_in(sorted({c for _, c in found})), m.c.status == _WAITING)
+                                   .with_for_update()).scalars()) if found else set()
+        by_parent: dict[int, list[int]] = {}
+        for parent, child in found:
+            if child in waiting:
+                waiting.discard(child)
+                by_parent.setdefault(parent, []).append(child)
+        after: dict[int, str] = {}
+        for parent, children in by_parent.items():
+            apply(conn, deps.dependency_failed(now, parent, frontier[parent], broker), ids_in(children))
+            after.update((child, MessageStatus.CANCELLED.value) for child in children)
+        stopped.extend(after)
+        frontier = after
+    return sorted(stopped)

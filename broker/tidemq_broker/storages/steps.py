@@ -1,0 +1,149 @@
+"""How a submission of steps with dependencies starts, shared by the SQL and the memory storage.
+
+No SQL here: the checks every storage makes before it writes anything (limits, positions,
+cycles), the order the steps are planned in, and each step's start once the statuses of the
+stored messages it waits on are known (read under a row lock, so no SUCCESS slips between the
+read and the insert). A storage then inserts every step as ``tidemq.dependencies.waiting``
+says, sets the workflow id, stores the edges and stops what :func:`plan` says is stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from tidemq.errors import (DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError,
+                           quote)
+from tidemq.lifecycle import CANCELLED, FAIL, NEW, RUNNING, SUCCESS, WAITING
+from tidemq.limits import MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
+
+from ..records import WorkflowStep
+
+__all__ = ["StepStart", "check_steps", "parent_ids", "check_known", "plan", "edges", "WAITED_ON"]
+
+_FAILED = (FAIL.value, CANCELLED.value)
+#: The statuses of a stored dependency that has yet to finish: an edge to it is stored, and it
+#: gets the workflow id so that its ack looks for the steps waiting on it.
+WAITED_ON = tuple(status.value for status in (NEW, WAITING, RUNNING))
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """How one step starts: ``deps_left`` dependencies to wait for, or stopped (CANCELLED under
+    the policy stop) by a stored dependency (``by_id``) or an earlier step (``by_step``) that
+    ended ``by_status``."""
+
+    deps_left: int
+    by_id: Optional[int] = None
+    by_step: Optional[int] = None
+    by_status: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the step is stored CANCELLED: a dependency of it already failed."""
+        return self.by_id is not None or self.by_step is not None
+
+
+def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
+    """Refuse a submission no storage may write (naming the limit, the position or the cycle);
+    return the positions of ``steps`` in an order where each comes after the steps it waits on."""
+    if not steps:
+        return []
+    if len(steps) > MAX_WORKFLOW_STEPS:
+        raise WorkflowTooLargeError(f"a submission may hold at most {MAX_WORKFLOW_STEPS:,} steps "
+                                    f"(MAX_WORKFLOW_STEPS), got {len(steps):,}: split it into several")
+    for i, step in enumerate(steps):
+        count = len(set(step.depends_on)) + len(set(step.after))
+        if count > MAX_DEPENDENCIES:
+            raise WorkflowTooLargeError(f"step {i} has {count:,} dependencies, more than MAX_DEPENDENCIES "
+                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step")
+        if step.row.unique_key:
+            # A repeated key would answer with a stored message whose dependencies are not these.
+            raise DependencyError(f"step {i} has a unique_key {quote(step.row.unique_key)}: "
+                                  "a step with dependencies or in a workflow takes none")
+        for j in step.after:
+            if not 0 <= j < len(steps):
+                raise DependencyError(f"step {i} waits on step {j}, but the submission has steps 0 to "
+                                      f"{len(steps) - 1}")
+            if j == i:
+                raise DependencyCycleError(f"step {i} waits on itself")
+    return _order(steps)
+
+
+def _order(steps: Sequence[WorkflowStep]) -> list[int]:
+    """Kahn's order of the steps along their ``after`` edges; a cycle is named, never stored
+    (no step of a cycle could ever become due)."""
+    waits = [len(set(step.after)) for step in steps]
+    children: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
+        for j in set(step.after):
+            children.setdefault(j, []).append(i)
+    order = [i for i, n in enumerate(waits) if n == 0]
+    for i in order:  # grows while it is walked
+        for child in children.get(i, ()):
+            waits[child] -= 1
+            if waits[child] == 0:
+                order.append(child)
+    if len(order) < len(steps):
+        cycle = _cycle(steps, set(order))
+        raise DependencyCycleError(f"steps wait on each other in a cycle (each on the next): {cycle}")
+    return order
+
+
+def _cycle(steps: Sequence[WorkflowStep], ordered: set[int]) -> str:
+    """One cycle among the steps ``ordered`` does not hold, as ``a -> b -> ... -> a``."""
+    at = next(i for i in range(len(steps)) if i not in ordered)
+    path: list[int] = []
+    while at not in path:
+        path.append(at)
+        # Every step left over waits on at least one other step left over.
+        at = next(j for j in steps[at].after if j not in ordered)
+    loop = path[path.index(at):] + [at]
+    shown = loop if len(loop) <= 12 else loop[:6] + ["..."] + loop[-6:]  # type: ignore[list-item]
+    return " -> ".join(f"step {i}" if isinstance(i, int) else i for i in shown)
+
+
+def parent_ids(steps: Sequence[WorkflowStep]) -> list[int]:
+    """The stored messages the steps wait on, ascending (the order their rows are locked in)."""
+    return sorted({id for step in steps for id in step.depends_on})
+
+
+def check_known(wanted: Sequence[int], found: Mapping[int, str]) -> None:
+    """Refuse dependencies on ids not stored (never produced, cancelled, removed by retention)."""
+    unknown = [id for id in wanted if id not in found]
+    if unknown:
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        shown = ", ".join(str(id) for id in unknown[:10]) + more
+        raise UnknownDependencyError(f"no stored message has the id {shown}: a dependency must name a message "
+                                     "that is stored (produced and not yet removed)")
+
+
+def plan(steps: Sequence[WorkflowStep], order: Sequence[int], statuses: Mapping[int, str]) -> list[StepStart]:
+    """Each step's start, by position: stored dependencies already SUCCESS count as met; one
+    already FAIL or CANCELLED stops the step (policy stop), and a stopped step stops the steps
+    after it. ``statuses``: every stored dependency's status."""
+    starts: list[Optional[StepStart]] = [None] * len(steps)
+    for i in order:
+        step = steps[i]
+        stored = sorted(set(step.depends_on))
+        failed = next((id for id in stored if statuses[id] in _FAILED), None)
+        stopped_step = next((j for j in sorted(set(step.after)) if starts[j].stopped), None)  # type: ignore[union-attr]
+        deps_left = sum(1 for id in stored if statuses[id] != SUCCESS.value) + len(set(step.after))
+        if failed is not None:
+            starts[i] = StepStart(deps_left, by_id=failed, by_status=statuses[failed])
+        elif stopped_step is not None:
+            starts[i] = StepStart(deps_left, by_step=stopped_step, by_status=CANCELLED.value)
+        else:
+            starts[i] = StepStart(deps_left)
+    return [start for start in starts if start is not None]
+
+
+def edges(steps: Sequence[WorkflowStep], ids: Sequence[int], statuses: Mapping[int, str]) -> list[tuple[int, int]]:
+    """The (parent_id, child_id) rows to store once the steps have ``ids``: every edge between
+    steps, and every edge to a stored message that has yet to finish (one that already did will
+    never release or stop anything)."""
+    found: set[tuple[int, int]] = set()
+    for i, step in enumerate(steps):
+        found.update((ids[j], ids[i]) for j in step.after)
+        found.update((id, ids[i]) for id in step.depends_on if statuses[id] in WAITED_ON)
+    return sorted(found)

@@ -1,0 +1,199 @@
+"""Dependencies between messages, on every storage (memory, SQLite, MariaDB, Galera): a step
+waits (WAITING) until its dependencies succeed and is released in the transaction of the last
+SUCCESS, once; a submission with an unknown id, a cycle or too many steps stores nothing; a
+dependency that fails cancels what waits on it (policy stop)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.conformance.storage_ops import ack, insert, lock, rows
+from tidemq import clock, trace
+from tidemq.errors import DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError
+from tidemq.lifecycle import MessageStatus as S
+from tidemq.limits import MAX_WORKFLOW_STEPS
+from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard, WorkflowStep
+
+
+@pytest.fixture
+def storage(any_storage):
+    return any_storage
+
+
+def _steps(topic, *after, depends_on=None, delay=0.0):
+    """One step per entry of ``after`` (the positions it waits on); ``depends_on`` maps a
+    position to stored ids it waits on."""
+    made = rows(topic, len(after), delay=delay)
+    return [WorkflowStep(row, tuple((depends_on or {}).get(i, ())), tuple(waits)) for i, (row, waits)
+            in enumerate(zip(made, after))]
+
+
+def _submit(storage, steps):
+    return storage.dependencies.insert_steps(steps, clock.now(), broker="b1")
+
+
+def _status(storage, msg_id):
+    return storage.reads.get_message(msg_id).status
+
+
+def _events(storage, msg_id):
+    return [entry for entry in trace.parse(storage.reads.get_message(msg_id).trace)]
+
+
+def _succeed(storage, topic, expected):
+    """Lease what is due of ``topic``, check it is exactly ``expected``, and ack it SUCCESS."""
+    batch = lock(storage, topic)
+    assert sorted(m.id for m in batch) == sorted(expected)
+    assert ack(storage, [AckItem(m.id, m.lease_token, True) for m in batch]) == [AckOutcome.APPLIED] * len(batch)
+
+
+def _count(storage, topic):
+    return storage.counts.count_by_status(topic).get(topic, {})
+
+
+def test_a_chain_of_three_is_released_one_step_at_a_time(storage):
+    a, b, c = _submit(storage, _steps("t.chain", (), (0,), (1,)))
+    assert [_status(storage, i) for i in (a, b, c)] == [S.NEW.value, S.WAITING.value, S.WAITING.value]
+    assert storage.reads.get_message(c).deps_left == 1
+    assert {storage.reads.get_message(i).workflow_id for i in (a, b, c)} == {a}
+    _succeed(storage, "t.chain", [a])
+    assert [_status(storage, i) for i in (b, c)] == [S.NEW.value, S.WAITING.value]
+    [met] = [e for e in _events(storage, b) if e["event"] == "DEPENDENCY_MET"]
+    assert met["dependency"] == str(a)
+    _succeed(storage, "t.chain", [b])
+    assert _status(storage, c) == S.NEW.value
+    _succeed(storage, "t.chain", [c])
+    assert _count(storage, "t.chain") == {S.SUCCESS.value: 3}
+
+
+def test_a_fan_in_of_five_is_released_once_after_the_last(storage):
+    ids = _submit(storage, _steps("t.fan", (), (), (), (), (), (0, 1, 2, 3, 4)))
+    parents, child = ids[:5], ids[5]
+    batch = {m.id: m for m in lock(storage, "t.fan")}
+    assert sorted(batch) == sorted(parents)  # the waiting step is not leased
+    for n, parent in enumerate(parents[:4]):
+        assert ack(storage, [AckItem(parent, batch[parent].lease_token, True)]) == [AckOutcome.APPLIED]
+        stored = storage.reads.get_message(child)
+        assert (stored.status, stored.deps_left) == (S.WAITING.value, 4 - n)
+    # The last one beside a failure of a stale lease: the ack's exact path releases too.
+    last = parents[4]
+    assert ack(storage, [AckItem(last, batch[last].lease_token, True, result='"done"'),
+                         AckItem(parents[0], "0" * 32, False, "late")]) == [AckOutcome.APPLIED, AckOutcome.STALE]
+    assert _status(storage, child) == S.NEW.value
+    assert [e["dependency"] for e in _events(storage, child) if e["event"] == "DEPENDENCY_MET"] == [str(last)]
+    assert [m.id for m in lock(storage, "t.fan")] == [child]
+
+
+def test_the_last_two_members_of_a_fan_in_acked_at_once_release_it_once(storage):
+    ids = _submit(storage, _steps("t.race", (), (), (), (), (), (0, 1, 2, 3, 4)))
+    batch = {m.id: m for m in lock(storage, "t.race")}
+    for parent in ids[:3]:
+        ack(storage, [AckItem(parent, batch[parent].lease_token, True)])
+    start = threading.Barrier(2)
+    outcomes = []
+
+    def finish(parent):
+        start.wait()
+        outcomes.append(ack(storage, [AckItem(parent, batch[parent].lease_token, True)]))
+
+    threads = [threading.Thread(target=finish, args=(parent,)) for parent in ids[3:5]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert outcomes == [[AckOutcome.APPLIED]] * 2
+    stored = storage.reads.get_message(ids[5])
+    assert (stored.status, stored.deps_left) == (S.NEW.value, 0)
+    assert len([e for e in _events(storage, ids[5]) if e["event"] == "DEPENDENCY_MET"]) == 1
+
+
+def test_a_dependency_on_an_unknown_id_stores_nothing(storage):
+    [known] = insert(storage, "t.unknown", 1)
+    unknown = known + 10 ** 9
+    before = _count(storage, "t.unknown")
+    with pytest.raises(UnknownDependencyError, match=str(unknown)) as err:
+        _submit(storage, _steps("t.unknown", (), (0,), depends_on={1: [known, unknown]}))
+    assert "MAX" not in str(err.value)
+    assert _count(storage, "t.unknown") == before == {S.NEW.value: 1}
+    assert storage.reads.get_message(known).workflow_id is None
+
+
+def test_a_cycle_is_refused_and_nothing_is_stored(storage):
+    with pytest.raises(DependencyCycleError, match="step 1 -> step 2 -> step 1"):
+        _submit(storage, _steps("t.cycle", (), (2,), (1,)))
+    with pytest.raises(DependencyCycleError, match="step 0 waits on itself"):
+        _submit(storage, _steps("t.cycle", (0,)))
+    with pytest.raises(DependencyError, match="steps 0 to 1"):
+        _submit(storage, _steps("t.cycle", (), (5,)))
+    assert _count(storage, "t.cycle") == {}
+
+
+def test_a_submission_over_the_limit_is_refused_naming_it(storage):
+    row = rows("t.big", 1)[0]
+    with pytest.raises(WorkflowTooLargeError, match="MAX_WORKFLOW_STEPS"):
+        _submit(storage, [WorkflowStep(row)] * (MAX_WORKFLOW_STEPS + 1))
+    assert _count(storage, "t.big") == {}
+
+
+def test_a_dependency_that_already_succeeded_counts_as_met(storage):
+    ids = insert(storage, "t.met", 2)
+    [first, second] = lock(storage, "t.met", limit=2)
+    ack(storage, [AckItem(first.id, first.lease_token, True)])
+    succeeded, other = first.id, second.id  # the other one is still running
+    assert sorted(ids) == sorted([succeeded, other])
+    now_due, waits = _submit(storage, _steps("t.met", (), (), depends_on={0: [succeeded], 1: [succeeded, other]}))
+    assert (_status(storage, now_due), storage.reads.get_message(now_due).deps_left) == (S.NEW.value, 0)
+    assert (_status(storage, waits), storage.reads.get_message(waits).deps_left) == (S.WAITING.value, 1)
+    # The message waited on now belongs to the workflow (its ack looks for dependents); the one
+    # that already finished is left as it was.
+    assert storage.reads.get_message(other).workflow_id == now_due
+    assert storage.reads.get_message(succeeded).workflow_id is None
+
+
+def test_a_waiting_message_is_never_leased_expired_or_probed_and_shows_in_counts(storage):
+    [parent] = insert(storage, "t.wait.parent", 1)
+    [waiting] = _submit(storage, _steps("t.wait", (), depends_on={0: [parent]}))
+    now = clock.now()
+    far = clock.after(now, 7200)
+    assert storage.leases.lock_batch(LockRequest(Shard("t.wait"), "c1", 30, far, limit=10)) == []
+    assert storage.leases.lock_serial(LockRequest(Shard("t.wait"), "c1", 30, far)) == []
+    assert storage.leases.expire_leases(far, 100, "b1", lambda topic: 10) == 0
+    assert storage.probes.next_due(Shard("t.wait")) is None
+    assert storage.probes.earliest_new(["t.wait"]) == {}
+    assert _count(storage, "t.wait") == {S.WAITING.value: 1}
+    assert _status(storage, waiting) == S.WAITING.value
+
+
+def test_a_waiting_message_can_be_cancelled(storage):
+    [parent] = insert(storage, "t.cancel", 1)
+    [waiting] = _submit(storage, _steps("t.cancel", (), depends_on={0: [parent]}))
+    assert storage.messages.cancel([waiting, parent]) == [True, True]
+    assert storage.reads.get_message(waiting) is None
+    assert _count(storage, "t.cancel") == {}
+
+
+def test_a_failed_dependency_cancels_what_waits_on_it_transitively(storage):
+    root, child, grandchild, free = _submit(storage, _steps("t.stop", (), (0,), (1,), ()))
+    [leased_root, leased_free] = sorted(lock(storage, "t.stop"), key=lambda m: m.id)
+    assert ack(storage, [AckItem(leased_root.id, leased_root.lease_token, False, "boom")]) == [AckOutcome.APPLIED]
+    assert [_status(storage, i) for i in (root, child, grandchild, free)] == \
+        [S.FAIL.value, S.CANCELLED.value, S.CANCELLED.value, S.RUNNING.value]
+    [stop] = [e for e in _events(storage, grandchild) if e["event"] == "DEPENDENCY_FAILED"]
+    assert (stop["dependency"], stop["dependency_status"]) == (str(child), S.CANCELLED.value)
+    [stop] = [e for e in _events(storage, child) if e["event"] == "DEPENDENCY_FAILED"]
+    assert (stop["dependency"], stop["dependency_status"]) == (str(root), S.FAIL.value)
+    # A step submitted after the failure is stored cancelled, and so are the steps after it.
+    late, after_late = _submit(storage, _steps("t.stop", (), (0,), depends_on={0: [root]}))
+    assert [_status(storage, i) for i in (late, after_late)] == [S.CANCELLED.value, S.CANCELLED.value]
+    assert lock(storage, "t.stop") == []
+
+
+def test_a_retry_of_a_dependency_keeps_its_steps_waiting(storage):
+    [parent] = storage.messages.insert_messages(rows("t.retry", 1, retry=1), clock.now())
+    [waits] = _submit(storage, _steps("t.retry", (), depends_on={0: [parent]}))
+    [leased] = lock(storage, "t.retry")
+    assert ack(storage, [AckItem(leased.id, leased.lease_token, False, "once")]) == [AckOutcome.APPLIED]
+    assert (_status(storage, parent), _status(storage, waits)) == (S.NEW.value, S.WAITING.value)
+    assert storage.reads.get_message(waits).deps_left == 1

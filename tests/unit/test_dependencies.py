@@ -1,0 +1,77 @@
+"""The lifecycle of a message with dependencies (``tidemq.dependencies``) and the checks every
+storage makes before it writes a submission (``storages/steps.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from tidemq import dependencies as deps
+from tidemq import trace
+from tidemq.errors import DependencyCycleError, DependencyError, WorkflowTooLargeError
+from tidemq.lifecycle import MessageStatus as S
+from tidemq.limits import MAX_DEPENDENCIES
+from tidemq.tables import MESSAGE as M
+from tidemq_broker.storage import NewRow, WorkflowStep
+from tidemq_broker.storages.steps import check_steps, edges, plan
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, 6000)
+
+
+def _step(*after, depends_on=(), key=None):
+    return WorkflowStep(NewRow("t", "{}", NOW, 0, unique_key=key), tuple(depends_on), tuple(after))
+
+
+def test_a_message_with_dependencies_starts_waiting_and_one_without_new():
+    waits = deps.waiting(NOW, 2, broker="b")
+    assert (waits.target, waits.values[M.status], waits.values[M.deps_left]) == (S.WAITING, "WAITING", 2)
+    assert waits.values[M.workflow_id] is None and trace.parse(waits.trace)[0]["event"] == "PRODUCED"
+    assert deps.waiting(NOW, 0).target is S.NEW
+
+
+def test_a_release_keeps_a_later_effect_time_and_names_the_dependency():
+    later = NOW + timedelta(hours=1)
+    change = deps.released(NOW, later, 42, "b:1")
+    assert (change.source, change.target, change.values[M.effect_time]) == ((S.WAITING,), S.NEW, later)
+    assert deps.released(NOW, NOW - timedelta(days=1), 42, "b:1").values[M.effect_time] == NOW
+    [entry] = trace.parse(change.trace)
+    assert (entry["event"], entry["dependency"], entry["broker"]) == ("DEPENDENCY_MET", "42", "b:1")
+
+
+def test_a_failed_dependency_cancels_a_waiting_message():
+    change = deps.dependency_failed(NOW, 7, "FAIL")
+    assert (change.source, change.target, change.values[M.finish_time]) == ((S.WAITING,), S.CANCELLED, NOW)
+    [entry] = trace.parse(change.trace)
+    assert (entry["event"], entry["dependency"], entry["dependency_status"]) == ("DEPENDENCY_FAILED", "7", "FAIL")
+
+
+def test_steps_are_ordered_after_what_they_wait_on():
+    steps = [_step(2), _step(), _step(1), _step(0, 2)]
+    order = check_steps(steps)
+    assert order.index(1) < order.index(2) < order.index(0) < order.index(3)
+
+
+def test_a_cycle_is_named_by_its_steps():
+    with pytest.raises(DependencyCycleError, match=r"\(each on the next\): step 1 -> step 3 -> step 2 -> step 1"):
+        check_steps([_step(), _step(3), _step(1), _step(2), _step(0)])
+
+
+def test_too_many_dependencies_a_unique_key_or_a_bad_position_are_refused():
+    with pytest.raises(WorkflowTooLargeError, match="MAX_DEPENDENCIES"):
+        check_steps([_step(depends_on=range(1, MAX_DEPENDENCIES + 2))])
+    with pytest.raises(DependencyError, match="unique_key"):
+        check_steps([_step(key="k")])
+    with pytest.raises(DependencyError, match="step 0 waits on step -1"):
+        check_steps([_step(-1)])
+
+
+def test_a_plan_counts_what_has_not_succeeded_and_stops_after_a_failure():
+    steps = [_step(depends_on=[10, 11]), _step(0, depends_on=[12]), _step(1), _step()]
+    statuses = {10: "SUCCESS", 11: "RUNNING", 12: "FAIL"}
+    starts = plan(steps, check_steps(steps), statuses)
+    assert [(s.deps_left, s.stopped) for s in starts] == [(1, False), (2, True), (1, True), (0, False)]
+    assert (starts[1].by_id, starts[1].by_status) == (12, "FAIL")
+    assert (starts[2].by_step, starts[2].by_status) == (1, "CANCELLED")
+    # Edges to finished messages are not stored: they will never release or stop anything.
+    assert edges(steps, [100, 101, 102, 103], statuses) == [(11, 100), (100, 101), (101, 102)]
