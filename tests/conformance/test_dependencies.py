@@ -197,3 +197,14 @@ def test_a_retry_of_a_dependency_keeps_its_steps_waiting(storage):
     assert ack(storage, [AckItem(leased.id, leased.lease_token, False, "once")]) == [AckOutcome.APPLIED]
     assert (_status(storage, parent), _status(storage, waits)) == (S.NEW.value, S.WAITING.value)
     assert storage.reads.get_message(waits).deps_left == 1
+
+
+def test_a_poison_dependency_cancels_what_waits_on_it(storage):
+    root, child = _submit(storage, _steps("t.poison", (), (0,)))
+    [leased] = lock(storage, "t.poison", ttr=1)
+    assert leased.id == root
+    later = clock.after(clock.now(), 5)
+    assert storage.leases.expire_leases(later, 100, "b1", lambda topic: 1) == 1
+    assert (_status(storage, root), _status(storage, child)) == (S.FAIL.value, S.CANCELLED.value)
+    [stop] = [e for e in _events(storage, child) if e["event"] == "DEPENDENCY_FAILED"]
+    assert (stop["dependency"], stop["dependency_status"]) == (str(root), S.FAIL.value)

@@ -19,6 +19,7 @@ from ..schema import message as m
 from .changes import apply
 from .claims import due_candidates, lease_rows
 from .database import SqlDatabase
+from .dependencies import stop_after
 from .flow import lock_limited
 from .ids import ids_in
 from .reads import any_running, topics_present
@@ -152,26 +153,32 @@ class Leases:
                 return 0
             # One range of (topic, status, lease_expire) per topic.
             expired = conn.execute(
-                select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer, m.c.cancel_requested)
+                select(m.c.id, m.c.topic, m.c.attempt, m.c.consumer, m.c.cancel_requested, m.c.workflow_id)
                 .where(m.c.topic.in_(topics), m.c.status == _RUNNING, *ran_out)
                 .order_by(m.c.lease_expire).limit(limit)).all()
             # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
             back: dict[tuple[Optional[str], str], list[int]] = {}
+            ended: dict[int, str] = {}  # workflow messages that ended here: what waits on them stops
             for row in expired:
                 most = max_deliveries(row.topic)
                 if row.cancel_requested:
                     # Its worker died after the cancel request: it does not run again.
                     change = lifecycle.expire(now, row.attempt, most, row.consumer, broker, cancel_requested=True)
-                    _tally(counts, row.topic, apply(conn, change, m.c.id == row.id, m.c.lease_expire < now))
                 elif lifecycle.delivered_out(row.attempt, most):
                     change = lifecycle.expire(now, row.attempt, most, row.consumer, broker,
-                                            _expiries(conn, row.id) + 1)
-                    _tally(counts, row.topic, apply(conn, change, m.c.id == row.id, m.c.lease_expire < now))
+                                              _expiries(conn, row.id) + 1)
                 else:
                     back.setdefault((row.consumer, row.topic), []).append(row.id)
+                    continue
+                moved = apply(conn, change, m.c.id == row.id, m.c.lease_expire < now)
+                _tally(counts, row.topic, moved)
+                if moved and row.workflow_id is not None and change.target is not None:
+                    ended[row.id] = change.target.value
             for (consumer, topic), ids in back.items():
                 _tally(counts, topic, apply(conn, lifecycle.lease_lost(now, consumer, broker), ids_in(ids),
                                             m.c.lease_expire < now))
+            if ended:
+                stop_after(conn, ended, now, broker)
             return sum(counts.values())
 
         moved = self._db.tx(work)

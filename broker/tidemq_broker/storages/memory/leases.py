@@ -173,20 +173,24 @@ class MemoryLeases:
                              key=lambda row: (row[M.lease_expire], row[M.id]))[:limit]
             # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
             back: dict[tuple[Optional[str], str], list[Row]] = {}
+            ended: dict[int, str] = {}
             for row in expired:
                 most = max_deliveries(row[M.topic])
                 if row[M.cancel_requested]:
                     # Its worker died after the cancel request: it does not run again.
                     change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], broker, cancel_requested=True)
                     _tally(counts, row[M.topic], apply(self._state, change, [row]))
+                    ended[row[M.id]] = row[M.status]
                 elif lifecycle.delivered_out(row[M.attempt], most):
                     change = lifecycle.expire(now, row[M.attempt], most, row[M.consumer], broker,
                                               expiries(row[M.trace]) + 1)
                     _tally(counts, row[M.topic], apply(self._state, change, [row]))
+                    ended[row[M.id]] = row[M.status]
                 else:
                     back.setdefault((row[M.consumer], row[M.topic]), []).append(row)
             for (consumer, topic), rows in back.items():
                 _tally(counts, topic, apply(self._state, lifecycle.lease_lost(now, consumer, broker), rows))
+            stop_after(self._state, ended, now, broker)
         if by_topic is not None:
             for topic, n in counts.items():
                 _tally(by_topic, topic, n)
