@@ -174,6 +174,15 @@ def test_a_waiting_message_can_be_cancelled(storage):
     assert _count(storage, "t.cancel") == {}
 
 
+def test_cancelling_a_message_waited_on_cancels_what_waits_on_it(storage):
+    [parent] = insert(storage, "t.cancel.parent", 1)
+    child, grandchild = _submit(storage, _steps("t.cancel.child", (), (0,), depends_on={0: [parent]}))
+    assert storage.messages.cancel([parent]) == [True]
+    assert (_status(storage, child), _status(storage, grandchild)) == (S.CANCELLED.value, S.CANCELLED.value)
+    [stop] = [e for e in _events(storage, child) if e["event"] == "DEPENDENCY_FAILED"]
+    assert (stop["dependency"], stop["dependency_status"]) == (str(parent), S.CANCELLED.value)
+
+
 def test_a_failed_dependency_cancels_what_waits_on_it_transitively(storage):
     root, child, grandchild, free = _submit(storage, _steps("t.stop", (), (0,), (1,), ()))
     [leased_root, leased_free] = sorted(lock(storage, "t.stop"), key=lambda m: m.id)

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from tidemq import lifecycle
+from tidemq import clock, lifecycle
 from tidemq.lifecycle import Event
 
 from ..records import MessageEdit, NewRow, RequestRef, StoredMessage
@@ -21,12 +21,14 @@ from ..schema import produce_request as r
 from .changes import apply, guard
 from .ids import ids_in
 from .database import SqlDatabase
+from .dependencies import stop_after
 from .request_ids import Claims, answer, id_list
 from .rows import edit_change, row_values, to_message
 
 __all__ = ["Writes"]
 
 _CHUNK = 1000  # ids per IN (...) list and rows per batch
+_CANCELLED = lifecycle.CANCELLED.value
 
 
 class Writes:
@@ -99,10 +101,15 @@ class Writes:
 
         def work(conn: Connection) -> list[bool]:
             wanted = sorted(set(ids))
-            pending = set(conn.execute(
-                select(m.c.id).where(m.c.id.in_(wanted), guard(change)).with_for_update()).scalars())
+            found = conn.execute(select(m.c.id, m.c.workflow_id).where(m.c.id.in_(wanted), guard(change))
+                                 .with_for_update()).all()
+            pending = {row.id for row in found}
             if pending:
                 apply(conn, change, m.c.id.in_(sorted(pending)))
+            # A message waited on is gone: what waits on it would otherwise wait for ever.
+            waited = {row.id: _CANCELLED for row in found if row.workflow_id is not None}
+            if waited:
+                stop_after(conn, waited, clock.now(), "")
             return [i in pending for i in ids]
 
         return self._db.tx(work)

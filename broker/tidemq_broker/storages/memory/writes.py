@@ -7,13 +7,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from tidemq import lifecycle
+from tidemq import clock, lifecycle
 from tidemq.lifecycle import Event
 from tidemq.tables import MESSAGE as M
 
 from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
 from ..rows import edit_change, row_values, to_message
+from .dependencies import stop_after
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
 
 __all__ = ["MemoryWrites"]
@@ -76,7 +77,10 @@ class MemoryWrites:
         state = self._state
         with state.lock:
             pending = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
+            waited = {i: lifecycle.CANCELLED.value for i in pending if state.messages[i][M.workflow_id] is not None}
             apply(state, change, [state.messages[i] for i in pending])
+            # A message waited on is gone: what waits on it would otherwise wait for ever.
+            stop_after(state, waited, clock.now(), "")
             return [i in pending for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
