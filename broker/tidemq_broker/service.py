@@ -186,8 +186,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         self._authorize_messages("Ack", [item.id for item in request.items])
         items = [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result), i.cancelled)
                  for i in request.items]
+        released: dict[str, int] = {}
         outcomes = self.storage.acks.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
-                                    self.topics.get)
+                                    self.topics.get, released)
+        for topic in released:  # steps whose last dependency just succeeded are due now
+            self.hub.notify(topic, clock.now(), None)
         self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
         metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)

@@ -14,7 +14,7 @@ from tidemq import clock, trace
 from tidemq.errors import DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError
 from tidemq.lifecycle import MessageStatus as S
 from tidemq.limits import MAX_WORKFLOW_STEPS
-from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard, WorkflowStep
+from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard, TopicSettings, WorkflowStep
 
 
 @pytest.fixture
@@ -77,10 +77,13 @@ def test_a_fan_in_of_five_is_released_once_after_the_last(storage):
         assert ack(storage, [AckItem(parent, batch[parent].lease_token, True)]) == [AckOutcome.APPLIED]
         stored = storage.reads.get_message(child)
         assert (stored.status, stored.deps_left) == (S.WAITING.value, 4 - n)
-    # The last one beside a failure of a stale lease: the ack's exact path releases too.
-    last = parents[4]
-    assert ack(storage, [AckItem(last, batch[last].lease_token, True, result='"done"'),
-                         AckItem(parents[0], "0" * 32, False, "late")]) == [AckOutcome.APPLIED, AckOutcome.STALE]
+    # The last one beside a failure of a stale lease: the ack's exact path releases too, and
+    # says which topics got messages due.
+    last, released = parents[4], {}
+    items = [AckItem(last, batch[last].lease_token, True, result='"done"'), AckItem(parents[0], "0" * 32, False, "late")]
+    assert storage.acks.ack(items, clock.now(), "c1", "b1", TopicSettings, released) == \
+        [AckOutcome.APPLIED, AckOutcome.STALE]
+    assert released == {"t.fan": 1}
     assert _status(storage, child) == S.NEW.value
     assert [e["dependency"] for e in _events(storage, child) if e["event"] == "DEPENDENCY_MET"] == [str(last)]
     assert [m.id for m in lock(storage, "t.fan")] == [child]

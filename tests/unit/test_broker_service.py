@@ -19,7 +19,7 @@ from tidemq_broker.auth import CALLER
 from tidemq_broker.errors import StorageUnavailableError
 from tidemq_broker.pulls import PullHub
 from tidemq_broker.service import ERROR_KEY, BrokerService
-from tidemq_broker.storage import Principal, TopicSettings
+from tidemq_broker.storage import NewRow, Principal, TopicSettings, WorkflowStep
 from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
 from tidemq_broker.writer import GroupCommitWriter
@@ -235,3 +235,20 @@ def test_concurrent_pulls_never_share_a_message(broker):
     for t in threads:
         t.join(30)
     assert sorted(taken) == ids
+
+
+def test_an_ack_that_releases_a_waiting_step_wakes_the_pulls_of_its_topic(broker, monkeypatch):
+    [parent] = produce(broker, "s.parent", "1")
+    now = clock.now()
+    [child] = broker.storage.dependencies.insert_steps([WorkflowStep(NewRow("s.child", "2", now, 0), (parent,))], now)
+    waiting = InThread(pull, broker, "s.child", 30.0)
+    wait_until(lambda: broker.hub._waiters.get("s.child"), 10, what="the pull to wait")
+    woken, notify = [], broker.hub.notify
+    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
+    [got] = pull(broker, "s.parent", ttr_seconds=30)
+    item = pb.AckItem(id=parent, lease_token=got.lease_token, success=True)
+    assert list(broker.Ack(pb.AckRequest(items=[item], consumer="c1", topic="s.parent"), Context()).outcomes) == \
+        [pb.APPLIED]
+    assert woken == ["s.child"]  # the released step's topic, not only the acked one's
+    [released] = waiting.value(10)
+    assert (released.id, stored(broker, child).status) == (child, "RUNNING")

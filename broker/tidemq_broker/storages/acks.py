@@ -6,7 +6,7 @@ or stopped in the transaction that finishes it (``storages/dependencies.py``).""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from sqlalchemy import Connection, select
 
@@ -39,14 +39,19 @@ class Acks:
         self._db = db
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, int]] = None) -> list[AckOutcome]:
         if items and all(item.success and not item.cancelled for item in items) \
                 and len({item.id for item in items}) == len(items):
             try:
                 return self._db.tx(lambda conn: self._all_succeeded(conn, items, now, consumer, broker))
             except _SomeStale:
                 pass  # rolled back: sort the batch out item by item below
-        return self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics))
+        freed: dict[int, str] = {}  # replaced whole by each run of the transaction
+        outcomes = self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics, freed))
+        if released is not None:
+            for topic in freed.values():
+                released[topic] = released.get(topic, 0) + 1
+        return outcomes
 
     def _all_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
                        broker: str) -> list[AckOutcome]:
@@ -75,7 +80,8 @@ class Acks:
         return [AckOutcome.APPLIED] * len(items)
 
     def _each(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-              topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+              topics: Callable[[str], TopicSettings], freed: dict[int, str]) -> list[AckOutcome]:
+        freed.clear()
         ids = sorted({item.id for item in items})
         # Only the lease tokens are needed to judge the acks: reading (and decoding) whole rows
         # with their data and trace was most of an ack's cost. Failures, the rare case, read
@@ -111,7 +117,7 @@ class Acks:
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
             apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result)) for item in succeeded])
-            release_after(conn, [item.id for item in succeeded if item.id in in_workflow], now, broker)
+            freed.update(release_after(conn, [item.id for item in succeeded if item.id in in_workflow], now, broker))
         if ended:
             stop_after(conn, ended, now, broker)
         return outcomes

@@ -95,13 +95,13 @@ def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]
     return found
 
 
-def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str) -> list[int]:
+def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str) -> dict[int, str]:
     """Inside the transaction that records the SUCCESS of ``parents``: lower ``deps_left`` of
     their waiting children and release (WAITING -> NEW) those that reach 0, each once (see the
-    module's docstring). Returns the ids released, ascending."""
+    module's docstring). Returns {id: topic} of the messages released."""
     found = _children(conn, sorted(set(parents)))
     if not found:
-        return []
+        return {}
     per_child = Counter(child for _, child in found)
     by_count: dict[int, list[int]] = {}
     for child, count in sorted(per_child.items()):  # ascending ids: one lock order for every ack
@@ -109,9 +109,10 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
     for count, children in by_count.items():
         conn.execute(update(m).where(ids_in(children), m.c.status == _WAITING)
                      .values(deps_left=m.c.deps_left - count))
-    ready = {row.id: row.effect_time for row in conn.execute(
-        select(m.c.id, m.c.effect_time).where(ids_in(sorted(per_child)), m.c.status == _WAITING,
-                                              m.c.deps_left == 0).with_for_update())}
+    ready, topics = {}, {}
+    for row in conn.execute(select(m.c.id, m.c.effect_time, m.c.topic).where(
+            ids_in(sorted(per_child)), m.c.status == _WAITING, m.c.deps_left == 0).with_for_update()):
+        ready[row.id], topics[row.id] = row.effect_time, row.topic
     by_parent: dict[int, list[int]] = {}  # the trace names one parent that released each child
     left = set(ready)
     for parent, child in sorted(found, key=lambda edge: edge[1]):
@@ -121,7 +122,7 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
     for parent, children in by_parent.items():
         apply_each(conn, [(child, deps.released(now, ready[child], parent, broker)) for child in children],
                    m.c.deps_left == 0)
-    return sorted(ready)
+    return topics
 
 
 def stop_after(conn: Connection, parents: Mapping[int, str], now: datetime, broker: str) -> list[int]:

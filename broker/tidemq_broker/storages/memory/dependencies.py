@@ -63,10 +63,10 @@ class MemoryDependencies:
             return ids
 
 
-def release_after(state: MemoryState, parents: Sequence[int], now: datetime, broker: str) -> list[int]:
+def release_after(state: MemoryState, parents: Sequence[int], now: datetime, broker: str) -> dict[int, str]:
     """Under the state's lock, in the ack that recorded the SUCCESS of ``parents``: lower
-    ``deps_left`` of their waiting children, release those at 0; returns the ids released."""
-    released: list[int] = []
+    ``deps_left`` of their waiting children, release those at 0; returns {id: topic} of them."""
+    released: dict[int, str] = {}
     for parent in sorted(set(parents)):
         for child in sorted(state.children.get(parent, ())):
             row = state.messages.get(child)
@@ -75,8 +75,8 @@ def release_after(state: MemoryState, parents: Sequence[int], now: datetime, bro
             row[M.deps_left] -= 1
             if row[M.deps_left] == 0:
                 apply(state, deps.released(now, row[M.effect_time], parent, broker), [row])
-                released.append(child)
-    return sorted(released)
+                released[child] = row[M.topic]
+    return released
 
 
 def stop_after(state: MemoryState, parents: Mapping[int, str], now: datetime, broker: str) -> list[int]:

@@ -204,7 +204,7 @@ class MemoryAcks:
         self._state = state
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings]) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, int]] = None) -> list[AckOutcome]:
         state = self._state
         with state.lock:
             # Judged on the rows as they were before this batch, as the SQL storage reads them.
@@ -223,7 +223,9 @@ class MemoryAcks:
             for item in succeeded:
                 apply(state, lifecycle.succeed(now, consumer, broker, item.result), [state.messages[item.id]])
             # In the same atomic step, as the SQL storage does in the ack's transaction.
-            release_after(state, [item.id for item in succeeded], now, broker)
+            for topic in release_after(state, [item.id for item in succeeded], now, broker).values():
+                if released is not None:
+                    _tally(released, topic, 1)
             ended = {item.id: state.messages[item.id][M.status] for item in failed + cancelled
                      if state.messages[item.id][M.status] in _ENDED}
             stop_after(state, ended, now, broker)
