@@ -100,14 +100,14 @@ class MessageWrites(Protocol):
 
 
 class DependencyWrites(Protocol):
-    """Messages that wait for others (``tidemq.dependencies``); their release or stop is part
-    of the transaction of ``Acking.ack`` that records their dependency's outcome."""
+    """Messages that wait for others (``tidemq.dependencies``; their release is in ``ack``)."""
 
-    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, **who: object) -> list[int]:
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
         """Insert ``steps`` and their edges, all or nothing (a ``DependencyError`` names the bad
         id, the cycle or the limit); return their ids in order. A step waits on what has not
         succeeded; under the policy stop a dependency already FAIL or CANCELLED stores it (and
-        the steps after it) CANCELLED. Steps and the messages they wait on get ``workflow_id``."""
+        the steps after it) CANCELLED. Steps and the messages they wait on get ``workflow_id``.
+        A ``request_id`` stored already is answered as ``insert_messages`` answers it."""
 
 
 class Leasing(Protocol):

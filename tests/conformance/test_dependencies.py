@@ -11,7 +11,8 @@ import pytest
 
 from tests.conformance.storage_ops import ack, insert, lock, rows
 from tidemq import clock, trace
-from tidemq.errors import DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError
+from tidemq.errors import (DependencyCycleError, DependencyError, MalformedRequestError, UnknownDependencyError,
+                           WorkflowTooLargeError)
 from tidemq.lifecycle import MessageStatus as S
 from tidemq.limits import MAX_WORKFLOW_STEPS
 from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard, TopicSettings, WorkflowStep
@@ -220,3 +221,13 @@ def test_a_poison_dependency_cancels_what_waits_on_it(storage):
     assert (_status(storage, root), _status(storage, child)) == (S.FAIL.value, S.CANCELLED.value)
     [stop] = [e for e in _events(storage, child) if e["event"] == "DEPENDENCY_FAILED"]
     assert (stop["dependency"], stop["dependency_status"]) == (str(root), S.FAIL.value)
+
+
+def test_a_submission_retried_with_its_request_id_gets_its_first_answer(storage):
+    [parent] = insert(storage, "t.request", 1)
+    steps = _steps("t.request", (), (0,), depends_on={0: [parent]})
+    first = storage.dependencies.insert_steps(steps, clock.now(), "call-deps-1")
+    assert storage.dependencies.insert_steps(steps, clock.now(), "call-deps-1") == first
+    assert _count(storage, "t.request") == {S.NEW.value: 1, S.WAITING.value: 2}
+    with pytest.raises(MalformedRequestError, match="already used for a Produce call of 2 messages, not 1"):
+        storage.dependencies.insert_steps(steps[:1], clock.now(), "call-deps-1")

@@ -14,7 +14,7 @@ from typing import Sequence
 from ..errors import MalformedRequestError, quote
 from ..records import RequestRef
 
-__all__ = ["Claims", "answer", "id_list"]
+__all__ = ["Claims", "answer", "id_list", "stored_answer"]
 
 
 class Claims:
@@ -65,3 +65,13 @@ def answer(stored: str) -> list[int]:
 def id_list(ids: Sequence[int]) -> str:
     """The stored answer naming ``ids`` one by one."""
     return ",".join(str(i) for i in ids)
+
+
+def stored_answer(request_id: str, stored: str, count: int) -> list[int]:
+    """The ids a call of ``count`` messages whose ``request_id`` is stored gets back (a call of
+    another size reusing it is refused, as ``Claims.of`` refuses it)."""
+    ids = answer(stored)
+    if len(ids) != count:
+        raise MalformedRequestError(f"request_id {quote(request_id)} was already used for a Produce call of "
+                                    f"{len(ids)} messages, not {count}")
+    return ids

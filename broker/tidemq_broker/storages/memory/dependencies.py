@@ -13,6 +13,7 @@ from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 
 from ...records import WorkflowStep
+from ..request_ids import id_list, stored_answer
 from ..rows import row_values
 from ..steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
@@ -28,12 +29,14 @@ class MemoryDependencies:
     def __init__(self, state: MemoryState) -> None:
         self._state = state
 
-    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, **who: object) -> list[int]:
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
         order = check_steps(steps)
         if not steps:
             return []
         state = self._state
         with state.lock:
+            if request_id in state.requests:
+                return stored_answer(request_id, id_list(state.requests[request_id][1]), len(steps))
             wanted = parent_ids(steps)
             statuses = {id: state.messages[id][M.status] for id in wanted if id in state.messages}
             check_known(wanted, statuses)
@@ -60,6 +63,8 @@ class MemoryDependencies:
                 if start.stopped:
                     by = start.by_id if start.by_id is not None else ids[start.by_step or 0]
                     apply(state, deps.dependency_failed(now, by, start.by_status), [state.messages[ids[i]]])
+            if request_id:
+                state.requests[request_id] = (now, list(ids))
             return ids
 
 
