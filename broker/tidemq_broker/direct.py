@@ -23,12 +23,13 @@ import os
 import socket
 from typing import Optional
 
+from tidemq import clock
 from tidemq.config import Settings
 from tidemq.errors import ConfigurationError
 from tidemq.rpc import tidemq_pb2 as pb
 
 from .hints import Arrival
-from .intake import rows_from_request
+from .intake import rows_from_request, steps_from_request
 from .storage import Storage
 from .storages import open_storage
 from .topics import TopicCache
@@ -61,6 +62,10 @@ class DirectProducer:
         an outcome unknown, as for any INSERT of the application's own).
         """
         rows = rows_from_request(request, self.topics, self.max_data_bytes)
+        steps = steps_from_request(request, rows)
+        if steps is not None:  # their own transaction, as a broker's Produce gives them
+            self.topics.ensure(sorted({step.row.topic for step in steps}))
+            return self.storage.dependencies.insert_steps(steps, clock.now(), broker=self.name)
         return self.writer.write(rows, timeout)
 
     def close(self) -> None:

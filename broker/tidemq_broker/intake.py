@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Sequence
+from typing import Optional, Sequence
 
 from tidemq import validation
 from tidemq.rpc import tidemq_pb2 as pb
@@ -22,15 +22,15 @@ from tidemq.validation import (
 )
 
 from tidemq import clock
-from tidemq.limits import MAX_AHEAD, MAX_PULL, MAX_RESULT_IDS, MAX_TTR, MAX_WAIT, check_lease_token
+from tidemq.limits import MAX_AHEAD, MAX_DEPENDENCIES, MAX_PULL, MAX_RESULT_IDS, MAX_TTR, MAX_WAIT, check_lease_token
 from tidemq.results import check_result_text, progress_text
 from tidemq.tracing import check_traceparent
 from .errors import InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .new_row import due_at, new_row
-from .storage import NewRow
+from .storage import NewRow, WorkflowStep
 from .topics import TopicCache
 
-__all__ = ["rows_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
+__all__ = ["rows_from_request", "steps_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
            "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id", "check_ack_result", "check_progress",
            "check_result_ids", "check_wait"]
 
@@ -49,6 +49,24 @@ def rows_from_request(request: pb.ProduceRequest, topics: TopicCache, max_data_b
             prefix = f"message #{index}: " if len(request.messages) > 1 else ""
             raise type(exc)(prefix + str(exc)) from None
     return rows
+
+
+def steps_from_request(request: pb.ProduceRequest, rows: Sequence[NewRow]) -> Optional[list[WorkflowStep]]:
+    """The request's rows as steps with their dependencies, or None when no message has any
+    (a plain produce, for the group commit). Ids must be positive; whether they are stored is
+    the storage's to say, in the transaction that inserts the steps."""
+    if not any(msg.depends_on for msg in request.messages):
+        return None
+    steps = []
+    for index, (msg, row) in enumerate(zip(request.messages, rows)):
+        prefix = f"message #{index}: " if len(request.messages) > 1 else ""
+        if len(msg.depends_on) > MAX_DEPENDENCIES:
+            raise MalformedRequestError(f"{prefix}depends_on names {len(msg.depends_on):,} messages; "
+                                        f"the limit is {MAX_DEPENDENCIES:,} (MAX_DEPENDENCIES)")
+        if any(id <= 0 for id in msg.depends_on):
+            raise MalformedRequestError(f"{prefix}depends_on must name message ids (positive integers)")
+        steps.append(WorkflowStep(row, tuple(msg.depends_on)))
+    return steps
 
 
 def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datetime) -> NewRow:

@@ -36,12 +36,13 @@ from .intake import (
     check_pull,
     check_request_id,
     rows_from_request,
+    steps_from_request,
 )
 from .pulls import PullHub, long_poll
 from .results import ResultHub
 from .schedules import check_schedule, next_tick
 from .storage import (AckItem, AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
-                      TopicSettings)
+                      TopicSettings, WorkflowStep)
 from .topics import TopicCache
 from .writer import GroupCommitWriter
 
@@ -108,9 +109,13 @@ class BrokerService(pb_grpc.BrokerServicer):
         rows = rows_from_request(request, self.topics, self.max_data_bytes)
         request_id = check_request_id(request.request_id)
         authorize("Produce", {row.topic for row in rows})
+        steps = steps_from_request(request, rows)
         remaining = context.time_remaining()
         with tracing.rpc_span("Produce", (row.topic for row in rows), (row.trace_context or "" for row in rows)):
-            ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
+            if steps is None:
+                ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
+            else:
+                ids = self._produce_steps(steps, request_id)
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         return pb.ProduceReply(ids=ids)
 
@@ -297,6 +302,18 @@ class BrokerService(pb_grpc.BrokerServicer):
         following = next_tick(schedule, now)  # from the cron and zone just stored
         return pb.PutScheduleReply(created=created,
                                    next_tick_ms=clock.to_epoch_ms(following) if following else 0)
+
+    def _produce_steps(self, steps: list[WorkflowStep], request_id: str) -> list[int]:
+        """A Produce with dependencies: its own transaction beside the group commit (its rows
+        read and lock the messages they wait on, which a shared multi-row INSERT must not wait
+        for). Waiting on a message reveals whether it is stored, so it needs the right to
+        produce to that message's topic too."""
+        self._authorize_messages("Produce", sorted({id for step in steps for id in step.depends_on}))
+        self.topics.ensure(sorted({step.row.topic for step in steps}))
+        ids = self.storage.dependencies.insert_steps(steps, clock.now(), request_id, broker=self.name)
+        for topic in {step.row.topic for step in steps}:  # those due now: as after a group commit
+            self.hub.notify(topic, min(step.row.effect_time for step in steps if step.row.topic == topic), None)
+        return ids
 
     def _authorize_messages(self, method: str, ids: list[int]) -> None:
         """``authorize`` on the topics of the stored messages ``ids`` (one read, skipped for a

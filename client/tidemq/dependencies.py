@@ -49,7 +49,8 @@ def waiting(now: datetime, deps_left: int, **who: object) -> Change:
 def released(now: datetime, effect_time: datetime, parent_id: int, broker: str) -> Change:
     """WAITING -> NEW: its last dependency, ``parent_id``, succeeded. Due at its own effect_time
     or now, whichever is later: a step produced with a delay keeps it, and one whose time passed
-    while it waited is due at once rather than ahead of messages that waited their turn."""
+    while it waited is due now, not at a time below the floor the brokers' lock hints read from
+    (``tidemq_broker.hints``: no NEW message is due before it), where no lock would look."""
     values = {M.effect_time: max(effect_time, now), M.update_time: now}
     return Change(Event.DEPENDENCY_MET, (WAITING,), NEW, values,
                   trace=trace.line(now, Event.DEPENDENCY_MET.value, dependency=parent_id, broker=broker))

@@ -252,3 +252,18 @@ def test_an_ack_that_releases_a_waiting_step_wakes_the_pulls_of_its_topic(broker
     assert woken == ["s.child"]  # the released step's topic, not only the acked one's
     [released] = waiting.value(10)
     assert (released.id, stored(broker, child).status) == (child, "RUNNING")
+
+
+def test_a_produce_with_dependencies_waits_and_is_retried_by_its_request_id(broker):
+    [parent] = produce(broker, "s.deps", "1")
+    request = pb.ProduceRequest(messages=[pb.NewMessage(topic="s.deps", data="2", retry=-1, depends_on=[parent]),
+                                          pb.NewMessage(topic="s.deps", data="3", retry=-1)], request_id="call-deps")
+    ids = list(broker.Produce(request, Context()).ids)
+    assert [stored(broker, i).status for i in ids] == ["WAITING", "NEW"]
+    assert list(broker.Produce(request, Context()).ids) == ids
+    unknown = pb.ProduceRequest(messages=[pb.NewMessage(topic="s.deps", data="4", retry=-1, depends_on=[10 ** 9])])
+    with pytest.raises(Aborted) as refused:
+        broker.Produce(unknown, Context())
+    assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.error == "UnknownDependencyError" and str(10 ** 9) in refused.value.details
+    assert broker.storage.counts.count_by_status("s.deps") == {"s.deps": {"NEW": 2, "WAITING": 1}}
