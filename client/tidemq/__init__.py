@@ -106,11 +106,13 @@ def _default() -> Client:
 
 def produce(topic: str, data: Any = None, *, delay: Optional[float] = None, effect_time: Optional[datetime] = None,
             retry: Retry = None, unique_key: Optional[str] = None, timeout: Optional[float] = None,
-            key: Optional[str] = None, priority: int = 0, result: bool = False) -> Any:
-    """Store one message; returns its id after the commit (with ``result``: a Handle). See
-    :meth:`Client.produce`."""
+            key: Optional[str] = None, priority: int = 0, result: bool = False,
+            depends_on: Optional[Iterable[Any]] = None) -> Any:
+    """Store one message; returns its id after the commit (with ``result``: a Handle;
+    ``depends_on``: ids or handles it waits on). See :meth:`Client.produce`."""
     return _default().produce(topic, data, delay=delay, effect_time=effect_time, retry=retry,
-                              unique_key=unique_key, timeout=timeout, key=key, priority=priority, result=result)
+                              unique_key=unique_key, timeout=timeout, key=key, priority=priority, result=result,
+                              depends_on=depends_on)
 
 
 def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,

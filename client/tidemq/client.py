@@ -25,6 +25,8 @@ from .rpc_build import (
     RPC_DATA_BYTES,
     Retry,
     ack_outcomes,
+    alone_request,
+    dependency_ids,
     ack_request,
     cancel_request,
     check_produce_batch,
@@ -87,7 +89,7 @@ class Client:
     def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                 effect_time: Optional[datetime] = None, retry: Retry = None,
                 unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
-                priority: int = 0, result: bool = False) -> Any:
+                priority: int = 0, result: bool = False, depends_on: Optional[Iterable[Any]] = None) -> Any:
         """Store one message and return its id once it is committed (with ``result``: a
         :class:`~tidemq.handles.Handle` on it, to wait for its result, watch or cancel it).
 
@@ -95,27 +97,32 @@ class Client:
         count or a schedule like ``[0, "2m", "1h"]``; ``unique_key`` makes a repeated produce of
         the same (topic, key) return the first message's id instead of storing another.
         ``key`` names what the topic's per-key running limit counts by (e.g. a customer);
-        ``priority`` (0 to 9) runs it before due messages of lower priority.
+        ``priority`` (0 to 9) runs it before due messages of lower priority. ``depends_on``
+        (ids or handles): it waits (WAITING) until each of them succeeded, and is cancelled when
+        one ends FAIL or CANCELLED; an unknown id is an ``UnknownDependencyError``.
         """
         return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                  unique_keys=[unique_key] if unique_key else None, timeout=timeout,
-                                 keys=[key] if key else None, priority=priority, result=result)[0]
+                                 keys=[key] if key else None, priority=priority, result=result,
+                                 depends_on=depends_on)[0]
 
     def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                      effect_time: Optional[datetime] = None, retry: Retry = None,
                      unique_keys: Optional[Sequence[Optional[str]]] = None,
                      timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                     priority: int = 0, result: bool = False) -> list[Any]:
+                     priority: int = 0, result: bool = False, depends_on: Optional[Iterable[Any]] = None) -> list[Any]:
         """Store many messages of one topic in one transaction (all or none); return their ids
         (with ``result``: their handles).
 
         Calls made at the same time from other threads may share the RPC and the transaction
         (``tidemq.coalesce``); each call still stores all of its messages or none. ``keys``: one
-        flow key (or None) per message; ``priority`` applies to every message of the call.
+        flow key (or None) per message; ``priority`` and ``depends_on`` apply to every message
+        of the call (a call with dependencies is an RPC of its own).
         """
         datas = list(datas)
         check_produce_batch(datas, unique_keys, keys)
         template = produce_template(topic, delay, effect_time, retry, priority)
+        template.depends_on.extend(dependency_ids(depends_on))
         with tracing.produce_span(template.topic, len(datas)) as span:
             # The messages carry this span's context: their handlers' spans become its children.
             template.trace_context = tracing.current_traceparent()
@@ -130,6 +137,11 @@ class Client:
     def _produce(self, template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],
                  timeout: Optional[float], keys: Optional[Sequence[Optional[str]]] = None) -> list[int]:
         messages = produce_messages(template, datas, unique_keys, self.settings.max_data_bytes, keys)
+        if template.depends_on:
+            request, wait = alone_request(messages), timeout if timeout is not None else self.settings.rpc_timeout
+            if self._direct is not None:
+                return list(self._direct.produce(request, wait))
+            return list(self.pool.call("Produce", request, wait).ids)
         return self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
                                     timeout if timeout is not None else self.settings.rpc_timeout)
 

@@ -10,14 +10,14 @@ import copy
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from .coalesce import Request
-from .errors import (BrokerUnavailableError, ConfigurationError, PermissionDeniedError, TidemqError,
-                     ValidationError)
+from .errors import (BrokerUnavailableError, ConfigurationError, MalformedRequestError, PermissionDeniedError,
+                     TidemqError, ValidationError, quote)
 from .clock import from_epoch_ms
 from .lifecycle import MessageStatus
-from .limits import MAX_RESULT_IDS
+from .limits import MAX_DEPENDENCIES, MAX_RESULT_IDS
 from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef
 from .results import MessageState, parse_progress
 from .rpc import tidemq_pb2 as pb
@@ -35,7 +35,7 @@ from .validation import (
 
 __all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
            "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids", "produce_call",
-           "settle_produce"]
+           "settle_produce", "dependency_ids", "alone_request"]
 
 Retry = Union[None, int, Sequence[Union[int, float, str]]]
 #: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
@@ -72,6 +72,29 @@ def produce_template(topic: str, delay: Optional[float], effect_time: Optional[d
     if schedule is not None:
         msg.retry_schedule.extend(schedule)
     return msg
+
+
+def dependency_ids(depends_on: Optional[Iterable[Any]]) -> list[int]:
+    """The message ids ``depends_on`` names: ids, or handles (anything with an ``id``), checked
+    before anything is sent."""
+    ids: list[int] = []
+    for item in depends_on or ():
+        id = getattr(item, "id", item)
+        if isinstance(id, bool) or not isinstance(id, int) or id <= 0:
+            raise MalformedRequestError(f"depends_on must hold message ids (positive integers) or handles, "
+                                        f"got {quote(item)}")
+        ids.append(id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise MalformedRequestError(f"depends_on names {len(ids):,} messages; the limit is {MAX_DEPENDENCIES:,} "
+                                    "(MAX_DEPENDENCIES)")
+    return ids
+
+
+def alone_request(messages: Sequence[pb.NewMessage]) -> pb.ProduceRequest:
+    """A Produce request of one call's messages with dependencies, never shared with other
+    callers: the broker stores such a request in a transaction of its own, which locks the
+    messages waited on, and would make any message sharing it part of the workflow."""
+    return pb.ProduceRequest(messages=list(messages), request_id=uuid.uuid4().hex)
 
 
 def produce_messages(template: pb.NewMessage, datas: list[Any], unique_keys: Optional[Sequence[Optional[str]]],

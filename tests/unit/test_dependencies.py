@@ -9,9 +9,10 @@ import pytest
 
 from tidemq import dependencies as deps
 from tidemq import trace
-from tidemq.errors import DependencyCycleError, DependencyError, WorkflowTooLargeError
+from tidemq.errors import DependencyCycleError, DependencyError, MalformedRequestError, WorkflowTooLargeError
 from tidemq.lifecycle import MessageStatus as S
 from tidemq.limits import MAX_DEPENDENCIES
+from tidemq.rpc_build import dependency_ids
 from tidemq.tables import MESSAGE as M
 from tidemq_broker.storage import NewRow, WorkflowStep
 from tidemq_broker.storages.steps import check_steps, edges, plan
@@ -75,3 +76,15 @@ def test_a_plan_counts_what_has_not_succeeded_and_stops_after_a_failure():
     assert (starts[2].by_step, starts[2].by_status) == (1, "CANCELLED")
     # Edges to finished messages are not stored: they will never release or stop anything.
     assert edges(steps, [100, 101, 102, 103], statuses) == [(11, 100), (100, 101), (101, 102)]
+
+
+def test_a_client_names_dependencies_by_id_or_handle_and_refuses_anything_else():
+    class Handle:
+        id = 7
+
+    assert dependency_ids([3, Handle()]) == [3, 7] and dependency_ids(None) == []
+    for bad in ([0], ["7"], [True], [Handle, -1]):
+        with pytest.raises(MalformedRequestError, match="depends_on must hold message ids"):
+            dependency_ids(bad)
+    with pytest.raises(MalformedRequestError, match="MAX_DEPENDENCIES"):
+        dependency_ids(range(1, MAX_DEPENDENCIES + 2))

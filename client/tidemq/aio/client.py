@@ -22,6 +22,8 @@ from ..rpc_build import (
     RPC_DATA_BYTES,
     Retry,
     ack_outcomes,
+    alone_request,
+    dependency_ids,
     ack_request,
     cancel_request,
     check_produce_batch,
@@ -80,29 +82,39 @@ class AsyncClient:
     async def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
                       effect_time: Optional[datetime] = None, retry: Retry = None,
                       unique_key: Optional[str] = None, timeout: Optional[float] = None, key: Optional[str] = None,
-                      priority: int = 0, result: bool = False) -> Any:
+                      priority: int = 0, result: bool = False, depends_on: Optional[Iterable[Any]] = None) -> Any:
         """Store one message and return its id once it is committed (with ``result``: an
         :class:`~tidemq.aio.handles.AsyncHandle`; see :meth:`tidemq.Client.produce`)."""
         ids = await self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
                                       unique_keys=[unique_key] if unique_key else None, timeout=timeout,
-                                      keys=[key] if key else None, priority=priority, result=result)
+                                      keys=[key] if key else None, priority=priority, result=result,
+                                      depends_on=depends_on)
         return ids[0]
 
     async def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
                            effect_time: Optional[datetime] = None, retry: Retry = None,
                            unique_keys: Optional[Sequence[Optional[str]]] = None,
                            timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                           priority: int = 0, result: bool = False) -> list[Any]:
+                           priority: int = 0, result: bool = False,
+                           depends_on: Optional[Iterable[Any]] = None) -> list[Any]:
         """Store many messages of one topic in one transaction (all or none); return their ids
-        (with ``result``: their handles)."""
+        (with ``result``: their handles; ``depends_on``: see :meth:`tidemq.Client.produce`)."""
         datas = list(datas)
         check_produce_batch(datas, unique_keys, keys)
         template = produce_template(topic, delay, effect_time, retry, priority)
+        template.depends_on.extend(dependency_ids(depends_on))
+        wait = timeout if timeout is not None else self.settings.rpc_timeout
         with tracing.produce_span(template.topic, len(datas)) as span:
             template.trace_context = tracing.current_traceparent()
             messages = produce_messages(template, datas, unique_keys, self.settings.max_data_bytes, keys)
-            ids = await self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
-                                             timeout if timeout is not None else self.settings.rpc_timeout)
+            if template.depends_on:  # an RPC of its own (see alone_request)
+                request = alone_request(messages)
+                if self._direct is not None:
+                    ids = list(await asyncio.to_thread(self._direct.produce, request, wait))
+                else:
+                    ids = list((await self.pool.acall("Produce", request, wait)).ids)
+            else:
+                ids = await self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages), wait)
             tracing.set_message_ids(span, ids)
             return [AsyncHandle(i, self) for i in ids] if result else ids
 

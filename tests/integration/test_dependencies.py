@@ -1,0 +1,95 @@
+"""Dependencies between messages against real MariaDB and ZooKeeper and two real brokers: a step
+produced with ``depends_on`` through one broker is released by an ack through the other, a
+fan-in whose last members are acked at the same instant through different brokers runs once,
+a failed dependency cancels its step, and an unknown id is refused with nothing stored."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tidemq import BatchConsumer, Client, Settings, trace
+from tidemq.errors import UnknownDependencyError
+from tidemq_broker.server import BrokerServer
+
+
+@pytest.fixture
+def two_brokers(settings):
+    brokers = [BrokerServer(settings).start() for _ in range(2)]
+    yield brokers
+    for broker in brokers:
+        broker.stop(grace=1)
+
+
+@pytest.fixture
+def clients(settings, two_brokers):
+    """One client per broker, each calling only its own."""
+    made = [Client(Settings.from_env({}, brokers=broker.address, zk_hosts=settings.zk_hosts)) for broker in two_brokers]
+    yield made
+    for client in made:
+        client.close()
+
+
+def _met(broker, msg_id):
+    return [e for e in trace.parse(broker.storage.reads.get_message(msg_id).trace) if e["event"] == "DEPENDENCY_MET"]
+
+
+def test_a_step_produced_through_one_broker_is_released_by_an_ack_through_the_other(two_brokers, clients):
+    a, b = clients
+    parent = a.produce("deps.parent", {"n": 1}, result=True)
+    child = b.produce("deps.child", {"n": 2}, depends_on=[parent], result=True)
+    assert child.status() == "WAITING"
+    children = BatchConsumer("deps.child", ttr=30, client=b)
+    assert children.pull(max_messages=10, wait=0) == []
+    parents = BatchConsumer("deps.parent", ttr=30, client=a)
+    [got] = parents.pull(max_messages=10, wait=10)
+    assert got.id == parent.id
+    parents.ack(succeeded=[got.id], results={got.id: "done"})
+    [released] = children.pull(max_messages=10, wait=10)
+    assert released.id == child.id and [e["dependency"] for e in _met(two_brokers[0], child.id)] == [str(parent.id)]
+    children.ack(succeeded=[released.id])
+    assert child.result(timeout=10) is None and parent.result(timeout=10) == "done"
+
+
+def test_a_fan_in_whose_last_members_finish_at_once_on_two_brokers_runs_once(two_brokers, clients):
+    a, b = clients
+    members = a.produce_many("deps.member", [{"n": n} for n in range(6)])
+    join = b.produce("deps.join", {"all": True}, depends_on=members)
+    on_a, on_b = (BatchConsumer("deps.member", ttr=30, client=client) for client in (a, b))
+    held_a = on_a.pull(max_messages=5, wait=10)
+    held_b = on_b.pull(max_messages=5, wait=10)
+    assert sorted(m.id for m in held_a + held_b) == sorted(members) and len(held_b) == 1
+    on_a.ack(succeeded=[m.id for m in held_a[:4]])
+    assert two_brokers[0].storage.reads.get_message(join).deps_left == 2
+    # The last two, one through each broker, at the same instant.
+    start = threading.Barrier(2)
+
+    def finish(consumer, message):
+        start.wait()
+        consumer.ack(succeeded=[message.id])
+
+    threads = [threading.Thread(target=finish, args=(on_a, held_a[4])),
+               threading.Thread(target=finish, args=(on_b, held_b[0]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    stored = two_brokers[0].storage.reads.get_message(join)
+    assert (stored.status, stored.deps_left, len(_met(two_brokers[0], join))) == ("NEW", 0, 1)
+    joins = BatchConsumer("deps.join", ttr=30, client=a)
+    assert [m.id for m in joins.pull(max_messages=10, wait=10)] == [join]
+    assert joins.pull(max_messages=10, wait=0) == []
+
+
+def test_a_failed_dependency_cancels_its_step_and_an_unknown_one_is_refused(two_brokers, clients):
+    a, b = clients
+    parent = a.produce("deps.fails", {"n": 1}, retry=0)
+    child = b.produce("deps.after", {"n": 2}, depends_on=[parent], result=True)
+    parents = BatchConsumer("deps.fails", ttr=30, client=a)
+    [got] = parents.pull(max_messages=10, wait=10)
+    parents.ack(failed={got.id: "boom"})
+    assert child.status() == "CANCELLED"
+    with pytest.raises(UnknownDependencyError, match=str(10 ** 12)):
+        b.produce("deps.after", {"n": 3}, depends_on=[parent, 10 ** 12])
+    assert two_brokers[1].storage.counts.count_by_status("deps.after") == {"deps.after": {"CANCELLED": 1}}
