@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Optional
 
 import grpc
+import prometheus_client
 import pytest
 
 from tests.background import InThread
@@ -254,12 +255,18 @@ def test_an_ack_that_releases_a_waiting_step_wakes_the_pulls_of_its_topic(broker
     assert (released.id, stored(broker, child).status) == (child, "RUNNING")
 
 
+def _produced(topic: str) -> float:
+    return prometheus_client.REGISTRY.get_sample_value("tidemq_messages_produced_total", {"topic": topic}) or 0.0
+
+
 def test_a_produce_with_dependencies_waits_and_is_retried_by_its_request_id(broker):
     [parent] = produce(broker, "s.deps", "1")
     request = pb.ProduceRequest(messages=[pb.NewMessage(topic="s.deps", data="2", retry=-1, depends_on=[parent]),
                                           pb.NewMessage(topic="s.deps", data="3", retry=-1)], request_id="call-deps")
+    before = _produced("s.deps")
     ids = list(broker.Produce(request, Context()).ids)
     assert [stored(broker, i).status for i in ids] == ["WAITING", "NEW"]
+    assert _produced("s.deps") == before + 2
     assert list(broker.Produce(request, Context()).ids) == ids
     unknown = pb.ProduceRequest(messages=[pb.NewMessage(topic="s.deps", data="4", retry=-1, depends_on=[10 ** 9])])
     with pytest.raises(Aborted) as refused:
