@@ -187,6 +187,15 @@ def test_cancelling_a_message_waited_on_cancels_what_waits_on_it(storage):
     assert (stop["dependency"], stop["dependency_status"]) == (str(parent), S.CANCELLED.value)
 
 
+def test_an_operators_delete_of_a_message_waited_on_cancels_what_waits_on_it(storage):
+    [parent] = insert(storage, "t.delete.parent", 1)
+    [child] = _submit(storage, _steps("t.delete.child", (), depends_on={0: [parent]}))
+    assert storage.messages.delete_messages([parent]) == 1
+    assert _status(storage, child) == S.CANCELLED.value
+    [stop] = [e for e in _events(storage, child) if e["event"] == "DEPENDENCY_FAILED"]
+    assert stop["dependency"] == str(parent)
+
+
 def test_a_failed_dependency_cancels_what_waits_on_it_transitively(storage):
     root, child, grandchild, free = _submit(storage, _steps("t.stop", (), (0,), (1,), ()))
     [leased_root, leased_free] = sorted(lock(storage, "t.stop"), key=lambda m: m.id)

@@ -29,6 +29,7 @@ __all__ = ["Writes"]
 
 _CHUNK = 1000  # ids per IN (...) list and rows per batch
 _CANCELLED = lifecycle.CANCELLED.value
+_UNRUN = (lifecycle.NEW.value, lifecycle.WAITING.value)
 
 
 class Writes:
@@ -146,8 +147,17 @@ class Writes:
         wanted = sorted(set(ids))
 
         def work(conn: Connection) -> int:
-            return sum(apply(conn, change, m.c.id.in_(wanted[start : start + _CHUNK]))
-                       for start in range(0, len(wanted), _CHUNK))
+            deleted, waited = 0, {}
+            for start in range(0, len(wanted), _CHUNK):
+                chunk = wanted[start : start + _CHUNK]
+                # Messages not run yet that others wait on: those would otherwise wait for ever.
+                waited.update((id, _CANCELLED) for id in conn.execute(
+                    select(m.c.id).where(m.c.id.in_(chunk), m.c.workflow_id.is_not(None), m.c.status.in_(_UNRUN))
+                    .with_for_update()).scalars())
+                deleted += apply(conn, change, m.c.id.in_(chunk))
+            if waited:
+                stop_after(conn, waited, clock.now(), "")
+            return deleted
 
         return self._db.tx(work)
 

@@ -19,6 +19,7 @@ from .state import NOT_NULL, ConstraintError, MemoryState, apply
 
 __all__ = ["MemoryWrites"]
 
+_UNRUN = (lifecycle.NEW.value, lifecycle.WAITING.value)
 _CHUNK = 1000  # as the SQL storage: requeue by id moves the first 1000 of the ids
 
 
@@ -104,8 +105,13 @@ class MemoryWrites:
 
     def delete_messages(self, ids: Sequence[int]) -> int:
         with self._state.lock:
-            return apply(self._state, lifecycle.admin_delete(),
-                         [self._state.messages[i] for i in set(ids) if i in self._state.messages])
+            rows = [self._state.messages[i] for i in set(ids) if i in self._state.messages]
+            # Messages not run yet that others wait on: those would otherwise wait for ever.
+            waited = {row[M.id]: lifecycle.CANCELLED.value for row in rows
+                      if row[M.workflow_id] is not None and row[M.status] in _UNRUN}
+            deleted = apply(self._state, lifecycle.admin_delete(), rows)
+            stop_after(self._state, waited, clock.now(), "")
+            return deleted
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.retire()
