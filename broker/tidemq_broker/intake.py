@@ -52,10 +52,11 @@ def rows_from_request(request: pb.ProduceRequest, topics: TopicCache, max_data_b
 
 
 def steps_from_request(request: pb.ProduceRequest, rows: Sequence[NewRow]) -> Optional[list[WorkflowStep]]:
-    """The request's rows as steps with their dependencies, or None when no message has any
-    (a plain produce, for the group commit). Ids must be positive; whether they are stored is
-    the storage's to say, in the transaction that inserts the steps."""
-    if not any(msg.depends_on for msg in request.messages):
+    """The request's rows as steps with their dependencies (stored ids, and positions of other
+    messages of the request), or None when no message has any (a plain produce, for the group
+    commit). Ids must be positive; whether they are stored, and whether the positions make a
+    cycle, is the storage's to say before it writes anything."""
+    if not any(msg.depends_on or msg.after for msg in request.messages):
         return None
     steps = []
     for index, (msg, row) in enumerate(zip(request.messages, rows)):
@@ -65,7 +66,7 @@ def steps_from_request(request: pb.ProduceRequest, rows: Sequence[NewRow]) -> Op
                                         f"the limit is {MAX_DEPENDENCIES:,} (MAX_DEPENDENCIES)")
         if any(id <= 0 for id in msg.depends_on):
             raise MalformedRequestError(f"{prefix}depends_on must name message ids (positive integers)")
-        steps.append(WorkflowStep(row, tuple(msg.depends_on)))
+        steps.append(WorkflowStep(row, tuple(msg.depends_on), tuple(msg.after)))  # positions: checked by the storage
     return steps
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .message import Message, MessageStatus, MessageType
     from .transactional import enqueue
     from .worker import Worker
+    from .workflows import Workflow
 
 #: Names this package exports from its modules, each imported on first use (PEP 562): the
 #: broker, the console and the Spark jobs import ``tidemq.lifecycle`` or ``tidemq.tables``, which
@@ -33,12 +34,15 @@ _LAZY = {
     "AckResult": "batch", "BatchConsumer": "batch", "Client": "client", "Retry": "client", "Settings": "config",
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
     "enqueue": "transactional", "Worker": "worker", "Handle": "handles", "Progress": "results",
+    "Workflow": "workflows",
 }
 
 __all__ = [
     "configure",
     "produce",
     "produce_many",
+    "submit",
+    "Workflow",
     "enqueue",
     "broadcast",
     "cancel",
@@ -113,6 +117,12 @@ def produce(topic: str, data: Any = None, *, delay: Optional[float] = None, effe
     return _default().produce(topic, data, delay=delay, effect_time=effect_time, retry=retry,
                               unique_key=unique_key, timeout=timeout, key=key, priority=priority, result=result,
                               depends_on=depends_on)
+
+
+def submit(workflow: Workflow, timeout: Optional[float] = None, result: bool = False) -> list[Any]:
+    """Store every step of ``workflow`` in one transaction; their ids (or Handles with
+    ``result``) in the order they were added. See :meth:`Client.submit`."""
+    return _default().submit(workflow, timeout=timeout, result=result)
 
 
 def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,

@@ -44,6 +44,7 @@ from .rpc_build import (
     settle_produce,
 )
 from .tls import channel_credentials
+from .workflows import Workflow
 from .validation import MAX_BATCH, check_topic, encode_data
 
 __all__ = ["Client", "BROADCAST_MAX_BYTES", "Retry"]
@@ -138,12 +139,30 @@ class Client:
                  timeout: Optional[float], keys: Optional[Sequence[Optional[str]]] = None) -> list[int]:
         messages = produce_messages(template, datas, unique_keys, self.settings.max_data_bytes, keys)
         if template.depends_on:
-            request, wait = alone_request(messages), timeout if timeout is not None else self.settings.rpc_timeout
-            if self._direct is not None:
-                return list(self._direct.produce(request, wait))
-            return list(self.pool.call("Produce", request, wait).ids)
+            return self._produce_alone(messages, timeout)
         return self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages),
                                     timeout if timeout is not None else self.settings.rpc_timeout)
+
+    def submit(self, workflow: Workflow, timeout: Optional[float] = None, result: bool = False) -> list[Any]:
+        """Store every step of ``workflow`` in one transaction (all or none); return their ids in
+        the order they were added (with ``result``: their handles)."""
+        messages = workflow.messages(self.settings.max_data_bytes)
+        if not messages:
+            return []
+        with tracing.produce_span(messages[0].topic, len(messages)) as span:
+            context = tracing.current_traceparent()
+            for msg in messages:
+                msg.trace_context = context
+            ids = self._produce_alone(messages, timeout)
+            tracing.set_message_ids(span, ids)
+            return [Handle(i, self) for i in ids] if result else ids
+
+    def _produce_alone(self, messages: list[pb.NewMessage], timeout: Optional[float]) -> list[int]:
+        """Messages with dependencies: an RPC of their own (see ``rpc_build.alone_request``)."""
+        request, wait = alone_request(messages), timeout if timeout is not None else self.settings.rpc_timeout
+        if self._direct is not None:
+            return list(self._direct.produce(request, wait))
+        return list(self.pool.call("Produce", request, wait).ids)
 
     def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
         """One Produce RPC (or direct commit) for the requests of ``batch``; on an input error,

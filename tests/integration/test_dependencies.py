@@ -1,7 +1,8 @@
 """Dependencies between messages against real MariaDB and ZooKeeper and two real brokers: a step
 produced with ``depends_on`` through one broker is released by an ack through the other, a
 fan-in whose last members are acked at the same instant through different brokers runs once,
-a failed dependency cancels its step, and an unknown id is refused with nothing stored."""
+a failed dependency cancels its step, an unknown id is refused with nothing stored, and a
+workflow submitted whole runs in its order (a cycle is refused)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import threading
 
 import pytest
 
-from tidemq import BatchConsumer, Client, Settings, trace
-from tidemq.errors import UnknownDependencyError
+from tidemq import BatchConsumer, Client, Settings, Workflow, trace
+from tidemq.errors import DependencyCycleError, UnknownDependencyError
+from tidemq.workflows import Step
 from tidemq_broker.server import BrokerServer
 
 
@@ -93,3 +95,26 @@ def test_a_failed_dependency_cancels_its_step_and_an_unknown_one_is_refused(two_
     with pytest.raises(UnknownDependencyError, match=str(10 ** 12)):
         b.produce("deps.after", {"n": 3}, depends_on=[parent, 10 ** 12])
     assert two_brokers[1].storage.counts.count_by_status("deps.after") == {"deps.after": {"CANCELLED": 1}}
+
+
+def test_a_workflow_submitted_whole_through_one_broker_runs_in_order_through_the_other(two_brokers, clients):
+    a, b = clients
+    wf = Workflow()
+    fetch = wf.add("flow.fetch", {"url": "u"})
+    parts = [wf.add("flow.part", {"n": n}, after=[fetch]) for n in range(2)]
+    wf.add("flow.merge", {"all": True}, after=parts)
+    fetch_id, *part_ids, merge_id = a.submit(wf)
+    ran = []
+    for topic, expected in (("flow.fetch", [fetch_id]), ("flow.part", part_ids), ("flow.merge", [merge_id])):
+        consumer = BatchConsumer(topic, ttr=30, client=b)
+        got = consumer.pull(max_messages=10, wait=10)
+        assert sorted(m.id for m in got) == sorted(expected)
+        consumer.ack(succeeded=[m.id for m in got])
+        ran += sorted(m.id for m in got)
+    assert ran == [fetch_id, *sorted(part_ids), merge_id]
+    with pytest.raises(DependencyCycleError):
+        cycle = Workflow()
+        cycle.add("flow.cycle", after=[Step(cycle, 1)])
+        cycle.add("flow.cycle", after=[Step(cycle, 0)])
+        a.submit(cycle)
+    assert two_brokers[0].storage.counts.count_by_status("flow.cycle") == {}

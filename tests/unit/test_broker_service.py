@@ -274,3 +274,18 @@ def test_a_produce_with_dependencies_waits_and_is_retried_by_its_request_id(brok
     assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
     assert refused.value.error == "UnknownDependencyError" and str(10 ** 9) in refused.value.details
     assert broker.storage.counts.count_by_status("s.deps") == {"s.deps": {"NEW": 2, "WAITING": 1}}
+
+
+def test_a_produce_whose_messages_wait_on_each_other_is_a_workflow_and_a_cycle_is_refused(broker):
+    chain = pb.ProduceRequest(messages=[pb.NewMessage(topic="s.flow", data=str(n), retry=-1, after=after)
+                                        for n, after in enumerate(([], [0], [1]))])
+    ids = list(broker.Produce(chain, Context()).ids)
+    assert [stored(broker, i).status for i in ids] == ["NEW", "WAITING", "WAITING"]
+    assert {stored(broker, i).workflow_id for i in ids} == {ids[0]}
+    cycle = pb.ProduceRequest(messages=[pb.NewMessage(topic="s.flow", data="4", retry=-1, after=[1]),
+                                        pb.NewMessage(topic="s.flow", data="5", retry=-1, after=[0])])
+    with pytest.raises(Aborted) as refused:
+        broker.Produce(cycle, Context())
+    assert (refused.value.code, refused.value.error) == (grpc.StatusCode.INVALID_ARGUMENT, "DependencyCycleError")
+    assert "step 0 -> step 1 -> step 0" in refused.value.details
+    assert broker.storage.counts.count_by_status("s.flow") == {"s.flow": {"NEW": 1, "WAITING": 2}}

@@ -9,10 +9,12 @@ import pytest
 
 from tidemq import dependencies as deps
 from tidemq import trace
-from tidemq.errors import DependencyCycleError, DependencyError, MalformedRequestError, WorkflowTooLargeError
+from tidemq.errors import (DataTooLargeError, DependencyCycleError, DependencyError, MalformedRequestError,
+                           WorkflowTooLargeError)
 from tidemq.lifecycle import MessageStatus as S
 from tidemq.limits import MAX_DEPENDENCIES
 from tidemq.rpc_build import dependency_ids
+from tidemq.workflows import Workflow
 from tidemq.tables import MESSAGE as M
 from tidemq_broker.storage import NewRow, WorkflowStep
 from tidemq_broker.storages.steps import check_steps, edges, plan
@@ -88,3 +90,18 @@ def test_a_client_names_dependencies_by_id_or_handle_and_refuses_anything_else()
             dependency_ids(bad)
     with pytest.raises(MalformedRequestError, match="MAX_DEPENDENCIES"):
         dependency_ids(range(1, MAX_DEPENDENCIES + 2))
+
+
+def test_a_workflow_sends_its_steps_with_their_positions_and_refuses_foreign_steps():
+    wf = Workflow()
+    parts = [wf.add("w.part", {"n": n}) for n in range(2)]
+    wf.add("w.join", None, after=parts, depends_on=[9], priority=3)
+    messages = wf.messages(1024)
+    assert [(m.topic, list(m.after), list(m.depends_on)) for m in messages] == \
+        [("w.part", [], []), ("w.part", [], []), ("w.join", [0, 1], [9])]
+    assert messages[2].priority == 3 and messages[0].data == '{"n":0}' and len(wf) == 3
+    with pytest.raises(DependencyError, match="steps that this workflow's add returned"):
+        Workflow().add("w.other", after=[parts[0]])
+    wf.add("w.big", "x" * 2000)
+    with pytest.raises(DataTooLargeError, match="^step 3: "):
+        wf.messages(1024)

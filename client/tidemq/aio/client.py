@@ -40,6 +40,7 @@ from ..rpc_build import (
     settle_produce,
 )
 from ..tls import channel_credentials
+from ..workflows import Workflow
 from ..validation import MAX_BATCH
 from .coalesce import AsyncCoalescer
 from .handles import AsyncHandle
@@ -107,16 +108,33 @@ class AsyncClient:
         with tracing.produce_span(template.topic, len(datas)) as span:
             template.trace_context = tracing.current_traceparent()
             messages = produce_messages(template, datas, unique_keys, self.settings.max_data_bytes, keys)
-            if template.depends_on:  # an RPC of its own (see alone_request)
-                request = alone_request(messages)
-                if self._direct is not None:
-                    ids = list(await asyncio.to_thread(self._direct.produce, request, wait))
-                else:
-                    ids = list((await self.pool.acall("Produce", request, wait)).ids)
+            if template.depends_on:
+                ids = await self._produce_alone(messages, wait)
             else:
                 ids = await self.producer.submit(messages, len(messages), sum(len(m.data) for m in messages), wait)
             tracing.set_message_ids(span, ids)
             return [AsyncHandle(i, self) for i in ids] if result else ids
+
+    async def submit(self, workflow: Workflow, timeout: Optional[float] = None, result: bool = False) -> list[Any]:
+        """Store every step of ``workflow`` in one transaction (all or none); their ids in the
+        order they were added (see :meth:`tidemq.Client.submit`)."""
+        messages = workflow.messages(self.settings.max_data_bytes)
+        if not messages:
+            return []
+        with tracing.produce_span(messages[0].topic, len(messages)) as span:
+            context = tracing.current_traceparent()
+            for msg in messages:
+                msg.trace_context = context
+            ids = await self._produce_alone(messages, timeout if timeout is not None else self.settings.rpc_timeout)
+            tracing.set_message_ids(span, ids)
+            return [AsyncHandle(i, self) for i in ids] if result else ids
+
+    async def _produce_alone(self, messages: list[pb.NewMessage], wait: float) -> list[int]:
+        """Messages with dependencies: an RPC of their own (see ``rpc_build.alone_request``)."""
+        request = alone_request(messages)
+        if self._direct is not None:
+            return list(await asyncio.to_thread(self._direct.produce, request, wait))
+        return list((await self.pool.acall("Produce", request, wait)).ids)
 
     def handle(self, msg_id: int) -> AsyncHandle:
         """A handle on message ``msg_id`` (produced by anyone, anywhere)."""
