@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .transactional import enqueue
     from .worker import Worker
     from .workflows import Workflow
+    from .canvas import chain, chord, group, sig
 
 #: Names this package exports from its modules, each imported on first use (PEP 562): the
 #: broker, the console and the Spark jobs import ``tidemq.lifecycle`` or ``tidemq.tables``, which
@@ -34,7 +35,7 @@ _LAZY = {
     "AckResult": "batch", "BatchConsumer": "batch", "Client": "client", "Retry": "client", "Settings": "config",
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
     "enqueue": "transactional", "Worker": "worker", "Handle": "handles", "Progress": "results",
-    "Workflow": "workflows",
+    "Workflow": "workflows", "sig": "canvas", "chain": "canvas", "group": "canvas", "chord": "canvas",
 }
 
 __all__ = [
@@ -43,6 +44,10 @@ __all__ = [
     "produce_many",
     "submit",
     "Workflow",
+    "sig",
+    "chain",
+    "group",
+    "chord",
     "enqueue",
     "broadcast",
     "cancel",

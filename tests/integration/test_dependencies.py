@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from tidemq import BatchConsumer, Client, Settings, Workflow, trace
+from tidemq import BatchConsumer, Client, Settings, Workflow, chord, group, sig, trace
 from tidemq.errors import DependencyCycleError, UnknownDependencyError
 from tidemq.workflows import Step
 from tidemq_broker.server import BrokerServer
@@ -112,6 +112,8 @@ def test_a_workflow_submitted_whole_through_one_broker_runs_in_order_through_the
         consumer.ack(succeeded=[m.id for m in got])
         ran += sorted(m.id for m in got)
     assert ran == [fetch_id, *sorted(part_ids), merge_id]
+    *members, body = chord(group(sig("flow.img", {"n": n}) for n in range(3)), sig("flow.zip")).produce(b)
+    assert [two_brokers[0].storage.reads.get_message(i).status for i in (*members, body)] == ["NEW"] * 3 + ["WAITING"]
     with pytest.raises(DependencyCycleError):
         cycle = Workflow()
         cycle.add("flow.cycle", after=[Step(cycle, 1)])

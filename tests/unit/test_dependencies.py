@@ -14,6 +14,7 @@ from tidemq.errors import (DataTooLargeError, DependencyCycleError, DependencyEr
 from tidemq.lifecycle import MessageStatus as S
 from tidemq.limits import MAX_DEPENDENCIES
 from tidemq.rpc_build import dependency_ids
+from tidemq.canvas import chain, chord, group, sig
 from tidemq.workflows import Workflow
 from tidemq.tables import MESSAGE as M
 from tidemq_broker.storage import NewRow, WorkflowStep
@@ -105,3 +106,21 @@ def test_a_workflow_sends_its_steps_with_their_positions_and_refuses_foreign_ste
     wf.add("w.big", "x" * 2000)
     with pytest.raises(DataTooLargeError, match="^step 3: "):
         wf.messages(1024)
+
+
+def test_chain_group_and_chord_become_steps_after_the_right_ones():
+    shape = chain(sig("c.fetch", 1), group(sig("c.part", n) for n in range(3)),
+                  chord([sig("c.check", 0), sig("c.check", 1)], sig("c.merge", retry=2)))
+    messages = shape.workflow().messages(1024)
+    assert [(m.topic, list(m.after)) for m in messages] == [
+        ("c.fetch", []), ("c.part", [0]), ("c.part", [0]), ("c.part", [0]),
+        ("c.check", [1, 2, 3]), ("c.check", [1, 2, 3]), ("c.merge", [4, 5])]
+    assert messages[6].retry == 2
+
+    class Recorder:
+        def submit(self, workflow, timeout=None, result=False):
+            return list(range(100, 100 + len(workflow)))
+
+    assert chord(group(sig("c.a"), sig("c.b")), sig("c.z")).produce(Recorder()) == [100, 101, 102]
+    with pytest.raises(TypeError, match="holds sig"):
+        chain(sig("c.a"), "c.b")
