@@ -134,12 +134,13 @@ def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[float] = N
                  effect_time: Optional[datetime] = None, retry: Retry = None,
                  unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None,
                  keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0,
-                 result: bool = False) -> list[Any]:
+                 result: bool = False,
+                 depends_on: Optional[Iterable[Any]] = None) -> list[Any]:
     """Store many messages in one transaction (all or none); ids, or Handles with ``result``.
     See :meth:`Client.produce_many`."""
     return _default().produce_many(topic, datas, delay=delay, effect_time=effect_time, retry=retry,
                                    unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority,
-                                   result=result)
+                                   result=result, depends_on=depends_on)
 
 
 def broadcast(topic: str, data: Any = None) -> int:

@@ -6,11 +6,13 @@ workflow submitted whole runs in its order (a cycle is refused)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
 
-from tidemq import BatchConsumer, Client, Settings, Workflow, chord, group, sig, trace
+from tidemq import BatchConsumer, Client, Settings, Workflow, chain, chord, group, sig, trace
+from tidemq.aio import AsyncClient
 from tidemq.errors import DependencyCycleError, UnknownDependencyError
 from tidemq.workflows import Step
 from tidemq_broker.server import BrokerServer
@@ -120,3 +122,20 @@ def test_a_workflow_submitted_whole_through_one_broker_runs_in_order_through_the
         cycle.add("flow.cycle", after=[Step(cycle, 0)])
         a.submit(cycle)
     assert two_brokers[0].storage.counts.count_by_status("flow.cycle") == {}
+
+
+def test_the_asyncio_client_produces_with_dependencies_and_submits_a_workflow(two_brokers, settings):
+    async def run():
+        client = AsyncClient(Settings.from_env({}, brokers=two_brokers[0].address, zk_hosts=settings.zk_hosts))
+        try:
+            parent = await client.produce("aio.parent", {"n": 1}, result=True)
+            child = await client.produce_many("aio.child", [1, 2], depends_on=[parent])
+            ids = await client.submit(chain(sig("aio.first"), sig("aio.second")).workflow())
+            return parent.id, child, ids
+        finally:
+            await client.close()
+
+    parent, children, (first, second) = asyncio.run(run())
+    reads = two_brokers[0].storage.reads
+    assert [reads.get_message(i).status for i in (parent, *children, first, second)] == \
+        ["NEW", "WAITING", "WAITING", "NEW", "WAITING"]

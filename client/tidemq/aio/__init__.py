@@ -19,12 +19,13 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ..config import Settings
 from ..rpc_build import Retry
+from ..workflows import Workflow
 from .batch import BatchConsumer
 from .client import AsyncClient
 from .handles import AsyncHandle
 
 __all__ = ["AsyncClient", "AsyncHandle", "BatchConsumer", "configure", "client", "close", "produce", "produce_many",
-           "cancel", "requeue", "handle"]
+           "submit", "cancel", "requeue", "handle"]
 
 _lock = threading.Lock()
 _settings: Optional[Settings] = None
@@ -76,12 +77,19 @@ async def produce_many(topic: str, datas: Iterable[Any], *, delay: Optional[floa
                        effect_time: Optional[datetime] = None, retry: Retry = None,
                        unique_keys: Optional[Sequence[Optional[str]]] = None,
                        timeout: Optional[float] = None, keys: Optional[Sequence[Optional[str]]] = None,
-                       priority: int = 0, result: bool = False) -> list[Any]:
+                       priority: int = 0, result: bool = False,
+                       depends_on: Optional[Iterable[Any]] = None) -> list[Any]:
     """Store many messages in one transaction (all or none); ids, or AsyncHandles with ``result``.
     See :meth:`tidemq.Client.produce_many`."""
     return await client().produce_many(topic, datas, delay=delay, effect_time=effect_time, retry=retry,
                                        unique_keys=unique_keys, timeout=timeout, keys=keys, priority=priority,
-                                       result=result)
+                                       result=result, depends_on=depends_on)
+
+
+async def submit(workflow: Workflow, timeout: Optional[float] = None, result: bool = False) -> list[Any]:
+    """Store every step of ``workflow`` in one transaction; their ids (or AsyncHandles with
+    ``result``) in the order they were added. See :meth:`tidemq.Client.submit`."""
+    return await client().submit(workflow, timeout=timeout, result=result)
 
 
 async def cancel(msg_id: int, running: bool = False) -> bool:
