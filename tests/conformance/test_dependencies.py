@@ -240,3 +240,14 @@ def test_a_submission_retried_with_its_request_id_gets_its_first_answer(storage)
     assert _count(storage, "t.request") == {S.NEW.value: 1, S.WAITING.value: 2}
     with pytest.raises(MalformedRequestError, match="already used for a Produce call of 2 messages, not 1"):
         storage.dependencies.insert_steps(steps[:1], clock.now(), "call-deps-1")
+
+
+def test_a_released_step_keeps_a_later_effect_time_of_its_own(storage):
+    [parent] = insert(storage, "t.later.parent", 1)
+    now_due, [later] = _submit(storage, _steps("t.later", (), depends_on={0: [parent]})), \
+        _submit(storage, _steps("t.later", (), depends_on={0: [parent]}, delay=3600))
+    [got] = lock(storage, "t.later.parent")
+    ack(storage, [AckItem(got.id, got.lease_token, True)])
+    early, late = storage.reads.get_message(now_due[0]), storage.reads.get_message(later)
+    assert (early.status, late.status) == (S.NEW.value, S.NEW.value)
+    assert late.effect_time > clock.after(clock.now(), 3000) and early.effect_time <= clock.now()

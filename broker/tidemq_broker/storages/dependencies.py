@@ -33,7 +33,7 @@ from ..records import WorkflowStep
 from ..schema import dependency as d
 from ..schema import message as m
 from ..schema import produce_request as r
-from .changes import apply, apply_each
+from .changes import apply
 from .database import SqlDatabase
 from .ids import ids_in
 from .request_ids import id_list, stored_answer
@@ -137,8 +137,12 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
             left.discard(child)
             by_parent.setdefault(parent, []).append(child)
     for parent, children in by_parent.items():
-        apply_each(conn, [(child, deps.released(now, ready[child], parent, broker)) for child in children],
-                   m.c.deps_left == 0)
+        due = [child for child in children if ready[child] <= now]
+        if due:  # the common case: due now, one statement
+            apply(conn, deps.released(now, now, parent, broker), ids_in(due), m.c.deps_left == 0)
+        for child in children:
+            if ready[child] > now:  # produced with a later effect time, which it keeps: rare
+                apply(conn, deps.released(now, ready[child], parent, broker), m.c.id == child, m.c.deps_left == 0)
     return topics
 
 
