@@ -65,7 +65,7 @@ class Acks:
                               for start in range(0, len(ids), _CHUNK))
             else:
                 changed = apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result))
-                                            for item in group], m.c.lease_token == token)
+                                            for item in group], token)
             if changed != len(group):
                 raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)
