@@ -74,7 +74,7 @@ class Acks:
                               for start in range(0, len(ids), _CHUNK))
             else:
                 changed = apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result))
-                                            for item in group], m.c.lease_token == token, m.c.workflow_id.is_(None))
+                                            for item in group], token, no_workflow=True)
             if changed != len(group):
                 raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)

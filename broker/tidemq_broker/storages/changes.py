@@ -93,10 +93,16 @@ def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], 
     return update(m).where(*where).values(values)
 
 
-def apply_each(conn: Connection, changes: Sequence[tuple[int, Change]], *where: Any) -> int:
+def apply_each(conn: Connection, changes: Sequence[tuple[int, Change]], lease_token: Optional[str] = None,
+               no_workflow: bool = False) -> int:
     """Apply one change per row id, changes of one transition that differ only in some values
     (each message's result), in one UPDATE per chunk: a differing column is set by a CASE on
-    the id. Returns how many rows changed."""
+    the id. ``lease_token``: only rows held under it change; ``no_workflow``: only rows outside
+    any workflow (see ``apply_to_ids``). Returns how many rows changed.
+
+    Each chunk's statement is built once per size class (a power of two; the last id and value
+    repeat to fill it, a repeated WHEN never matches twice) with every value bound: built anew
+    for each ack batch, the CASE of hundreds of branches cost the broker more than the write."""
     done, start = 0, 0
     while start < len(changes):
         end, size = start, 0
@@ -105,12 +111,32 @@ def apply_each(conn: Connection, changes: Sequence[tuple[int, Change]], *where: 
             end += 1
         part = changes[start:end]
         base = part[0][1]
-        values = values_of(base)
-        for name in base.values:
-            if len({change.values[name] for _, change in part}) > 1:
-                values[name] = case({id: change.values[name] for id, change in part}, value=m.c.id,
-                                    else_=m.c[name])
-        done += conn.execute(update(m).where(ids_in([id for id, _ in part]), *where, guard(base))
-                             .values(values)).rowcount
+        differ = tuple(sorted(name for name in base.values
+                              if len({change.values[name] for _, change in part}) > 1))
+        bucket = 1 << (len(part) - 1).bit_length()
+        filled = list(part) + [part[-1]] * (bucket - len(part))
+        stmt = _bound_case_update(tuple(base.source), base.target, tuple(sorted(base.values)), differ,
+                                  base.attempt_delta, base.bump_version, bool(base.trace), lease_token is not None,
+                                  bucket, no_workflow)
+        params: dict[str, Any] = {f"v_{name}": value for name, value in base.values.items() if name not in differ}
+        params.update(ids=[id for id, _ in part], v_trace=base.trace, v_token=lease_token)
+        for k, (id, change) in enumerate(filled):
+            params[f"w_{k}"] = id
+            for name in differ:
+                params[f"c_{name}_{k}"] = change.values[name]
+        done += conn.execute(stmt, params).rowcount
         start = end
     return done
+
+
+@functools.lru_cache(maxsize=64)
+def _bound_case_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], differ: tuple[str, ...],
+                       attempt_delta: int, bump_version: bool, trace: bool, token: bool, bucket: int,
+                       no_workflow: bool = False) -> Any:
+    stmt = _bound_update(source, target, tuple(name for name in names if name not in differ), attempt_delta,
+                         bump_version, trace, token, no_workflow)
+    cases = {name: case(*[(m.c.id == bindparam(f"w_{k}", type_=m.c.id.type),
+                           bindparam(f"c_{name}_{k}", type_=m.c[name].type)) for k in range(bucket)],
+                        else_=m.c[name])
+             for name in differ}
+    return stmt.values(cases) if cases else stmt
