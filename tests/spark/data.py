@@ -67,6 +67,8 @@ def message_rows(n: int, topics: tuple[str, ...] = ("t.alpha", "t.beta"), seed: 
             "result": f'{{"n": {i}}}' if status == "SUCCESS" and i % 2 else None,
             "progress": f'{{"done": {i}, "total": null, "note": "", "at": 1}}' if status == "RUNNING" else None,
             "cancel_requested": 0,
+            # Dependencies (version 12): none here; the archive carries the columns all the same.
+            "deps_left": 0, "workflow_id": None,
         })
     return rows
 

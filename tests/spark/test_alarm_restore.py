@@ -45,7 +45,8 @@ def _row(i, topic, status, now, age, **kw):
            "retry_remaining": 0, "retry_schedule": None, "attempt": 1, "ttr": 30, "lease_token": None,
            "lease_expire": None, "consumer": None, "unique_key": None, "version": 1, "trace": "", "add_time": moment,
            "update_time": moment, "start_time": None, "finish_time": None, "trace_context": None, "priority": 0,
-           "flow_key": None, "result": None, "progress": None, "cancel_requested": 0}
+           "flow_key": None, "result": None, "progress": None, "cancel_requested": 0, "deps_left": 0,
+           "workflow_id": None}
     row.update(kw)
     return row
 
