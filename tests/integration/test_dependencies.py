@@ -15,15 +15,6 @@ from tidemq import BatchConsumer, Client, Settings, Workflow, chain, chord, grou
 from tidemq.aio import AsyncClient
 from tidemq.errors import DependencyCycleError, UnknownDependencyError
 from tidemq.workflows import Step
-from tidemq_broker.server import BrokerServer
-
-
-@pytest.fixture
-def two_brokers(settings):
-    brokers = [BrokerServer(settings).start() for _ in range(2)]
-    yield brokers
-    for broker in brokers:
-        broker.stop(grace=1)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from tidemq.errors import MessageCancelledError, MessageNotFoundError, RemoteErr
 from tidemq.lifecycle import MessageStatus
 from tidemq.link import AckItem, AckOutcome, LeaseRef
 from tidemq.limits import DEFAULT_MAX_RESULT_BYTES
-from tidemq_broker.server import BrokerServer
 
 MODULE = "tests.integration.handlers_results"
 
@@ -28,14 +27,6 @@ def starts(log) -> Counter:
     if not log.exists():
         return Counter()
     return Counter(int(line.split()[0]) for line in log.read_text().splitlines() if line)
-
-
-@pytest.fixture
-def two_brokers(settings):
-    brokers = [BrokerServer(settings).start() for _ in range(2)]
-    yield brokers
-    for broker in brokers:
-        broker.stop(grace=1)
 
 
 @pytest.fixture
