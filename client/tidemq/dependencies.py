@@ -22,10 +22,11 @@ from datetime import datetime
 from typing import Optional
 
 from . import trace
-from .lifecycle import CANCELLED, NEW, WAITING, Change, Event, produce
+from .errors import DependencyError
+from .lifecycle import CANCELLED, FAIL, NEW, SUCCESS, WAITING, Change, Event, MessageStatus, produce
 from .tables import MESSAGE as M
 
-__all__ = ["FailurePolicy", "waiting", "released", "dependency_failed"]
+__all__ = ["FailurePolicy", "waiting", "released", "dependency_failed", "edited"]
 
 
 class FailurePolicy(str, enum.Enum):
@@ -63,3 +64,21 @@ def dependency_failed(now: datetime, parent_id: int, parent_status: str, broker:
     return Change(Event.DEPENDENCY_FAILED, (WAITING,), CANCELLED, values,
                   trace=trace.line(now, Event.DEPENDENCY_FAILED.value, dependency=parent_id,
                                    dependency_status=parent_status, broker=broker))
+
+
+def edited(msg_id: int, before: str, after: Optional[str], has_dependents: bool) -> Optional[MessageStatus]:
+    """What an operator's edit of message ``msg_id`` from status ``before`` to ``after`` (None:
+    unchanged) means to the messages waiting on it: SUCCESS releases them as an ack's would,
+    FAIL or CANCELLED stops them; None, nothing.
+
+    A message others depend on keeps its status once it succeeded: its SUCCESS already lowered its
+    dependents' counts, and a second SUCCESS (an edit back to SUCCESS, or a run after an edit to
+    NEW) would lower them again and release a step whose other dependencies have not succeeded.
+    """
+    if after is None or after == before or not has_dependents:
+        return None
+    if before == SUCCESS.value:
+        raise DependencyError(f"message {msg_id} succeeded and others depend on it: they were "
+                              f"released by that SUCCESS, so its status cannot be changed by hand")
+    status = MessageStatus(after)
+    return status if status in (SUCCESS, FAIL, CANCELLED) else None

@@ -335,9 +335,14 @@ def admin_edit(now: datetime, user: str, status: Optional[MessageStatus], change
                values: Optional[dict[str, Any]] = None) -> Change:
     """An operator's edit of any message not RUNNING; ``status`` None keeps the current one.
 
-    A status set by hand ends any lease fields and sets finish_time as that status implies."""
+    A status set by hand ends any lease fields and sets finish_time as that status implies. A
+    WAITING message may be set to any other status (NEW runs it without its dependencies); no
+    message may be set WAITING."""
     if status is not None and status not in EDITABLE_STATUSES:
         raise ValueError(f"status must be one of {', '.join(s.value for s in EDITABLE_STATUSES)}, got {status}")
+    if status is WAITING:
+        # Only dependencies release a WAITING message: set by hand, nothing would ever release it.
+        raise ValueError(f"{WAITING} is set by dependencies only; choose {NEW} to run the message now")
     sets = dict(values or {})
     sets[M.update_time] = now
     if status is not None:

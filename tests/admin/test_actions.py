@@ -87,6 +87,25 @@ def test_a_running_message_cannot_be_edited_or_deleted(admin, storage):
     assert after.status == "RUNNING" and after.lease_token == held.lease_token and after.data == '{"a": 1}'
 
 
+def test_edit_of_workflow_steps_names_what_may_not_be_set_and_releases_dependents(admin, storage):
+    from tidemq import clock
+    from tidemq_broker.storage import NewRow, WorkflowStep
+
+    row = NewRow(topic="orders", data='{"a": 1}', effect_time=clock.now(), retry_remaining=0)
+    parent, child = storage.dependencies.insert_steps([WorkflowStep(row, (), ()), WorkflowStep(row, (), (0,))],
+                                                      clock.now(), broker="b1")
+    form = admin.get(f"/messages/{child}/edit").get_data(as_text=True)
+    assert '<option value="WAITING" selected>' in form
+    assert "WAITING" not in admin.get(f"/messages/{parent}/edit").get_data(as_text=True).split("<select")[1]
+    resp = _edit(admin, storage.reads.get_message(parent), status="WAITING")
+    assert resp.status_code == 400 and "WAITING is set by dependencies only" in resp.get_data(as_text=True)
+    assert storage.reads.get_message(parent).status == "NEW"
+    assert _edit(admin, storage.reads.get_message(parent), status="SUCCESS").status_code == 302
+    assert storage.reads.get_message(child).status == "NEW"  # released as an ack's SUCCESS would
+    resp = _edit(admin, storage.reads.get_message(parent), status="NEW")
+    assert resp.status_code == 400 and "others depend on it" in resp.get_data(as_text=True)
+
+
 def test_retry_moves_fail_to_new_and_names_the_admin(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'])
     fail_all(storage, "orders")

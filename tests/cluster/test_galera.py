@@ -16,7 +16,7 @@ from tests.processes import start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings, clock
 from tidemq_broker.server import BrokerServer
-from tidemq_broker.storage import LockRequest, NewRow, Shard
+from tidemq_broker.storage import LockRequest, NewRow, Shard, WorkflowStep
 from tests.sqldb import open_sql
 from tidemq_broker.storages import open_storage
 
@@ -123,8 +123,20 @@ def test_produce_connections_wait_for_earlier_cluster_writes_and_others_do_not(o
     def sync_wait(conn):
         return int(conn.exec_driver_sql("SELECT @@SESSION.wsrep_sync_wait").scalar())
 
-    assert db.tx(sync_wait, produce=True) & 4
-    assert not db.tx(sync_wait) & 4
+    assert db.tx(sync_wait, produce=True) & 5 == 5  # reads (bit 1) and INSERTs (bit 4)
+    assert not db.tx(sync_wait) & 5
+
+
+def test_a_dependency_committed_through_another_node_a_moment_before_is_found(on_node):
+    """A submission reads the messages it waits on through its own node: each must be found
+    there even when it was committed through another node just before."""
+    first, _ = on_node(0)
+    second, _ = on_node(1)
+    for n in range(30):
+        [parent] = first.messages.insert_messages(_rows("g.deps", 1, n), clock.now())
+        [child] = second.dependencies.insert_steps([WorkflowStep(_rows("g.deps.child", 1, n)[0], (parent,), ())],
+                                                   clock.now(), broker="b2")
+        assert second.reads.get_message(child).deps_left == 1
 
 
 def _broker_on(galera, galera_url, zk_hosts, node):

@@ -64,7 +64,10 @@ def edit(id: int):  # type: ignore[no-untyped-def]
     if not changed:
         flash("Nothing changed.", "info")
         return redirect(url_for("messages.detail", id=id))
-    updated = c.storage.messages.edit_message(id, version, edit, clock.now(), g.user.name, changed)
+    try:
+        updated = c.storage.messages.edit_message(id, version, edit, clock.now(), g.user.name, changed)
+    except ValueError as exc:  # a status the message may not take (WAITING; a succeeded step's)
+        return render_template("message_edit.html", msg=msg, form=request.form, errors={"status": str(exc)}), 400
     if updated is None:
         current = c.storage.reads.get_message(id)
         if current is None:

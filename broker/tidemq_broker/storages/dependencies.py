@@ -40,7 +40,7 @@ from .request_ids import id_list, stored_answer
 from .rows import row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 
-__all__ = ["SqlDependencies", "release_after", "stop_after"]
+__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after"]
 
 _CHUNK = 1000
 _WAITING = MessageStatus.WAITING.value
@@ -94,13 +94,16 @@ class SqlDependencies:
                 conn.execute(insert(r).values(request_id=request_id, ids=id_list(ids), created=now))
             return ids
 
+        # On produce connections: on Galera their reads wait for what the cluster committed
+        # before (``mysql._wait_for_cluster_writes``), so a dependency stored through another
+        # node a moment ago is found.
         try:
-            return self._db.tx(work)
+            return self._db.tx(work, produce=True)
         except IntegrityError:
             if not request_id:
                 raise
             # The same call committed through another broker meanwhile: answer as it was.
-            return self._db.tx(work)
+            return self._db.tx(work, produce=True)
 
 
 def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]:
@@ -110,6 +113,11 @@ def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]
         stmt = select(d.c.parent_id, d.c.child_id).where(d.c.parent_id.in_(list(parents[start : start + _CHUNK])))
         found.extend((row.parent_id, row.child_id) for row in conn.execute(stmt))
     return found
+
+
+def has_dependents(conn: Connection, parent: int) -> bool:
+    """Whether any message waits, or waited, on ``parent``."""
+    return conn.execute(select(d.c.child_id).where(d.c.parent_id == parent).limit(1)).first() is not None
 
 
 def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str) -> dict[int, str]:

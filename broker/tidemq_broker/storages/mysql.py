@@ -296,20 +296,25 @@ def _quiet_lost_connection_resets() -> None:
 
 
 def _wait_for_cluster_writes(dbapi_connection: Any, record: Any) -> None:
-    """On a Galera node, make a produce's INSERTs wait until the node has applied every
-    transaction the cluster committed before them (``wsrep_sync_wait`` bit 4).
+    """On a Galera node, make a produce's reads and INSERTs wait until the node has applied every
+    transaction the cluster committed before them (``wsrep_sync_wait`` bits 1 and 4).
 
     A node assigns auto-increment ids from its own counter, which moves past another node's ids
     only once their writesets are applied here. Without the wait, a client whose produce through
     a broker on node A was acknowledged, and whose next produce goes through a broker on node B,
     could get a smaller id for the later message: a SERIAL_QUEUE would run them out of order.
     The wait costs one group round trip per group commit, not per message.
+
+    The reads: a submission with dependencies (``SqlDependencies.insert_steps``, which runs on
+    these connections) reads the messages it waits on, and one committed through another node a
+    moment before must be found there, not refused as unknown; a produce's look for its request
+    id must likewise find the first attempt's answer, committed through another node.
     """
     with dbapi_connection.cursor() as cur:
         cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
         row = cur.fetchone()
         if row and row[1] == "ON":
-            cur.execute("SET SESSION wsrep_sync_wait = @@wsrep_sync_wait | 4")
+            cur.execute("SET SESSION wsrep_sync_wait = @@wsrep_sync_wait | 5")
 
 
 def _mariadb_version(version: str) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from tidemq import clock, lifecycle
+from tidemq import dependencies as deps
 from tidemq.lifecycle import Event
 
 from ..records import MessageEdit, NewRow, RequestRef, StoredMessage
@@ -21,7 +22,7 @@ from ..schema import produce_request as r
 from .changes import apply, guard
 from .ids import ids_in
 from .database import SqlDatabase
-from .dependencies import stop_after
+from .dependencies import has_dependents, release_after, stop_after
 from .request_ids import Claims, answer, id_list
 from .rows import edit_change, row_values, to_message
 
@@ -136,8 +137,17 @@ class Writes:
         change = edit_change(edit, now, user, changed)
 
         def work(conn: Connection) -> Optional[StoredMessage]:
+            before = conn.execute(select(m.c.status, m.c.workflow_id).where(m.c.id == id, m.c.version == version)
+                                  .with_for_update()).one_or_none()
+            if before is None:
+                return None
+            ends = deps.edited(id, before.status, edit.status, before.workflow_id is not None and has_dependents(conn, id))
             if apply(conn, change, m.c.id == id, m.c.version == version) != 1:
                 return None
+            if ends is lifecycle.SUCCESS:
+                release_after(conn, [id], now, "")
+            elif ends is not None:
+                stop_after(conn, {id: ends.value}, now, "")
             return to_message(conn.execute(select(m).where(m.c.id == id)).one()._mapping)
 
         return self._db.tx(work)

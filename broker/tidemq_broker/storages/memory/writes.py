@@ -8,13 +8,14 @@ from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from tidemq import clock, lifecycle
+from tidemq import dependencies as deps
 from tidemq.lifecycle import Event
 from tidemq.tables import MESSAGE as M
 
 from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
 from ..rows import edit_change, row_values, to_message
-from .dependencies import stop_after
+from .dependencies import release_after, stop_after
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
 
 __all__ = ["MemoryWrites"]
@@ -99,8 +100,15 @@ class MemoryWrites:
         change = edit_change(edit, now, user, changed)
         with self._state.lock:
             row = self._state.messages.get(id)
-            if row is None or row[M.version] != version or apply(self._state, change, [row]) != 1:
+            if row is None or row[M.version] != version:
                 return None
+            ends = deps.edited(id, row[M.status], edit.status, bool(self._state.children.get(id)))
+            if apply(self._state, change, [row]) != 1:
+                return None
+            if ends is lifecycle.SUCCESS:
+                release_after(self._state, [id], now, "")
+            elif ends is not None:
+                stop_after(self._state, {id: ends.value}, now, "")
             return to_message(row)
 
     def delete_messages(self, ids: Sequence[int]) -> int:

@@ -1,0 +1,79 @@
+"""An operator's edit of messages with dependencies, on every storage: a status set by hand
+has the effect on dependents an ack or a cancel would have, a WAITING message can be run
+without its dependencies, and no edit can make a step wait for ever or be released twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance.storage_ops import insert, rows
+from tests.conformance.test_dependencies import _status, _steps, _submit, _succeed
+from tidemq import clock
+from tidemq.errors import DependencyError
+from tidemq.lifecycle import MessageStatus as S
+from tidemq_broker.storage import MessageEdit, WorkflowStep
+
+
+@pytest.fixture
+def storage(any_storage):
+    return any_storage
+
+
+def _edit(storage, msg_id, **values):
+    version = storage.reads.get_message(msg_id).version
+    return storage.messages.edit_message(msg_id, version, MessageEdit(**values), clock.now(), "ops", sorted(values))
+
+
+def test_a_dependency_set_to_success_by_hand_releases_what_waits_on_it(storage):
+    parent, child = _submit(storage, _steps("t.edit.ok", (), (0,)))
+    assert _edit(storage, parent, status=S.SUCCESS.value).status == S.SUCCESS.value
+    assert _status(storage, child) == S.NEW.value
+    _succeed(storage, "t.edit.ok", [child])
+
+
+@pytest.mark.parametrize("ending", [S.FAIL, S.CANCELLED])
+def test_a_dependency_set_to_fail_or_cancelled_by_hand_stops_what_waits_on_it(storage, ending):
+    parent, child, grandchild = _submit(storage, _steps("t.edit.stop", (), (0,), (1,)))
+    _edit(storage, parent, status=ending.value)
+    assert [_status(storage, i) for i in (child, grandchild)] == [S.CANCELLED.value] * 2
+
+
+def test_a_waiting_step_set_to_new_runs_without_its_dependencies_and_is_not_released_again(storage):
+    first, second, step = _submit(storage, _steps("t.edit.now", (), (), (0, 1)))
+    _edit(storage, step, status=S.NEW.value)
+    _succeed(storage, "t.edit.now", [first, second, step])  # all three are due at once
+    stored = storage.reads.get_message(step)
+    assert stored.status == S.SUCCESS.value and stored.attempt == 1
+
+
+def test_no_message_can_be_set_waiting_by_hand(storage):
+    parent, child = _submit(storage, _steps("t.edit.wait", (), (0,)))
+    before = storage.reads.get_message(parent)
+    with pytest.raises(ValueError, match="WAITING is set by dependencies only"):
+        _edit(storage, parent, status=S.WAITING.value)
+    after = storage.reads.get_message(parent)
+    assert (after.status, after.version) == (before.status, before.version)
+    _edit(storage, child, data='{"edited": 1}')  # a WAITING message's other fields can change
+    stored = storage.reads.get_message(child)
+    assert (stored.status, stored.data) == (S.WAITING.value, '{"edited": 1}')
+
+
+def test_a_succeeded_dependency_keeps_its_status_so_a_step_is_not_released_early(storage):
+    [first] = insert(storage, "t.edit.first", 1)
+    [second] = insert(storage, "t.edit.second", 1)
+    [step] = _submit(storage, [WorkflowStep(rows("t.edit.step", 1)[0], (first, second), ())])
+    _succeed(storage, "t.edit.first", [first])
+    # A second SUCCESS of ``first`` (set by hand, or a run after an edit to NEW) would release
+    # the step while ``second`` has not run.
+    for status in (S.NEW, S.FAIL):
+        with pytest.raises(DependencyError, match=f"message {first} succeeded and others depend on it"):
+            _edit(storage, first, status=status.value)
+    assert _status(storage, first) == S.SUCCESS.value
+    stored = storage.reads.get_message(step)
+    assert (stored.status, stored.deps_left) == (S.WAITING.value, 1)
+
+
+def test_a_succeeded_message_nothing_depends_on_can_still_be_edited(storage):
+    [alone] = _submit(storage, _steps("t.edit.alone", ()))
+    _succeed(storage, "t.edit.alone", [alone])
+    assert _edit(storage, alone, status=S.NEW.value).status == S.NEW.value
