@@ -29,6 +29,7 @@ class Delivery:
     lease_token: str
     ttr: float
     trace_context: str = ""  # the producer's W3C traceparent ("": none), see tidemq.tracing
+    depends_on: tuple[int, ...] = ()  # the messages it waited on, ascending ids (see tidemq.inputs)
 
 
 @dataclass(frozen=True)

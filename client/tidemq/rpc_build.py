@@ -230,4 +230,4 @@ def delivery(d: pb.Delivery) -> Delivery:
     return Delivery(id=d.id, topic=d.topic, data=d.data,
                     effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
                     retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
-                    ttr=d.ttr_seconds, trace_context=d.trace_context)
+                    ttr=d.ttr_seconds, trace_context=d.trace_context, depends_on=tuple(d.depends_on))
