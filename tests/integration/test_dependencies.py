@@ -130,3 +130,26 @@ def test_the_asyncio_client_produces_with_dependencies_and_submits_a_workflow(tw
     reads = two_brokers[0].storage.reads
     assert [reads.get_message(i).status for i in (parent, *children, first, second)] == \
         ["NEW", "WAITING", "WAITING", "NEW", "WAITING"]
+
+
+INPUTS = "tests.integration.handlers_inputs"
+
+
+def test_workers_hand_each_result_of_a_chain_on_and_a_chord_callback_gets_its_members_results(
+        settings, two_brokers, clients, spawn):
+    from tests.processes import process_env, start_worker, wait_registered
+
+    a, b = clients
+    start_worker(spawn, "inputs", INPUTS, process_env(settings))
+    for topic in ("inputs.step", "inputs.member", "inputs.callback", "inputs.async_callback"):
+        wait_registered(a.coordinator, topic, 1)
+    # Each step returns its input + 1: the last of a chain of three started at 1 returns 3.
+    steps = chain(sig("inputs.step", 1), sig("inputs.step"), sig("inputs.step")).produce(a)
+    assert b.handle(steps[-1]).result(timeout=60) == 3
+    assert [b.handle(i).result(timeout=10) for i in steps] == [1, 2, 3]
+    # A chord's callback (threaded, and async) gets the members' results in the members' order.
+    members = [sig("inputs.member", n) for n in range(6)]
+    ids = chord(group(*members), sig("inputs.callback")).produce(b)
+    assert a.handle(ids[-1]).result(timeout=60) == {"inputs": [0, 10, 20, 30, 40, 50], "statuses": ["SUCCESS"] * 6}
+    ids = chord(group(*reversed(members)), sig("inputs.async_callback")).produce(a)
+    assert b.handle(ids[-1]).result(timeout=60) == {"inputs": [50, 40, 30, 20, 10, 0], "depends_on": ids[:-1]}
