@@ -4,6 +4,7 @@ it holds and the outcomes it sends are kept by a LeaseKeeper and an AckSender.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -38,6 +39,10 @@ def delivery_to_message(d: Delivery, link: Optional[BrokerLink] = None,
     if touch is None and link is not None:
         touch = lambda ttr, _id=d.id, _token=d.lease_token: link.touch(_id, _token, ttr)  # noqa: E731
     read = getattr(link, "results", None) if d.depends_on else None  # a link that reads results: Client, stub
+    if read is not None and d.broker:
+        # The broker that leased it saw its dependencies' results committed: on Galera with a
+        # writer node per broker another node may not have applied them yet.
+        read = functools.partial(read, broker=d.broker)
     return Message.from_json(d.id, d.topic, d.data, effect_time=d.effect_time, retry_remaining=d.retry_remaining,
                              attempt=d.attempt, lease_token=d.lease_token, ttr=d.ttr,
                              trace_context=d.trace_context, depends_on=d.depends_on, _touch=touch, _results=read)

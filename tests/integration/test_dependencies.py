@@ -153,3 +153,25 @@ def test_workers_hand_each_result_of_a_chain_on_and_a_chord_callback_gets_its_me
     assert a.handle(ids[-1]).result(timeout=60) == {"inputs": [0, 10, 20, 30, 40, 50], "statuses": ["SUCCESS"] * 6}
     ids = chord(group(*reversed(members)), sig("inputs.async_callback")).produce(a)
     assert b.handle(ids[-1]).result(timeout=60) == {"inputs": [50, 40, 30, 20, 10, 0], "depends_on": ids[:-1]}
+
+
+def test_a_steps_inputs_are_read_from_the_broker_that_leased_it(settings, two_brokers):
+    from tidemq.link import AckItem
+    from tidemq.queue_runner import delivery_to_message
+
+    addresses = [broker.address for broker in two_brokers]
+    both = Client(Settings.from_env({}, brokers=",".join(addresses), zk_hosts=settings.zk_hosts))
+    try:
+        parents = both.produce_many("inputs.pinned.parent", [1, 2])
+        step = both.produce("inputs.pinned", None, depends_on=parents)
+        got = both.pull("inputs.pinned.parent", "c1", max_messages=2, wait=10)
+        both.ack("inputs.pinned.parent", "c1", [AckItem(d.id, d.lease_token, True, result=str(d.id * 2)) for d in got])
+        [leased] = both.pull("inputs.pinned", "c1", wait=10)
+        assert (leased.id, leased.depends_on) == (step, tuple(parents)) and leased.broker in addresses
+        asked = []
+        call = both.pool.call
+        both.pool.call = lambda method, *args, **kw: asked.append((method, kw.get("prefer"))) or call(method, *args, **kw)
+        assert delivery_to_message(leased, both).inputs == [parents[0] * 2, parents[1] * 2]
+        assert asked == [("Results", leased.broker)]
+    finally:
+        both.close()
