@@ -72,12 +72,15 @@ class Message:
         """How each dependency ended (:class:`~tidemq.inputs.Outcome`: id, status, result or
         error), in ``depends_on`` order; read from the brokers on first use, then kept."""
         if self._outcomes is None:
-            if self.depends_on and self._results is None:
+            if not self.depends_on:
+                self._outcomes = []
+            elif self._results is not None:
+                self._outcomes = read_outcomes(self._results, list(self.depends_on))
+            else:
                 how = "await message.ainputs() (or ainput, aoutcomes)" if self._aresults is not None else \
                     "build it with tidemq.queue_runner.delivery_to_message"
                 raise InputError(f"message {self.id} has dependencies but no link to read their results from "
                                  f"here: {how}")
-            self._outcomes = read_outcomes(self._results, list(self.depends_on)) if self.depends_on else []  # type: ignore[arg-type]
         return self._outcomes
 
     @property
