@@ -165,7 +165,8 @@ class MessageResult:
 
 @dataclass(frozen=True)
 class LeasedMessage:
-    """A message as a pull hands it out: what a consumer needs, without the trace."""
+    """A message as a pull hands it out: what a consumer needs, without the trace.
+    ``depends_on``: the messages it waited on (ascending ids), read only for a workflow's."""
 
     id: int
     topic: str
@@ -179,6 +180,7 @@ class LeasedMessage:
     consumer: Optional[str]
     trace_context: Optional[str] = None
     priority: int = 0
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass

@@ -338,5 +338,5 @@ def _delivery(msg: LeasedMessage) -> pb.Delivery:
     return pb.Delivery(
         id=msg.id, topic=msg.topic, data=msg.data, effect_time_ms=clock.to_epoch_ms(msg.effect_time),
         retry_remaining=msg.retry_remaining, attempt=msg.attempt, lease_token=msg.lease_token or "",
-        ttr_seconds=float(msg.ttr or 0), trace_context=msg.trace_context or "",
+        ttr_seconds=float(msg.ttr or 0), trace_context=msg.trace_context or "", depends_on=msg.depends_on,
     )

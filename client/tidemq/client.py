@@ -207,11 +207,13 @@ class Client:
         """Cancel many messages at once; one bool per id."""
         return list(self._call("Cancel", cancel_request(ids, running), timeout).cancelled)
 
-    def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None) -> list[MessageState]:
+    def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None, *,
+                broker: str = "") -> list[MessageState]:
         """The state and result of each message, in order; ``wait`` > 0: the broker answers once
-        one of them is final (SUCCESS, FAIL, CANCELLED, or gone), or after ``wait`` seconds."""
+        one of them is final (SUCCESS, FAIL, CANCELLED, or gone), or after ``wait`` seconds.
+        ``broker``: ask that broker first while it is live (a delivery's, for its inputs)."""
         budget = timeout if timeout is not None else wait + self.settings.rpc_timeout
-        reply = self._call("Results", results_request(ids, wait), budget)
+        reply = self.pool.call("Results", results_request(ids, wait), budget, prefer=broker)
         return [message_state(state) for state in reply.states]
 
     def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
@@ -245,23 +247,27 @@ class Client:
         """
         request = pull_request(topic, consumer, rank=rank, total=total, serial=serial, max_messages=max_messages,
                                wait=wait, ttr=ttr, lease_token=lease_token, ahead=ahead)
-        reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track)
-        return [delivery(d) for d in reply.messages]
+        answered: list[str] = []
+        reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track, answered=answered)
+        return [delivery(d, answered[-1] if answered else "") for d in reply.messages]
 
     def pull_request(self, request: pb.PullRequest, timeout: float,
-                     track: Optional[PullHandle] = None) -> pb.PullReply:
+                     track: Optional[PullHandle] = None, answered: Optional[list[str]] = None) -> pb.PullReply:
         """Send ``request`` to some live broker (``track`` as in :meth:`BrokerPool.call`).
 
         A pull that names its lease token and moves to another broker after a transport failure
         first releases that token: the failed broker may have leased messages under it before its
         reply was lost, and a broker's reply carries only the lease it made itself. If the
-        release fails too, those messages come back when their lease expires.
+        release fails too, those messages come back when their lease expires. ``answered`` gets
+        the address of each broker tried: the last one answered.
         """
         tries = 0
 
-        def before_attempt(_address: str) -> None:
+        def before_attempt(address: str) -> None:
             nonlocal tries
             tries += 1
+            if answered is not None:
+                answered.append(address)
             if tries > 1 and request.lease_token:
                 try:
                     self.release(request.lease_token, request.consumer, timeout=5)

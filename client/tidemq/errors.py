@@ -40,6 +40,7 @@ __all__ = [
     "UnknownDependencyError",
     "DependencyCycleError",
     "WorkflowTooLargeError",
+    "InputError",
     "error_from_name",
     "quote",
     "QUOTE_CHARS",
@@ -185,6 +186,13 @@ class DependencyCycleError(DependencyError):
 class WorkflowTooLargeError(DependencyError):
     """Raised when a submission has more steps, or a step more dependencies, than the limits
     ``tidemq.limits.MAX_WORKFLOW_STEPS`` and ``MAX_DEPENDENCIES`` allow (the message names it)."""
+
+
+class InputError(TidemqError):
+    """Raised by a handler's ``message.input`` or ``message.inputs`` when its dependencies'
+    results cannot be its input: ``input`` on a message with other than one dependency (the
+    message names the count), ``inputs`` when a dependency did not succeed or is no longer stored
+    (it names the dependency; ``message.outcomes`` shows every one)."""
 
 
 def error_from_name(name: str, message: str) -> TidemqError:

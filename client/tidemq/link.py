@@ -29,6 +29,8 @@ class Delivery:
     lease_token: str
     ttr: float
     trace_context: str = ""  # the producer's W3C traceparent ("": none), see tidemq.tracing
+    depends_on: tuple[int, ...] = ()  # the messages it waited on, ascending ids (see tidemq.inputs)
+    broker: str = ""  # the address of the broker that leased it ("": not known); its inputs are read there
 
 
 @dataclass(frozen=True)

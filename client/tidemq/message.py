@@ -7,10 +7,11 @@ import enum
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from .control import RunControl
-from .errors import InvalidMessageTypeError, MalformedRequestError, quote
+from .errors import InputError, InvalidMessageTypeError, MalformedRequestError, quote
+from .inputs import AsyncReadResults, Outcome, ReadResults, aread_outcomes, inputs_of, read_outcomes, single_input
 from .lifecycle import MessageStatus
 
 __all__ = ["MessageType", "MessageStatus", "Message"]
@@ -57,8 +58,63 @@ class Message:
     #: The W3C traceparent of the span that produced the message ("" when it had none): the
     #: handler's span is its child (``tidemq.tracing``).
     trace_context: str = ""
+    #: The messages it waited on (produced with ``depends_on``, or a workflow's step), ascending
+    #: ids: within one submission, the order the steps were declared in.
+    depends_on: Sequence[int] = ()
     _touch: Optional[Callable[[float], bool]] = field(default=None, repr=False, compare=False)
     _control: Optional[RunControl] = field(default=None, repr=False, compare=False)
+    _results: Optional[ReadResults] = field(default=None, repr=False, compare=False)
+    _aresults: Optional[AsyncReadResults] = field(default=None, repr=False, compare=False)
+    _outcomes: Optional[list[Outcome]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """How each dependency ended (:class:`~tidemq.inputs.Outcome`: id, status, result or
+        error), in ``depends_on`` order; read from the brokers on first use, then kept."""
+        if self._outcomes is None:
+            if not self.depends_on:
+                self._outcomes = []
+            elif self._results is not None:
+                self._outcomes = read_outcomes(self._results, list(self.depends_on))
+            else:
+                how = "await message.ainputs() (or ainput, aoutcomes)" if self._aresults is not None else \
+                    "build it with tidemq.queue_runner.delivery_to_message"
+                raise InputError(f"message {self.id} has dependencies but no link to read their results from "
+                                 f"here: {how}")
+        return self._outcomes
+
+    @property
+    def inputs(self) -> list[Any]:
+        """The results of its dependencies, in ``depends_on`` order (a step after a group: the
+        group's results). :class:`~tidemq.errors.InputError` if one did not succeed."""
+        return inputs_of(self.id, self.outcomes)
+
+    @property
+    def input(self) -> Any:
+        """The result of its one dependency (a chain's previous step). :class:`InputError` names
+        the count when it has none or several."""
+        if len(self.depends_on) != 1:
+            return single_input(self.id, [Outcome(id, None) for id in self.depends_on])
+        return single_input(self.id, self.outcomes)
+
+    async def aoutcomes(self) -> list[Outcome]:
+        """:attr:`outcomes` for ``async def`` handlers: the first read runs on a thread of the
+        event loop's default executor, so other handlers go on meanwhile."""
+        if self._outcomes is None and self.depends_on and self._aresults is not None:
+            self._outcomes = await aread_outcomes(self._aresults, list(self.depends_on))
+        elif self._outcomes is None:
+            await asyncio.get_running_loop().run_in_executor(None, lambda: self.outcomes)
+        return self.outcomes
+
+    async def ainputs(self) -> list[Any]:
+        """:attr:`inputs` for ``async def`` handlers (see :meth:`aoutcomes`)."""
+        return inputs_of(self.id, await self.aoutcomes())
+
+    async def ainput(self) -> Any:
+        """:attr:`input` for ``async def`` handlers (see :meth:`aoutcomes`)."""
+        if len(self.depends_on) != 1:
+            return self.input
+        return single_input(self.id, await self.aoutcomes())
 
     @property
     def cancelled(self) -> bool:

@@ -104,6 +104,11 @@ class BrokerPool:
             live = [a for a in self._addresses if a not in avoid]
         return live[next(self._turn) % len(live)] if live else None
 
+    def _live(self, address: str) -> bool:
+        """Whether ``address`` is a registered broker that has not failed a call lately."""
+        with self._lock:
+            return address in self._addresses and time.monotonic() - self._failed_at.get(address, -1e9) > _QUARANTINE
+
     def _pick(self, deadline: float, avoid: set[str]) -> Optional[str]:
         with self._lock:
             while not self._closed:
@@ -118,16 +123,17 @@ class BrokerPool:
             return None
 
     def call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]] = None,
-             track: Optional[PullHandle] = None) -> Any:
+             track: Optional[PullHandle] = None, prefer: str = "") -> Any:
         """Call ``method`` on some live broker within ``timeout`` seconds.
 
         Transport failures (broker dead or unreachable) move the call to another broker; errors a
         broker reports are raised as the matching tidemq exception. ``track``, when given, can
         cancel each attempt while it is in flight; a cancelled call raises PullCancelledError
-        and is not retried.
+        and is not retried. ``prefer``: the broker to try first while it is live (one that read
+        what this call reads about; see ``tidemq.inputs``).
         """
         try:
-            reply = self._call(method, request, timeout, on_attempt, track)
+            reply = self._call(method, request, timeout, on_attempt, track, prefer)
         except RetriableError as exc:
             self.outage.failed(exc)
             raise
@@ -135,12 +141,12 @@ class BrokerPool:
         return reply
 
     def _call(self, method: str, request: Any, timeout: float, on_attempt: Optional[Callable[[str], None]],
-              track: Optional[PullHandle]) -> Any:
+              track: Optional[PullHandle], prefer: str = "") -> Any:
         deadline = time.monotonic() + timeout
         tried: set[str] = set()
         last_error = "no broker is registered"
         while True:
-            address = self._pick(deadline, tried)
+            address = prefer if prefer and not tried and self._live(prefer) else self._pick(deadline, tried)
             remaining = deadline - time.monotonic()
             if address is None or remaining <= 0:
                 raise BrokerUnavailableError(f"no broker answered {method} within {timeout:.1f} s ({last_error})")

@@ -4,6 +4,7 @@ it holds and the outcomes it sends are kept by a LeaseKeeper and an AckSender.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -34,12 +35,17 @@ _PULL_RETRY_MOST = 1.0  # seconds between pulls that fail, at most: the pace ret
 def delivery_to_message(d: Delivery, link: Optional[BrokerLink] = None,
                         touch: Optional[Callable[[float], bool]] = None) -> Message:
     """Build the handler's Message from a delivery; its ``touch`` extends the lease through
-    ``link`` (or calls ``touch`` when given)."""
+    ``link`` (or calls ``touch`` when given), and its inputs are read with ``link.results``."""
     if touch is None and link is not None:
         touch = lambda ttr, _id=d.id, _token=d.lease_token: link.touch(_id, _token, ttr)  # noqa: E731
+    read = getattr(link, "results", None) if d.depends_on else None  # a link that reads results: Client, stub
+    if read is not None and d.broker:
+        # The broker that leased it saw its dependencies' results committed: on Galera with a
+        # writer node per broker another node may not have applied them yet.
+        read = functools.partial(read, broker=d.broker)
     return Message.from_json(d.id, d.topic, d.data, effect_time=d.effect_time, retry_remaining=d.retry_remaining,
                              attempt=d.attempt, lease_token=d.lease_token, ttr=d.ttr,
-                             trace_context=d.trace_context, _touch=touch)
+                             trace_context=d.trace_context, depends_on=d.depends_on, _touch=touch, _results=read)
 
 
 class QueueRunner:
@@ -345,7 +351,7 @@ class QueueRunner:
 
     def _message(self, delivery: Delivery, run: Run) -> Message:
         lease = LeaseRef(delivery.id, delivery.lease_token)
-        message = delivery_to_message(delivery, touch=lambda ttr: self._keeper.touch(lease, ttr))
+        message = delivery_to_message(delivery, self.link, touch=lambda ttr: self._keeper.touch(lease, ttr))
         message._control = run.control
         return message
 

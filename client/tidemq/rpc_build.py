@@ -225,9 +225,10 @@ def heartbeat(reply: pb.ExtendReply, leases: int) -> Heartbeat:
     return Heartbeat(list(reply.extended), flags if len(flags) == leases else [False] * leases)
 
 
-def delivery(d: pb.Delivery) -> Delivery:
-    """A pulled message as the consumer side's :class:`Delivery`."""
+def delivery(d: pb.Delivery, broker: str = "") -> Delivery:
+    """A pulled message as the consumer side's :class:`Delivery` (leased by ``broker``)."""
     return Delivery(id=d.id, topic=d.topic, data=d.data,
                     effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
                     retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
-                    ttr=d.ttr_seconds, trace_context=d.trace_context)
+                    ttr=d.ttr_seconds, trace_context=d.trace_context, depends_on=tuple(d.depends_on),
+                    broker=broker)

@@ -13,7 +13,8 @@ QUEUE shards ``MOD(id, total) = rank``, SERIAL_QUEUE one RUNNING message per top
 ``(order_time, id)`` order, retries after ``next_delay`` (a schedule, or the topic's backoff),
 FAIL once retries run out, lease expiry back to NEW or to FAIL after ``max_deliveries``, acks
 refused as STALE once the lease is lost (a repeated one answered as recorded), releases that do
-not count an attempt, cancel and requeue. Topics have the broker's defaults; :meth:`set_topic`
+not count an attempt, cancel and requeue, dependencies (``depends_on``, :meth:`StubBroker.submit`;
+``stub_producing.py``). Topics have the broker's defaults; :meth:`set_topic`
 changes them (``retry_base=0`` retries at once). ``tests/behaviour`` runs the same scenarios
 against this stub and a real broker.
 
@@ -41,13 +42,12 @@ from .clock import after
 from .errors import MalformedRequestError, PullCancelledError, StorageUnavailableError
 from .lifecycle import Change, MessageStatus
 from .limits import check_lease_token, new_lease_token
-from .handles import Handle
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
+from .stub_producing import StubProducing
 from .stub_results import StubResults
 from .stub_types import PullRecord, StubMessage, StubTopic, delivery_of, stored_time
 from .tables import MESSAGE as M
-from .validation import (check_batch_size, check_flow_key, check_lease_ttr, check_priority, check_pull, check_topic,
-                         check_unique_key, check_when, encode_data, parse_retry)
+from .validation import check_batch_size, check_lease_ttr, check_pull
 
 __all__ = ["StubBroker", "StubTopic", "StubMessage", "PullRecord"]
 
@@ -63,10 +63,10 @@ class _Call:
     cancelled: bool = False
 
 
-class StubBroker(StubResults):
+class StubBroker(StubProducing, StubResults):
     """A thread-safe in-memory broker implementing :class:`tidemq.link.BrokerLink` and the
-    producer calls of :class:`tidemq.Client` (produce, produce_many, cancel, requeue, results;
-    ``result=True`` returns handles).
+    producer calls of :class:`tidemq.Client` (produce, produce_many and submit, with
+    dependencies; cancel, requeue, results; ``result=True`` returns handles).
 
     Inspect it with :meth:`status`, :meth:`message`, :meth:`ids`, and the records ``pulls``,
     ``releases`` (token, how many), ``extend_calls`` (the leases of each call), ``history``
@@ -97,6 +97,7 @@ class StubBroker(StubResults):
         self.calls: Counter[str] = Counter()
         self.peak_running: Counter[str] = Counter()
         self.failing: set[str] = set()  # calls that fail now, e.g. set(StubBroker.CALLS): an outage
+        self._init_dependencies()
 
     # -- topics and inspection ---------------------------------------------------------------
     def set_topic(self, topic: str, **settings: Any) -> StubTopic:
@@ -133,51 +134,6 @@ class StubBroker(StubResults):
                     if (topic is None or row[M.topic] == topic) and (status is None or row[M.status] == status)]
 
     # -- producing and managing --------------------------------------------------------------
-    def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
-                effect_time: Optional[datetime] = None, retry: Any = None, unique_key: Optional[str] = None,
-                timeout: Optional[float] = None, key: Optional[str] = None, priority: int = 0,
-                trace_context: str = "", result: bool = False) -> Any:
-        """Store one message as :meth:`tidemq.Client.produce` does (and with the producer's W3C
-        traceparent, if any); return its id (a :class:`~tidemq.handles.Handle` with ``result``)."""
-        return self.produce_many(topic, [data], delay=delay, effect_time=effect_time, retry=retry,
-                                 unique_keys=[unique_key], keys=[key], priority=priority,
-                                 trace_context=trace_context, result=result)[0]
-
-    def produce_many(self, topic: str, datas: Iterable[Any], *, delay: Optional[float] = None,
-                     effect_time: Optional[datetime] = None, retry: Any = None,
-                     unique_keys: Optional[Sequence[Optional[str]]] = None, timeout: Optional[float] = None,
-                     keys: Optional[Sequence[Optional[str]]] = None, priority: int = 0,
-                     trace_context: str = "", result: bool = False) -> list[Any]:
-        """Store many messages of one topic, all or none; return their ids (handles)."""
-        datas = list(datas)
-        check_batch_size(datas)
-        topic, priority = check_topic(topic), check_priority(priority)
-        delay, due_at = check_when(delay, effect_time)
-        count, schedule = parse_retry(retry)
-        texts = [encode_data(data) for data in datas]
-        uniques = [check_unique_key(k) or None for k in (unique_keys or [None] * len(datas))]
-        flow_keys = [check_flow_key(k) or None for k in (keys or [None] * len(datas))]
-        with self._cond:
-            now = self._now()
-            due = after(now, delay) if delay is not None else now if due_at is None else stored_time(due_at)
-            retries = self.topic(topic).retry_count if count < 0 else count
-            change = lifecycle.produce(now, broker=self.name)
-            ids = []
-            for text, unique, flow_key in zip(texts, uniques, flow_keys):
-                same = [i for i, row in self._rows.items() if unique and (row[M.topic], row[M.unique_key]) == (topic, unique)]
-                if same:  # one message per (topic, unique_key): the stored one's id
-                    ids.append(same[0])
-                    continue
-                row = {M.id: next(self._next_id), M.topic: topic, M.data: text, M.effect_time: due, M.order_time: due,
-                       M.retry_remaining: retries, M.retry_schedule: schedule, M.unique_key: unique,
-                       M.trace_context: trace_context or None, M.priority: priority, M.flow_key: flow_key,
-                       M.trace: ""}
-                self._rows[row[M.id]] = row
-                self._apply(row, change)
-                ids.append(row[M.id])
-            self._cond.notify_all()
-            return [Handle(i, self) for i in ids] if result else ids
-
     def cancel(self, msg_id: int, timeout: Optional[float] = None, *, running: bool = False) -> bool:
         """Delete a message that is still NEW (``running``: or mark a RUNNING one); False if it is
         running, done or gone."""
@@ -255,7 +211,7 @@ class StubBroker(StubResults):
                     remaining = deadline - time.monotonic()
                     if leased or remaining <= 0:
                         record.outcome, record.ids = ("leased" if leased else "empty"), tuple(r[M.id] for r in leased)
-                        return [delivery_of(row) for row in leased]
+                        return [delivery_of(row, self._parents.get(row[M.id], ())) for row in leased]
                     # Like the broker: wake half the ahead window before the next due time.
                     until = self._until_due(topic, rank, total, serial) - ahead / 2
                     self._cond.wait(max(min(remaining, until), 0.001))
@@ -328,6 +284,9 @@ class StubBroker(StubResults):
     def _now(self) -> datetime:
         return stored_time(self.clock())
 
+    def _new_id(self) -> int:
+        return next(self._next_id)
+
     def _call(self, method: str) -> None:
         self.calls[method] += 1
         if method in self.failing:
@@ -343,6 +302,7 @@ class StubBroker(StubResults):
             change.apply_to(row)
         if change.trace or change.delete:
             self.history.append((change.event, row[M.id]))
+        self._ended(row[M.id], change)  # what waits on it: released or stopped
         return True
 
     def _running(self, topic: str) -> list[dict[str, Any]]:

@@ -130,3 +130,48 @@ def test_the_asyncio_client_produces_with_dependencies_and_submits_a_workflow(tw
     reads = two_brokers[0].storage.reads
     assert [reads.get_message(i).status for i in (parent, *children, first, second)] == \
         ["NEW", "WAITING", "WAITING", "NEW", "WAITING"]
+
+
+INPUTS = "tests.integration.handlers_inputs"
+
+
+def test_workers_hand_each_result_of_a_chain_on_and_a_chord_callback_gets_its_members_results(
+        settings, two_brokers, clients, spawn):
+    from tests.processes import process_env, start_worker, wait_registered
+
+    a, b = clients
+    start_worker(spawn, "inputs", INPUTS, process_env(settings))
+    for topic in ("inputs.step", "inputs.member", "inputs.callback", "inputs.async_callback"):
+        wait_registered(a.coordinator, topic, 1)
+    # Each step returns its input + 1: the last of a chain of three started at 1 returns 3.
+    steps = chain(sig("inputs.step", 1), sig("inputs.step"), sig("inputs.step")).produce(a)
+    assert b.handle(steps[-1]).result(timeout=60) == 3
+    assert [b.handle(i).result(timeout=10) for i in steps] == [1, 2, 3]
+    # A chord's callback (threaded, and async) gets the members' results in the members' order.
+    members = [sig("inputs.member", n) for n in range(6)]
+    ids = chord(group(*members), sig("inputs.callback")).produce(b)
+    assert a.handle(ids[-1]).result(timeout=60) == {"inputs": [0, 10, 20, 30, 40, 50], "statuses": ["SUCCESS"] * 6}
+    ids = chord(group(*reversed(members)), sig("inputs.async_callback")).produce(a)
+    assert b.handle(ids[-1]).result(timeout=60) == {"inputs": [50, 40, 30, 20, 10, 0], "depends_on": ids[:-1]}
+
+
+def test_a_steps_inputs_are_read_from_the_broker_that_leased_it(settings, two_brokers):
+    from tidemq.link import AckItem
+    from tidemq.queue_runner import delivery_to_message
+
+    addresses = [broker.address for broker in two_brokers]
+    both = Client(Settings.from_env({}, brokers=",".join(addresses), zk_hosts=settings.zk_hosts))
+    try:
+        parents = both.produce_many("inputs.pinned.parent", [1, 2])
+        step = both.produce("inputs.pinned", None, depends_on=parents)
+        got = both.pull("inputs.pinned.parent", "c1", max_messages=2, wait=10)
+        both.ack("inputs.pinned.parent", "c1", [AckItem(d.id, d.lease_token, True, result=str(d.id * 2)) for d in got])
+        [leased] = both.pull("inputs.pinned", "c1", wait=10)
+        assert (leased.id, leased.depends_on) == (step, tuple(parents)) and leased.broker in addresses
+        asked = []
+        call = both.pool.call
+        both.pool.call = lambda method, *args, **kw: asked.append((method, kw.get("prefer"))) or call(method, *args, **kw)
+        assert delivery_to_message(leased, both).inputs == [parents[0] * 2, parents[1] * 2]
+        assert asked == [("Results", leased.broker)]
+    finally:
+        both.close()

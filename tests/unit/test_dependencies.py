@@ -77,8 +77,9 @@ def test_a_plan_counts_what_has_not_succeeded_and_stops_after_a_failure():
     assert [(s.deps_left, s.stopped) for s in starts] == [(1, False), (2, True), (1, True), (0, False)]
     assert (starts[1].by_id, starts[1].by_status) == (12, "FAIL")
     assert (starts[2].by_step, starts[2].by_status) == (1, "CANCELLED")
-    # Edges to finished messages are not stored: they will never release or stop anything.
-    assert edges(steps, [100, 101, 102, 103], statuses) == [(11, 100), (100, 101), (101, 102)]
+    # Every edge is stored, to finished messages too: a lease names them among a step's
+    # dependencies (their results are its inputs), though they never release or stop anything.
+    assert edges(steps, [100, 101, 102, 103], statuses) == [(10, 100), (11, 100), (12, 101), (100, 101), (101, 102)]
 
 
 def test_a_client_names_dependencies_by_id_or_handle_and_refuses_anything_else():

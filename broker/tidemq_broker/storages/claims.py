@@ -21,6 +21,11 @@ So a lease is three statements in one transaction:
    it) is passed over, never waited for.
 3. **The change**, one UPDATE of exactly those rows by key.
 
+A leased row of a workflow (``workflow_id`` set) may have waited on others: one more read, of
+``tidemq_dependency`` by its child index, names the parents of all such rows of the lease, so a
+delivery carries their ids (never their results, which may be large and many). A lease without
+workflow rows pays nothing for it.
+
 A shard's candidates are its own (``MOD(id DIV step, total) = rank``) and, when the caller
 allows it, messages of other shards that have been due longer than the caller's grace: a
 consumer that died leaves its shard's messages waiting only until its ZooKeeper session ends,
@@ -43,6 +48,7 @@ from tidemq.validation import PRIORITIES_DESC
 from ..records import LeasedMessage, Shard
 from ..schema import message as m
 from .changes import apply_to_ids
+from .dependencies import parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
 
@@ -51,7 +57,7 @@ __all__ = ["due_candidates", "lease_rows"]
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
 _LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.attempt, m.c.trace_context,
-                   m.c.priority]
+                   m.c.priority, m.c.workflow_id]
 #: Step 2, built once (the ids are bound at execution).
 _LOCK_BY_KEY = select(*_LEASED_COLUMNS).where(bound_ids_in(), m.c.status == _NEW).with_for_update(skip_locked=True)
 
@@ -123,6 +129,8 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     # (rows.leased builds the same from a row the change was applied to, at a dict per row).
     rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
     sets = change.values
+    parents = parents_of(conn, [row.id for row in rows if row.workflow_id is not None])
     return [LeasedMessage(row.id, topic, row.data, change.target.value if change.target else _NEW, row.effect_time,
                           row.retry_remaining, row.attempt + change.attempt_delta, sets["ttr"], sets["lease_token"],
-                          sets["consumer"], row.trace_context, row.priority) for row in rows]
+                          sets["consumer"], row.trace_context, row.priority, parents.get(row.id, ()))
+            for row in rows]

@@ -40,7 +40,7 @@ from .request_ids import id_list, stored_answer
 from .rows import row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 
-__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after"]
+__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of"]
 
 _CHUNK = 1000
 _WAITING = MessageStatus.WAITING.value
@@ -118,6 +118,19 @@ def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]
 def has_dependents(conn: Connection, parent: int) -> bool:
     """Whether any message waits, or waited, on ``parent``."""
     return conn.execute(select(d.c.child_id).where(d.c.parent_id == parent).limit(1)).first() is not None
+
+
+def parents_of(conn: Connection, children: Sequence[int]) -> dict[int, tuple[int, ...]]:
+    """{child id: its parents' ids, ascending} of ``children``, in one read of the child index
+    (a lease's rows: at most ``MAX_PULL``, one statement); nothing to read, no statement."""
+    if not children:
+        return {}
+    found: dict[int, list[int]] = {}
+    stmt = select(d.c.child_id, d.c.parent_id).where(d.c.child_id.in_(list(children))) \
+        .order_by(d.c.child_id, d.c.parent_id)
+    for row in conn.execute(stmt):
+        found.setdefault(row.child_id, []).append(row.parent_id)
+    return {child: tuple(parents) for child, parents in found.items()}
 
 
 def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str) -> dict[int, str]:

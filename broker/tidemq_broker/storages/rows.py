@@ -60,12 +60,12 @@ def lock_order(row: Mapping[str, Any]) -> tuple[int, Any, int]:
     return -row[M.priority], row[M.effect_time], row[M.id]
 
 
-def leased(row: Mapping[str, Any], topic: str) -> LeasedMessage:
+def leased(row: Mapping[str, Any], topic: str, depends_on: tuple[int, ...] = ()) -> LeasedMessage:
     """The delivery of ``row`` (at least the columns a delivery holds) once a lease's change was
-    applied to it (``Change.apply_to``)."""
+    applied to it (``Change.apply_to``), naming the messages it waited on (``depends_on``)."""
     return LeasedMessage(row[M.id], topic, row[M.data], row[M.status], row[M.effect_time], row[M.retry_remaining],
                          row[M.attempt], row[M.ttr], row[M.lease_token], row[M.consumer], row[M.trace_context],
-                         row[M.priority])
+                         row[M.priority], depends_on)
 
 
 def to_message(row: Mapping[str, Any]) -> StoredMessage:

@@ -140,10 +140,12 @@ def plan(steps: Sequence[WorkflowStep], order: Sequence[int], statuses: Mapping[
 
 def edges(steps: Sequence[WorkflowStep], ids: Sequence[int], statuses: Mapping[int, str]) -> list[tuple[int, int]]:
     """The (parent_id, child_id) rows to store once the steps have ``ids``: every edge between
-    steps, and every edge to a stored message that has yet to finish (one that already did will
-    never release or stop anything)."""
+    steps and every edge to a stored message, finished or not. One that already finished never
+    releases or stops anything (an ack only lowers the count of a WAITING step, which did not
+    count it), but its edge is how a lease names it among the step's dependencies, whose results
+    the step's handler reads (``Delivery.depends_on``)."""
     found: set[tuple[int, int]] = set()
     for i, step in enumerate(steps):
         found.update((ids[j], ids[i]) for j in step.after)
-        found.update((id, ids[i]) for id in step.depends_on if statuses[id] in WAITED_ON)
+        found.update((id, ids[i]) for id in step.depends_on)
     return sorted(found)

@@ -55,7 +55,10 @@ class BatchConsumer:
         """Lease up to ``max_messages`` due messages, waiting up to ``wait`` seconds for the first."""
         deliveries = await self.client.pull(self.topic, self.name, max_messages=max_messages, wait=wait, ttr=self.ttr)
         self._leases.remember(deliveries)
-        return [delivery_to_message(d, touch=_blocking_touch) for d in deliveries]
+        messages = [delivery_to_message(d, touch=_blocking_touch) for d in deliveries]
+        for message in messages:  # inputs are read on this loop: await message.ainputs()
+            message._aresults = self.client.results
+        return messages
 
     async def ack(self, succeeded: Sequence[int] = (),
                   failed: Union[Sequence[int], Mapping[int, str]] = (),

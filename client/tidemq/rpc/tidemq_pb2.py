@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidemq/rpc/tidemq.proto\x12\ttidemq.v1\"\xf8\x01\n\nNewMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12\x17\n\rdelay_seconds\x18\x03 \x01(\x01H\x00\x12\x18\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03H\x00\x12\x12\n\nunique_key\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x16\n\x0eretry_schedule\x18\x07 \x03(\x01\x12\x15\n\rtrace_context\x18\x08 \x01(\t\x12\x10\n\x08priority\x18\t \x01(\x05\x12\x0b\n\x03key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\x03\x12\r\n\x05\x61\x66ter\x18\x0c \x03(\x05\x42\x06\n\x04when\"M\n\x0eProduceRequest\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.tidemq.v1.NewMessage\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\x1b\n\x0cProduceReply\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\xc8\x01\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\x12\x0e\n\x06serial\x18\x05 \x01(\x08\x12\x14\n\x0cmax_messages\x18\x06 \x01(\x05\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x13\n\x0blease_token\x18\t \x01(\t\x12\x15\n\rahead_seconds\x18\n \x01(\x01\"\xb6\x01\n\x08\x44\x65livery\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretry_remaining\x18\x05 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\x13\n\x0blease_token\x18\x07 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x15\n\rtrace_context\x18\t \x01(\t\"2\n\tPullReply\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.Delivery\"m\n\x07\x41\x63kItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06result\x18\x05 \x01(\t\x12\x11\n\tcancelled\x18\x06 \x01(\x08\"P\n\nAckRequest\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tidemq.v1.AckItem\x12\r\n\x05topic\x18\x03 \x01(\t\"3\n\x08\x41\x63kReply\x12\'\n\x08outcomes\x18\x01 \x03(\x0e\x32\x15.tidemq.v1.AckOutcome\"D\n\x0cTouchRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x03 \x01(\x01\"\x1e\n\nTouchReply\x12\x10\n\x08\x65xtended\x18\x01 \x01(\x08\"+\n\x08LeaseRef\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"o\n\x0eProgressReport\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x01\x12\r\n\x05total\x18\x04 \x01(\x01\x12\x11\n\thas_total\x18\x05 \x01(\x08\x12\x0c\n\x04note\x18\x06 \x01(\t\"\x88\x01\n\rExtendRequest\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.LeaseRef\x12\x13\n\x0bttr_seconds\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12+\n\x08progress\x18\x04 \x03(\x0b\x32\x19.tidemq.v1.ProgressReport\"9\n\x0b\x45xtendReply\x12\x10\n\x08\x65xtended\x18\x01 \x03(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x03(\x08\"7\n\x0eReleaseRequest\x12\x13\n\x0blease_token\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\" \n\x0cReleaseReply\x12\x10\n\x08released\x18\x01 \x01(\x03\"-\n\rCancelRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x08\" \n\x0b\x43\x61ncelReply\x12\x11\n\tcancelled\x18\x01 \x03(\x08\"3\n\x0eResultsRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\xa4\x01\n\x0bResultState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x10\n\x08progress\x18\x05 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x06 \x01(\x03\x12\x16\n\x0e\x66inish_time_ms\x18\x07 \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x08 \x01(\x08\"6\n\x0cResultsReply\x12&\n\x06states\x18\x01 \x03(\x0b\x32\x16.tidemq.v1.ResultState\";\n\x0eRequeueRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05retry\x18\x03 \x01(\x05\" \n\x0cRequeueReply\x12\x10\n\x08requeued\x18\x01 \x01(\x03\"~\n\x12PutScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x63ron\x18\x03 \x01(\t\x12\x10\n\x08timezone\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x0e\n\x06missed\x18\x07 \x01(\t\"9\n\x10PutScheduleReply\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x14\n\x0cnext_tick_ms\x18\x02 \x01(\x03*A\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41PPLIED\x10\x01\x12\t\n\x05STALE\x10\x02\x32\xe9\x04\n\x06\x42roker\x12=\n\x07Produce\x12\x19.tidemq.v1.ProduceRequest\x1a\x17.tidemq.v1.ProduceReply\x12\x34\n\x04Pull\x12\x16.tidemq.v1.PullRequest\x1a\x14.tidemq.v1.PullReply\x12\x31\n\x03\x41\x63k\x12\x15.tidemq.v1.AckRequest\x1a\x13.tidemq.v1.AckReply\x12\x37\n\x05Touch\x12\x17.tidemq.v1.TouchRequest\x1a\x15.tidemq.v1.TouchReply\x12:\n\x06\x45xtend\x12\x18.tidemq.v1.ExtendRequest\x1a\x16.tidemq.v1.ExtendReply\x12=\n\x07Release\x12\x19.tidemq.v1.ReleaseRequest\x1a\x17.tidemq.v1.ReleaseReply\x12:\n\x06\x43\x61ncel\x12\x18.tidemq.v1.CancelRequest\x1a\x16.tidemq.v1.CancelReply\x12=\n\x07Requeue\x12\x19.tidemq.v1.RequeueRequest\x1a\x17.tidemq.v1.RequeueReply\x12I\n\x0bPutSchedule\x12\x1d.tidemq.v1.PutScheduleRequest\x1a\x1b.tidemq.v1.PutScheduleReply\x12=\n\x07Results\x12\x19.tidemq.v1.ResultsRequest\x1a\x17.tidemq.v1.ResultsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidemq/rpc/tidemq.proto\x12\ttidemq.v1\"\xf8\x01\n\nNewMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12\x17\n\rdelay_seconds\x18\x03 \x01(\x01H\x00\x12\x18\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03H\x00\x12\x12\n\nunique_key\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x16\n\x0eretry_schedule\x18\x07 \x03(\x01\x12\x15\n\rtrace_context\x18\x08 \x01(\t\x12\x10\n\x08priority\x18\t \x01(\x05\x12\x0b\n\x03key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\x03\x12\r\n\x05\x61\x66ter\x18\x0c \x03(\x05\x42\x06\n\x04when\"M\n\x0eProduceRequest\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.tidemq.v1.NewMessage\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\x1b\n\x0cProduceReply\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\xc8\x01\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\x12\x0e\n\x06serial\x18\x05 \x01(\x08\x12\x14\n\x0cmax_messages\x18\x06 \x01(\x05\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x13\n\x0blease_token\x18\t \x01(\t\x12\x15\n\rahead_seconds\x18\n \x01(\x01\"\xca\x01\n\x08\x44\x65livery\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretry_remaining\x18\x05 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\x13\n\x0blease_token\x18\x07 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x15\n\rtrace_context\x18\t \x01(\t\x12\x12\n\ndepends_on\x18\n \x03(\x03\"2\n\tPullReply\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.Delivery\"m\n\x07\x41\x63kItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06result\x18\x05 \x01(\t\x12\x11\n\tcancelled\x18\x06 \x01(\x08\"P\n\nAckRequest\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tidemq.v1.AckItem\x12\r\n\x05topic\x18\x03 \x01(\t\"3\n\x08\x41\x63kReply\x12\'\n\x08outcomes\x18\x01 \x03(\x0e\x32\x15.tidemq.v1.AckOutcome\"D\n\x0cTouchRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x03 \x01(\x01\"\x1e\n\nTouchReply\x12\x10\n\x08\x65xtended\x18\x01 \x01(\x08\"+\n\x08LeaseRef\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"o\n\x0eProgressReport\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x01\x12\r\n\x05total\x18\x04 \x01(\x01\x12\x11\n\thas_total\x18\x05 \x01(\x08\x12\x0c\n\x04note\x18\x06 \x01(\t\"\x88\x01\n\rExtendRequest\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.LeaseRef\x12\x13\n\x0bttr_seconds\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12+\n\x08progress\x18\x04 \x03(\x0b\x32\x19.tidemq.v1.ProgressReport\"9\n\x0b\x45xtendReply\x12\x10\n\x08\x65xtended\x18\x01 \x03(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x03(\x08\"7\n\x0eReleaseRequest\x12\x13\n\x0blease_token\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\" \n\x0cReleaseReply\x12\x10\n\x08released\x18\x01 \x01(\x03\"-\n\rCancelRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x08\" \n\x0b\x43\x61ncelReply\x12\x11\n\tcancelled\x18\x01 \x03(\x08\"3\n\x0eResultsRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\xa4\x01\n\x0bResultState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x10\n\x08progress\x18\x05 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x06 \x01(\x03\x12\x16\n\x0e\x66inish_time_ms\x18\x07 \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x08 \x01(\x08\"6\n\x0cResultsReply\x12&\n\x06states\x18\x01 \x03(\x0b\x32\x16.tidemq.v1.ResultState\";\n\x0eRequeueRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05retry\x18\x03 \x01(\x05\" \n\x0cRequeueReply\x12\x10\n\x08requeued\x18\x01 \x01(\x03\"~\n\x12PutScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x63ron\x18\x03 \x01(\t\x12\x10\n\x08timezone\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x0e\n\x06missed\x18\x07 \x01(\t\"9\n\x10PutScheduleReply\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x14\n\x0cnext_tick_ms\x18\x02 \x01(\x03*A\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41PPLIED\x10\x01\x12\t\n\x05STALE\x10\x02\x32\xe9\x04\n\x06\x42roker\x12=\n\x07Produce\x12\x19.tidemq.v1.ProduceRequest\x1a\x17.tidemq.v1.ProduceReply\x12\x34\n\x04Pull\x12\x16.tidemq.v1.PullRequest\x1a\x14.tidemq.v1.PullReply\x12\x31\n\x03\x41\x63k\x12\x15.tidemq.v1.AckRequest\x1a\x13.tidemq.v1.AckReply\x12\x37\n\x05Touch\x12\x17.tidemq.v1.TouchRequest\x1a\x15.tidemq.v1.TouchReply\x12:\n\x06\x45xtend\x12\x18.tidemq.v1.ExtendRequest\x1a\x16.tidemq.v1.ExtendReply\x12=\n\x07Release\x12\x19.tidemq.v1.ReleaseRequest\x1a\x17.tidemq.v1.ReleaseReply\x12:\n\x06\x43\x61ncel\x12\x18.tidemq.v1.CancelRequest\x1a\x16.tidemq.v1.CancelReply\x12=\n\x07Requeue\x12\x19.tidemq.v1.RequeueRequest\x1a\x17.tidemq.v1.RequeueReply\x12I\n\x0bPutSchedule\x12\x1d.tidemq.v1.PutScheduleRequest\x1a\x1b.tidemq.v1.PutScheduleReply\x12=\n\x07Results\x12\x19.tidemq.v1.ResultsRequest\x1a\x17.tidemq.v1.ResultsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidemq.rpc.tidemq_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACKOUTCOME']._serialized_start=2271
-  _globals['_ACKOUTCOME']._serialized_end=2336
+  _globals['_ACKOUTCOME']._serialized_start=2291
+  _globals['_ACKOUTCOME']._serialized_end=2356
   _globals['_NEWMESSAGE']._serialized_start=39
   _globals['_NEWMESSAGE']._serialized_end=287
   _globals['_PRODUCEREQUEST']._serialized_start=289
@@ -42,49 +42,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PULLREQUEST']._serialized_start=398
   _globals['_PULLREQUEST']._serialized_end=598
   _globals['_DELIVERY']._serialized_start=601
-  _globals['_DELIVERY']._serialized_end=783
-  _globals['_PULLREPLY']._serialized_start=785
-  _globals['_PULLREPLY']._serialized_end=835
-  _globals['_ACKITEM']._serialized_start=837
-  _globals['_ACKITEM']._serialized_end=946
-  _globals['_ACKREQUEST']._serialized_start=948
-  _globals['_ACKREQUEST']._serialized_end=1028
-  _globals['_ACKREPLY']._serialized_start=1030
-  _globals['_ACKREPLY']._serialized_end=1081
-  _globals['_TOUCHREQUEST']._serialized_start=1083
-  _globals['_TOUCHREQUEST']._serialized_end=1151
-  _globals['_TOUCHREPLY']._serialized_start=1153
-  _globals['_TOUCHREPLY']._serialized_end=1183
-  _globals['_LEASEREF']._serialized_start=1185
-  _globals['_LEASEREF']._serialized_end=1228
-  _globals['_PROGRESSREPORT']._serialized_start=1230
-  _globals['_PROGRESSREPORT']._serialized_end=1341
-  _globals['_EXTENDREQUEST']._serialized_start=1344
-  _globals['_EXTENDREQUEST']._serialized_end=1480
-  _globals['_EXTENDREPLY']._serialized_start=1482
-  _globals['_EXTENDREPLY']._serialized_end=1539
-  _globals['_RELEASEREQUEST']._serialized_start=1541
-  _globals['_RELEASEREQUEST']._serialized_end=1596
-  _globals['_RELEASEREPLY']._serialized_start=1598
-  _globals['_RELEASEREPLY']._serialized_end=1630
-  _globals['_CANCELREQUEST']._serialized_start=1632
-  _globals['_CANCELREQUEST']._serialized_end=1677
-  _globals['_CANCELREPLY']._serialized_start=1679
-  _globals['_CANCELREPLY']._serialized_end=1711
-  _globals['_RESULTSREQUEST']._serialized_start=1713
-  _globals['_RESULTSREQUEST']._serialized_end=1764
-  _globals['_RESULTSTATE']._serialized_start=1767
-  _globals['_RESULTSTATE']._serialized_end=1931
-  _globals['_RESULTSREPLY']._serialized_start=1933
-  _globals['_RESULTSREPLY']._serialized_end=1987
-  _globals['_REQUEUEREQUEST']._serialized_start=1989
-  _globals['_REQUEUEREQUEST']._serialized_end=2048
-  _globals['_REQUEUEREPLY']._serialized_start=2050
-  _globals['_REQUEUEREPLY']._serialized_end=2082
-  _globals['_PUTSCHEDULEREQUEST']._serialized_start=2084
-  _globals['_PUTSCHEDULEREQUEST']._serialized_end=2210
-  _globals['_PUTSCHEDULEREPLY']._serialized_start=2212
-  _globals['_PUTSCHEDULEREPLY']._serialized_end=2269
-  _globals['_BROKER']._serialized_start=2339
-  _globals['_BROKER']._serialized_end=2956
+  _globals['_DELIVERY']._serialized_end=803
+  _globals['_PULLREPLY']._serialized_start=805
+  _globals['_PULLREPLY']._serialized_end=855
+  _globals['_ACKITEM']._serialized_start=857
+  _globals['_ACKITEM']._serialized_end=966
+  _globals['_ACKREQUEST']._serialized_start=968
+  _globals['_ACKREQUEST']._serialized_end=1048
+  _globals['_ACKREPLY']._serialized_start=1050
+  _globals['_ACKREPLY']._serialized_end=1101
+  _globals['_TOUCHREQUEST']._serialized_start=1103
+  _globals['_TOUCHREQUEST']._serialized_end=1171
+  _globals['_TOUCHREPLY']._serialized_start=1173
+  _globals['_TOUCHREPLY']._serialized_end=1203
+  _globals['_LEASEREF']._serialized_start=1205
+  _globals['_LEASEREF']._serialized_end=1248
+  _globals['_PROGRESSREPORT']._serialized_start=1250
+  _globals['_PROGRESSREPORT']._serialized_end=1361
+  _globals['_EXTENDREQUEST']._serialized_start=1364
+  _globals['_EXTENDREQUEST']._serialized_end=1500
+  _globals['_EXTENDREPLY']._serialized_start=1502
+  _globals['_EXTENDREPLY']._serialized_end=1559
+  _globals['_RELEASEREQUEST']._serialized_start=1561
+  _globals['_RELEASEREQUEST']._serialized_end=1616
+  _globals['_RELEASEREPLY']._serialized_start=1618
+  _globals['_RELEASEREPLY']._serialized_end=1650
+  _globals['_CANCELREQUEST']._serialized_start=1652
+  _globals['_CANCELREQUEST']._serialized_end=1697
+  _globals['_CANCELREPLY']._serialized_start=1699
+  _globals['_CANCELREPLY']._serialized_end=1731
+  _globals['_RESULTSREQUEST']._serialized_start=1733
+  _globals['_RESULTSREQUEST']._serialized_end=1784
+  _globals['_RESULTSTATE']._serialized_start=1787
+  _globals['_RESULTSTATE']._serialized_end=1951
+  _globals['_RESULTSREPLY']._serialized_start=1953
+  _globals['_RESULTSREPLY']._serialized_end=2007
+  _globals['_REQUEUEREQUEST']._serialized_start=2009
+  _globals['_REQUEUEREQUEST']._serialized_end=2068
+  _globals['_REQUEUEREPLY']._serialized_start=2070
+  _globals['_REQUEUEREPLY']._serialized_end=2102
+  _globals['_PUTSCHEDULEREQUEST']._serialized_start=2104
+  _globals['_PUTSCHEDULEREQUEST']._serialized_end=2230
+  _globals['_PUTSCHEDULEREPLY']._serialized_start=2232
+  _globals['_PUTSCHEDULEREPLY']._serialized_end=2289
+  _globals['_BROKER']._serialized_start=2359
+  _globals['_BROKER']._serialized_end=2976
 # @@protoc_insertion_point(module_scope)

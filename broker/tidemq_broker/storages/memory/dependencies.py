@@ -58,6 +58,7 @@ class MemoryDependencies:
                     state.messages[id][M.workflow_id] = ids[0]
             for parent, child in edges(steps, ids, statuses):
                 state.children.setdefault(parent, set()).add(child)
+                state.parents.setdefault(child, set()).add(parent)
             for i in order:
                 start = starts[i]
                 if start.stopped:

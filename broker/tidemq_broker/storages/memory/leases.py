@@ -105,7 +105,10 @@ class MemoryLeases:
 
     def _lease(self, rows: list[Row], change: lifecycle.Change, topic: str) -> list[LeasedMessage]:
         apply(self._state, change, rows)
-        return [leased(row, topic) for row in sorted(rows, key=lock_order)]
+        parents = self._state.parents
+        # As in SQL, only a workflow's row looks for the messages it waited on.
+        return [leased(row, topic, tuple(sorted(parents.get(row[M.id], ()))) if row[M.workflow_id] is not None else ())
+                for row in sorted(rows, key=lock_order)]
 
     def lock_serial(self, request: LockRequest) -> list[LeasedMessage]:
         topic, state = request.topic, self._state

@@ -45,6 +45,7 @@ class MemoryState:
         self.messages: dict[int, Row] = {}  # by id, in id order
         self.unique: dict[tuple[str, str], int] = {}  # (topic, unique_key) -> id
         self.children: dict[int, set[int]] = {}  # tidemq_dependency: parent id -> the ids waiting on it
+        self.parents: dict[int, set[int]] = {}  # the same edges by child (the child index)
         self.requests: dict[str, tuple[datetime, list[int]]] = {}  # request id -> (created, ids answered)
         self.topics: dict[str, Row] = {}  # by name: TopicSettings' fields, times and the rate's bucket
         self.topic_counts: list[tuple[str, str, int, datetime]] = []  # the leader's (topic, status, n, at)
