@@ -14,8 +14,10 @@ from tidemq.tables import MESSAGE as M
 from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
 from ..rows import edit_change, row_values, to_message
+from ..workflow_tally import Tally
 from .dependencies import stop_after
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
+from .workflows import settle
 
 __all__ = ["MemoryWrites"]
 
@@ -78,11 +80,12 @@ class MemoryWrites:
         state = self._state
         with state.lock:
             pending = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
-            waited = {i: lifecycle.CANCELLED.value for i in pending if state.messages[i][M.workflow_id] is not None}
+            waited = {i: state.messages[i][M.workflow_id] for i in pending if state.messages[i][M.workflow_id] is not None}
             apply(state, change, [state.messages[i] for i in pending])
             # A message waited on is gone: what waits on it would otherwise wait for ever.
-            stop_after(state, waited, clock.now(), "")
-            return [i in pending for i in ids]
+            finished = _ended(state, waited)
+        state.outcomes.ended(finished)
+        return [i in pending for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
                 event: Event = Event.REQUEUED, **who: object) -> int:
@@ -107,11 +110,12 @@ class MemoryWrites:
         with self._state.lock:
             rows = [self._state.messages[i] for i in set(ids) if i in self._state.messages]
             # Messages not run yet that others wait on: those would otherwise wait for ever.
-            waited = {row[M.id]: lifecycle.CANCELLED.value for row in rows
+            waited = {row[M.id]: row[M.workflow_id] for row in rows
                       if row[M.workflow_id] is not None and row[M.status] in _UNRUN}
             deleted = apply(self._state, lifecycle.admin_delete(), rows)
-            stop_after(self._state, waited, clock.now(), "")
-            return deleted
+            finished = _ended(self._state, waited)
+        self._state.outcomes.ended(finished)
+        return deleted
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.retire()
@@ -135,3 +139,12 @@ class MemoryWrites:
             old = [row for row in self._state.rows(topic) if change.allows(row) and row[M.finish_time] is not None
                    and row[M.finish_time] < before and (row[M.result] is not None or row[M.progress] is not None)]
             return apply(self._state, change, old[:limit])
+
+
+def _ended(state: MemoryState, gone: dict[int, int]) -> dict[int, str]:
+    """Under the state's lock: messages of workflows ({id: workflow id}) removed before they
+    ran. What waits on them learns they ended CANCELLED, their workflows count them ended."""
+    now, tally = clock.now(), Tally()
+    tally.end_many((workflow_id, lifecycle.CANCELLED.value) for workflow_id in gone.values())
+    stop_after(state, {id: lifecycle.CANCELLED.value for id in gone}, now, "", tally)
+    return settle(state, tally, now)
