@@ -70,3 +70,48 @@ def test_the_broker_refuses_a_wait_mode_out_of_range_or_without_dependencies():
         steps_from_request(alone, rows[:1])
     good = pb.ProduceRequest(messages=[pb.NewMessage(topic="t"), pb.NewMessage(topic="t", after=[0], wait_mode=2)])
     assert [step.wait_mode for step in steps_from_request(good, rows)] == [0, 2]
+
+
+def test_the_broker_takes_wait_modes_and_cancels_a_workflow_on_the_topics_a_caller_may_use():
+    from datetime import datetime
+
+    import grpc
+
+    from tests.unit.test_broker_service import Aborted, Context
+    from tidemq_broker.auth import CALLER
+    from tidemq_broker.pulls import PullHub
+    from tidemq_broker.service import BrokerService
+    from tidemq_broker.storage import Principal
+    from tidemq_broker.storages.memory import open_memory_storage
+    from tidemq_broker.topics import TopicCache
+    from tidemq_broker.writer import GroupCommitWriter
+
+    storage = open_memory_storage()
+    topics = TopicCache(storage.topics)
+    hub = PullHub(storage.probes, recheck=60)
+    writer = GroupCommitWriter(storage.messages, topics, "b:1", hub.notify_commit)
+    broker = BrokerService(storage, topics, writer, hub, "b:1", max_data_bytes=1024)
+    try:
+        request = pb.ProduceRequest(messages=[pb.NewMessage(topic="w.a", data="1", retry=-1),
+                                              pb.NewMessage(topic="other.b", data="2", retry=-1, after=[0], wait_mode=1)])
+        first, second = broker.Produce(request, Context()).ids
+        assert storage.reads.get_message(second).wait_mode == WaitMode.AFTER_COMPLETE
+        assert storage.dependencies.workflow(first).policy == "continue"
+        caller = CALLER.set(Principal("p", "producer", ("w.*",), "0" * 64, datetime(2026, 1, 1)))
+        try:
+            with pytest.raises(Aborted) as denied:  # the workflow has a step of a topic it may not use
+                broker.Cancel(pb.CancelRequest(ids=[first], workflow=True), Context())
+            assert denied.value.code is grpc.StatusCode.PERMISSION_DENIED
+        finally:
+            CALLER.reset(caller)
+        assert storage.reads.get_message(first) is not None
+        caller = CALLER.set(Principal("p", "producer", ("w.*", "other.*"), "0" * 64, datetime(2026, 1, 1)))
+        try:
+            assert list(broker.Cancel(pb.CancelRequest(ids=[first], workflow=True), Context()).cancelled) == \
+                [True, True]
+        finally:
+            CALLER.reset(caller)
+        assert storage.dependencies.workflow(first).state == "CANCELLED"
+        assert list(broker.Cancel(pb.CancelRequest(ids=[first], workflow=True), Context()).cancelled) == []
+    finally:
+        writer.stop()
