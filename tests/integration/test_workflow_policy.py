@@ -118,3 +118,46 @@ def test_cancelling_a_workflow_cancels_what_has_not_run(two_brokers, clients, wo
     assert (row.state, row.steps_left, row.finished_at is not None) == ("CANCELLED", 0, True)
     with pytest.raises(Exception, match="workflow is named by its id"):
         clients[0].cancel_workflow("nope")
+
+
+def test_the_last_two_steps_acked_at_once_through_two_brokers_end_the_workflow_once(two_brokers, clients):
+    from tidemq import BatchConsumer
+
+    a, b = clients
+    root, *ids = a.submit(_fan_out(6))
+    roots = BatchConsumer("wfp.root", ttr=30, client=a)
+    [got] = roots.pull(max_messages=10, wait=10)
+    roots.ack(succeeded=[got.id])
+    on_a, on_b = (BatchConsumer("wfp.race", ttr=30, client=client) for client in (a, b))
+    held_a = on_a.pull(max_messages=5, wait=10)
+    held_b = on_b.pull(max_messages=5, wait=10)
+    assert sorted(m.id for m in held_a + held_b) == sorted(ids) and len(held_b) == 1
+    on_a.ack(succeeded=[m.id for m in held_a[:4]])
+    succeeded_before = _finished("SUCCEEDED")
+    start = threading.Barrier(2)
+
+    def finish(consumer, message):
+        start.wait()
+        consumer.ack(succeeded=[message.id])
+
+    threads = [threading.Thread(target=finish, args=(on_a, held_a[4])),
+               threading.Thread(target=finish, args=(on_b, held_b[0]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    row = two_brokers[0].storage.dependencies.workflow(root)
+    assert (row.state, row.steps_left, row.finished_at is not None) == ("SUCCEEDED", 0, True)
+    assert _finished("SUCCEEDED") == succeeded_before + 1  # one broker's transaction ended it
+
+
+def _fan_out(n):
+    """A root and ``n`` steps after it (a workflow needs an edge: steps that wait on nothing are
+    plain messages)."""
+    from tidemq import Workflow
+
+    wf = Workflow()
+    root = wf.add("wfp.root")
+    for i in range(n):
+        wf.add("wfp.race", {"n": i}, after=[root])
+    return wf
