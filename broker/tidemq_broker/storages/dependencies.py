@@ -108,7 +108,8 @@ class SqlDependencies(SqlWorkflows):
                 start = starts[i]
                 if start.stopped:
                     by = start.by_id if start.by_id is not None else ids[start.by_step or 0]
-                    change = deps.not_needed(now, by) if start.not_needed else deps.dependency_failed(now, by, start.by_status)
+                    change = (deps.not_needed(now, by) if start.not_needed
+                              else deps.dependency_failed(now, by, start.by_status))
                     apply(conn, change, m.c.id == ids[i])
                     stopped, failed = stopped + 1, failed + (not start.not_needed)
             if request_id:
@@ -146,7 +147,7 @@ class SqlDependencies(SqlWorkflows):
                         marked += apply(conn, marking, m.c.id.in_(held[start : start + _CHUNK]), guard(marking),
                                         ~m.c.cancel_requested)
                 if pending:
-                    tally.counts[workflow_id] = [len(pending), len(pending)]
+                    tally.add(workflow_id, len(pending), len(pending))
                     stop_after(conn, {id: lifecycle.CANCELLED.value for id in pending}, now, broker, tally)
                 if steps:
                     found.append(workflow_id)

@@ -35,6 +35,12 @@ class Tally:
         counts[0] += 1
         counts[1] += int(status != SUCCESS.value if failed is None else failed)
 
+    def add(self, workflow_id: int, ended: int, failed: int) -> None:
+        """``ended`` steps of ``workflow_id`` ended, ``failed`` of them FAIL or CANCELLED."""
+        counts = self.counts.setdefault(workflow_id, [0, 0])
+        counts[0] += ended
+        counts[1] += failed
+
     def end_many(self, ended: Iterable[tuple[int, str]]) -> None:
         """Each (workflow id, status) of ``ended``, as :meth:`end`."""
         for workflow_id, status in ended:

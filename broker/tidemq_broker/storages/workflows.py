@@ -34,7 +34,7 @@ def create_workflow(conn: Connection, workflow_id: int, policy: str, total: int,
                                   steps_total=total, steps_left=total, steps_failed=0, created_at=now))
     tally = Tally()
     if stopped:
-        tally.counts[workflow_id] = [stopped, failed]
+        tally.add(workflow_id, stopped, failed)
     return settle(conn, tally, now)
 
 

@@ -69,7 +69,8 @@ class MemoryDependencies(MemoryWorkflows):
                 start = starts[i]
                 if start.stopped:
                     by = start.by_id if start.by_id is not None else ids[start.by_step or 0]
-                    change = deps.not_needed(now, by) if start.not_needed else deps.dependency_failed(now, by, start.by_status)
+                    change = (deps.not_needed(now, by) if start.not_needed
+                              else deps.dependency_failed(now, by, start.by_status))
                     apply(state, change, [state.messages[ids[i]]])
                     stopped, failed = stopped + 1, failed + (not start.not_needed)
             if request_id:
@@ -90,7 +91,7 @@ class MemoryDependencies(MemoryWorkflows):
                 apply(state, change, [state.messages[id] for id in pending])
                 marked = apply(state, marking, held)
                 if pending:
-                    tally.counts[workflow_id] = [len(pending), len(pending)]
+                    tally.add(workflow_id, len(pending), len(pending))
                     stop_after(state, {id: lifecycle.CANCELLED.value for id in pending}, now, broker, tally)
                 if steps and workflow_id in state.workflows and state.workflows[workflow_id][W.finished_at] is None:
                     state.workflows[workflow_id][W.state] = WorkflowState.CANCELLED.value

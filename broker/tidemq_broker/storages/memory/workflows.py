@@ -1,6 +1,7 @@
 """The workflow row in memory, as ``storages/workflows.py`` keeps it in SQL: created by a
 submission of steps, lowered in the operation that ends each step, read by id (cancelling
-workflows whole is in ``dependencies.py``). The state's one lock makes each operation atomic, so one ends a workflow."""
+workflows whole is in ``dependencies.py``). The state's one lock makes each operation atomic,
+so one operation ends a workflow."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def create_workflow(state: MemoryState, workflow_id: int, policy: str, total: in
                                     W.created_at: now, W.finished_at: None}
     tally = Tally()
     if stopped:
-        tally.counts[workflow_id] = [stopped, failed]
+        tally.add(workflow_id, stopped, failed)
     return settle(state, tally, now)
 
 
