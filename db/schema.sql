@@ -1,4 +1,4 @@
--- tidemq schema (version 12) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
+-- tidemq schema (version 13) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -14,10 +14,14 @@
 --   flow_key     the producer's key; a topic's max_running_per_key counts RUNNING messages by it
 --   deps_left    dependencies not succeeded yet: WAITING while above 0, NEW once they all have
 --   workflow_id  the workflow it belongs to or that waits on it; NULL: it has no dependents
+--   wait_mode    how it waits: 0 until its dependencies succeeded (a failure cancels it), 1 until
+--                they all ended whatever their outcome, 2 until they ended with a failure among them
+--   deps_failed  dependencies that ended FAIL or CANCELLED
 -- idx_message_lock serves the pull lock: topic and status by equality, then one range of
 -- effect_time per priority (the lock names all ten), read in index order: no row is sorted.
 -- idx_message_topic_status_lease finds each topic's expired leases and, lease_expire being NULL
 -- outside RUNNING, walks one topic and status in id order for the console.
+-- idx_message_workflow finds a workflow's steps (cancelling a workflow, the console's graph).
 CREATE TABLE `tidemq_message` (
   `id` bigint(20) NOT NULL AUTO_INCREMENT,
   `topic` varchar(255) NOT NULL,
@@ -47,10 +51,13 @@ CREATE TABLE `tidemq_message` (
   `cancel_requested` tinyint(1) NOT NULL DEFAULT 0,
   `deps_left` int(11) NOT NULL DEFAULT 0,
   `workflow_id` bigint(20) DEFAULT NULL,
+  `wait_mode` tinyint(4) NOT NULL DEFAULT 0,
+  `deps_failed` int(11) NOT NULL DEFAULT 0,
   PRIMARY KEY (`id`),
   UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
   KEY `idx_message_lock` (`topic`,`status`,`priority` DESC,`effect_time`),
-  KEY `idx_message_topic_status_lease` (`topic`,`status`,`lease_expire`)
+  KEY `idx_message_topic_status_lease` (`topic`,`status`,`lease_expire`),
+  KEY `idx_message_workflow` (`workflow_id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
 
 -- Per-topic settings; a row with defaults is created when a topic is first produced to.
@@ -229,4 +236,20 @@ CREATE TABLE `tidemq_dependency` (
   `child_id` bigint(20) NOT NULL,
   PRIMARY KEY (`parent_id`,`child_id`),
   KEY `idx_dependency_child` (`child_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;
+
+-- Workflows: one row per submission of steps, its id the workflow_id of its steps. policy: stop
+-- or continue; state RUNNING until its last step ended, then SUCCEEDED, FAILED (a step ended
+-- FAIL or CANCELLED) or CANCELLED (cancelled as a whole). steps_left is lowered in the
+-- transaction of each step's end, so exactly one transaction ends the workflow.
+CREATE TABLE `tidemq_workflow` (
+  `id` bigint(20) NOT NULL,
+  `policy` varchar(10) NOT NULL,
+  `state` varchar(10) NOT NULL,
+  `steps_total` int(11) NOT NULL,
+  `steps_left` int(11) NOT NULL,
+  `steps_failed` int(11) NOT NULL,
+  `created_at` datetime(3) NOT NULL,
+  `finished_at` datetime(3) DEFAULT NULL,
+  PRIMARY KEY (`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci;

@@ -22,6 +22,7 @@ from tidemq.validation import (
 )
 
 from tidemq import clock
+from tidemq.dependencies import check_wait_mode
 from tidemq.limits import MAX_AHEAD, MAX_DEPENDENCIES, MAX_PULL, MAX_RESULT_IDS, MAX_TTR, MAX_WAIT, check_lease_token
 from tidemq.results import check_result_text, progress_text
 from tidemq.tracing import check_traceparent
@@ -56,6 +57,11 @@ def steps_from_request(request: pb.ProduceRequest, rows: Sequence[NewRow]) -> Op
     messages of the request), or None when no message has any (a plain produce, for the group
     commit). Ids must be positive; whether they are stored, and whether the positions make a
     cycle, is the storage's to say before it writes anything."""
+    for index, msg in enumerate(request.messages):
+        if msg.wait_mode and not (msg.depends_on or msg.after):
+            prefix = f"message #{index}: " if len(request.messages) > 1 else ""
+            raise MalformedRequestError(f"{prefix}wait_mode {msg.wait_mode} needs dependencies "
+                                        "(depends_on or after): a message waiting on nothing has no mode")
     if not any(msg.depends_on or msg.after for msg in request.messages):
         return None
     steps = []
@@ -66,7 +72,12 @@ def steps_from_request(request: pb.ProduceRequest, rows: Sequence[NewRow]) -> Op
                                         f"the limit is {MAX_DEPENDENCIES:,} (MAX_DEPENDENCIES)")
         if any(id <= 0 for id in msg.depends_on):
             raise MalformedRequestError(f"{prefix}depends_on must name message ids (positive integers)")
-        steps.append(WorkflowStep(row, tuple(msg.depends_on), tuple(msg.after)))  # positions: checked by the storage
+        try:
+            mode = check_wait_mode(msg.wait_mode)
+        except ValueError as exc:
+            raise MalformedRequestError(f"{prefix}{exc}") from None
+        # Positions: checked by the storage.
+        steps.append(WorkflowStep(row, tuple(msg.depends_on), tuple(msg.after), int(mode)))
     return steps
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter as Tally
 from datetime import datetime
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from tidemq.clock import to_epoch_ms
 from tidemq.metrics import AVAILABLE, counter, histogram
@@ -22,8 +22,8 @@ from tidemq.metrics import AVAILABLE, counter, histogram
 from .storage import AckItem, AckOutcome, Backlog, NewRow
 
 __all__ = ["BACKLOG", "BacklogCollector", "DELIVERED", "GROUP_COMMIT_ROWS", "LEASE_EXPIRED", "LOCK_SECONDS",
-           "PRODUCED", "PRODUCE_SECONDS", "PROGRESS_REPORTS", "RESULTS_STORED", "committed", "count_results",
-           "expired"]
+           "PRODUCED", "PRODUCE_SECONDS", "PROGRESS_REPORTS", "RESULTS_STORED", "WORKFLOWS_FINISHED", "committed",
+           "count_results", "expired", "workflows_finished"]
 
 #: Seconds: a produce waits for its commit (about a millisecond idle, more under load).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -45,6 +45,9 @@ LOCK_SECONDS = histogram("tidemq_lock_duration_seconds", "Seconds one lock trans
 RESULTS_STORED = counter("tidemq_results_stored", "Results this broker stored with an applied ack, by outcome: "
                          "success (a return value), failure (an error) or cancelled.", ("outcome",))
 PROGRESS_REPORTS = counter("tidemq_progress_reports", "Progress reports this broker received with heartbeats.")
+WORKFLOWS_FINISHED = counter("tidemq_workflows_finished", "Workflows this broker's transactions ended (the one "
+                             "that ended a workflow's last step), by state: SUCCEEDED, FAILED or CANCELLED.",
+                             ("state",))
 
 
 def count_results(items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> None:
@@ -54,6 +57,12 @@ def count_results(items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> N
                   if outcome is AckOutcome.APPLIED and (item.result is not None or item.cancelled))
     for outcome, n in tally.items():
         RESULTS_STORED.labels(outcome).inc(n)
+
+
+def workflows_finished(by_state: Mapping[str, int]) -> None:
+    """Count the workflows one committed transaction ended, per state (the storage calls it)."""
+    for state, n in by_state.items():
+        WORKFLOWS_FINISHED.labels(state).inc(n)
 
 
 def committed(rows: Sequence[NewRow]) -> None:

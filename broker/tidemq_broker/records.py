@@ -17,7 +17,7 @@ __all__ = [
     "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
-    "COUNTED_FROM", "hours_ago", "WorkflowStep",
+    "COUNTED_FROM", "hours_ago", "WorkflowStep", "WorkflowRecord",
 ]
 
 
@@ -40,11 +40,29 @@ class NewRow:
 class WorkflowStep:
     """A validated message ready to insert with its dependencies: ``depends_on``, ids of stored
     messages; ``after``, positions of other steps of the same submission (a DAG's edges before
-    the ids exist). A step with neither is a plain NEW message of the submission."""
+    the ids exist). A step with neither is a plain NEW message of the submission. ``wait_mode``:
+    see ``tidemq.dependencies.WaitMode``."""
 
     row: NewRow
     depends_on: tuple[int, ...] = ()
     after: tuple[int, ...] = ()
+    wait_mode: int = 0  # tidemq.dependencies.WaitMode: what its dependencies' failures do to it
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    """A workflow's row (``tidemq_workflow``): its failure policy, its state
+    (``tidemq.dependencies.WorkflowState``), its steps (``steps_total``; ``steps_left`` not
+    ended yet; ``steps_failed`` ended FAIL or CANCELLED), when it was submitted and ended."""
+
+    id: int
+    policy: str
+    state: str
+    steps_total: int
+    steps_left: int
+    steps_failed: int
+    created_at: datetime
+    finished_at: Optional[datetime]
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,8 @@ class StoredMessage:
     cancel_requested: bool = False
     deps_left: int = 0
     workflow_id: Optional[int] = None
+    wait_mode: int = 0
+    deps_failed: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -31,15 +32,16 @@ from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES
 
 __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user", "schema_version", "archive_batch",
            "produce_request", "principal", "topic_count", "admin_session", "login_failure", "schedule", "dependency",
-           "SCHEMA_VERSION"]
+           "workflow", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
 LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 Id = BigInteger().with_variant(Integer(), "sqlite")
+TinyInt = SmallInteger().with_variant(mysql.TINYINT(), "mysql", "mariadb")
 
 metadata = MetaData()
 
@@ -86,6 +88,10 @@ message = Table(
     # workflow of the message; NULL means it has no dependents, so its ack looks for none.
     Column("deps_left", Integer, nullable=False, server_default=text("0")),
     Column("workflow_id", BigInteger, nullable=True),
+    # Workflows (version 13): how the message waits (tidemq.dependencies.WaitMode, 0: after
+    # its dependencies' success) and how many of its dependencies ended without succeeding.
+    Column("wait_mode", TinyInt, nullable=False, server_default=text("0")),
+    Column("deps_failed", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
     # The pull lock: equality on topic and status, then one range of effect_time per priority,
     # read in index order (priority DESC, effect_time): the lock names every priority
@@ -99,6 +105,9 @@ message = Table(
     # change two index writes, so this one index serves all three (version 2 replaced
     # (status, lease_expire), (topic, status, id), (status, id) and (lease_token) with it).
     Index("idx_message_topic_status_lease", "topic", "status", "lease_expire"),
+    # A workflow's steps (version 13): cancelling a workflow and the console's graph read them.
+    # Written on insert and when a message joins a workflow, never by a change of status.
+    Index("idx_message_workflow", "workflow_id"),
     # Never reuse the id of a deleted message (SQLite would, without AUTOINCREMENT).
     sqlite_autoincrement=True,
     mysql_engine="InnoDB",
@@ -327,12 +336,31 @@ dependency = Table(
     mysql_charset="utf8mb4",
 )
 
+# Workflows (version 13): one row per submission of steps, keyed by its workflow_id. steps_left
+# is lowered in the transaction of each step's end, under this row's lock, so exactly one
+# transaction sees it reach 0 and sets state and finished_at.
+workflow = Table(
+    tables.WORKFLOW.name,
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("policy", String(10), nullable=False),
+    Column("state", String(10), nullable=False),
+    Column("steps_total", Integer, nullable=False),
+    Column("steps_left", Integer, nullable=False),
+    Column("steps_failed", Integer, nullable=False),
+    Column("created_at", Time, nullable=False),
+    Column("finished_at", Time, nullable=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
 
 for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema_version, tables.SCHEMA_VERSION_TABLE),
                        (topic_stats, tables.TOPIC_STATS), (alarm, tables.ALARM), (admin_user, tables.ADMIN_USER),
                        (archive_batch, tables.ARCHIVE_BATCH), (produce_request, tables.PRODUCE_REQUEST),
                        (principal, tables.PRINCIPAL), (topic_count, tables.TOPIC_COUNT),
                        (admin_session, tables.ADMIN_SESSION), (login_failure, tables.LOGIN_FAILURE),
-                       (schedule, tables.SCHEDULE), (dependency, tables.DEPENDENCY)):
+                       (schedule, tables.SCHEDULE), (dependency, tables.DEPENDENCY),
+                       (workflow, tables.WORKFLOW)):
     if tuple(c.name for c in _table.columns) != _names.columns():
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

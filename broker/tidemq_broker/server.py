@@ -15,6 +15,7 @@ from tidemq.coordinator import Coordinator
 from tidemq.coordinators import open_coordinator
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 
+from . import metrics
 from .auth import Principals, TokenInterceptor
 from .errors import ConfigurationError
 from .maintenance import Maintainer
@@ -66,6 +67,7 @@ class BrokerServer:
         self.create_schema = create_schema
         self.storage = storage or open_storage(settings.db_url)
         self._own_storage = storage is None
+        self.storage.dependencies.watch_workflows(metrics.workflows_finished)
         self.coordinator = coordinator or open_coordinator(settings.zk_hosts, settings.zk_root,
                                                            settings.zk_session_timeout, auth=settings.zk_auth)
         self._own_coordinator = coordinator is None

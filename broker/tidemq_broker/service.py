@@ -248,8 +248,13 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     @_rpc
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelReply:
-        """Delete NEW messages; with ``running``, also mark RUNNING ones: their handlers stop."""
+        """Delete NEW messages; with ``running``, also mark RUNNING ones: their handlers stop. With
+        ``workflow``, the ids name workflows: each is cancelled whole (one true per message)."""
         ids = check_ids(request.ids)
+        if request.workflow:
+            authorize("Cancel", self.storage.dependencies.workflow_topics(ids) if checks_topics() else ())
+            counts = self.storage.dependencies.cancel_workflows(ids, request.running, clock.now(), self.name)
+            return pb.CancelReply(cancelled=[True] * sum(counts))
         self._authorize_messages("Cancel", ids)
         cancelled = self.storage.messages.cancel(ids)
         self.results.notify(id for id, gone in zip(ids, cancelled) if gone)

@@ -24,6 +24,7 @@ from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits,
                       LockRequest, MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal,
                       RecentInserts, RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog,
                       TopicCounts, TopicSettings, WorkflowStep, hours_ago)
+from .workflow_store import WorkflowStore
 
 __all__ = [
     "Storage", "Schema", "MessageWrites", "DependencyWrites", "Leasing", "Acking", "Probes", "TopicStore",
@@ -99,15 +100,14 @@ class MessageWrites(Protocol):
         """Retention: delete up to ``limit`` SUCCESS messages of ``topic`` finished before ``before``."""
 
 
-class DependencyWrites(Protocol):
-    """Messages that wait for others (``tidemq.dependencies``; their release is in ``ack``)."""
+class DependencyWrites(WorkflowStore, Protocol):
+    """Messages that wait for others (their release is in ``ack``), and their workflows."""
 
     def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
-        """Insert ``steps`` and their edges, all or nothing (a ``DependencyError`` names the bad
-        id, the cycle or the limit); return their ids in order. A step waits on what has not
-        succeeded; under the policy stop a dependency already FAIL or CANCELLED stores it (and
-        the steps after it) CANCELLED. Steps and the messages they wait on get ``workflow_id``.
-        A ``request_id`` stored already is answered as ``insert_messages`` answers it."""
+        """Insert ``steps``, their edges and their workflow's row, all or nothing (a ``DependencyError``
+        names the bad id, the cycle or the limit); return their ids in order. A step waits as its
+        ``wait_mode`` says (``storages/steps.py``'s plan). Steps and the messages they wait on get
+        ``workflow_id``. A ``request_id`` stored already is answered as ``insert_messages`` does."""
 
 
 class Leasing(Protocol):

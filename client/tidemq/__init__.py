@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
+import types
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
@@ -36,6 +38,7 @@ _LAZY = {
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
     "enqueue": "transactional", "Worker": "worker", "Handle": "handles", "Progress": "results",
     "Workflow": "workflows", "sig": "canvas", "chain": "canvas", "group": "canvas", "chord": "canvas",
+    "batch": "canvas",  # served by _Package.batch below: the name is also a submodule's
 }
 
 __all__ = [
@@ -48,9 +51,11 @@ __all__ = [
     "chain",
     "group",
     "chord",
+    "batch",
     "enqueue",
     "broadcast",
     "cancel",
+    "cancel_workflow",
     "requeue",
     "schedule",
     "handle",
@@ -154,6 +159,12 @@ def cancel(msg_id: int, running: bool = False) -> bool:
     return _default().cancel(msg_id, running=running)
 
 
+def cancel_workflow(workflow: Any, running: bool = False) -> int:
+    """Cancel a workflow whole: its NEW and WAITING steps are removed (and, with ``running``, its
+    RUNNING ones marked); how many. See :meth:`Client.cancel_workflow`."""
+    return _default().cancel_workflow(workflow, running=running)
+
+
 def handle(msg_id: int) -> "Handle":
     """A handle on message ``msg_id``: its status, progress and result, and cancelling it."""
     return _default().handle(msg_id)
@@ -168,3 +179,23 @@ def schedule(name: str, topic: str, cron: str, data: Any = None, *, timezone: st
              retry: Optional[int] = None) -> bool:
     """Declare a periodic message (idempotent); True when new. See :meth:`Client.schedule`."""
     return _default().schedule(name, topic, cron, data, timezone=timezone, missed=missed, retry=retry)
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``batch`` is the canvas's ``batch(...)`` although a submodule
+    ``tidemq.batch`` (the BatchConsumer) has that name too: importing the submodule sets the
+    package's attribute, which this setter ignores (the submodule stays in ``sys.modules``, where
+    ``from tidemq.batch import ...`` finds it)."""
+
+    @property
+    def batch(self) -> Any:
+        from .canvas import batch
+
+        return batch
+
+    @batch.setter
+    def batch(self, value: Any) -> None:
+        pass
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,4 +1,4 @@
-"""Shapes of workflows: ``chain``, ``group`` and ``chord`` of message signatures (``sig``).
+"""Shapes of workflows: ``chain``, ``group``, ``chord`` and ``batch`` of message signatures (``sig``).
 
 Each shape builds a :class:`~tidemq.workflows.Workflow` and submits it in one call, so the
 whole shape is stored in one transaction, or not at all::
@@ -7,7 +7,14 @@ whole shape is stored in one transaction, or not at all::
     chain(sig("etl.fetch"), group(sig("etl.part", {"n": n}) for n in range(8)), sig("etl.merge")).produce()
 
 A chain runs its items one after another (an item after every last step of the one before);
-a group's items wait on nothing among themselves; a chord is a group and then its body.
+a group's items wait on nothing among themselves; a chord is a group and then its body. Each
+takes ``policy=``: ``"stop"`` (a failure cancels what comes after it) or ``"continue"`` (what
+comes after runs once everything before it ended, whatever the outcome). A batch is a group
+with callbacks: ``on_complete`` after every member ended, ``on_success`` only if they all
+succeeded, ``on_failure`` only if some did not (each is cancelled otherwise)::
+
+    batch([sig("mail.send", {"to": t}) for t in people], on_complete=sig("mail.report"),
+          on_failure=sig("mail.alert")).produce()
 """
 
 from __future__ import annotations
@@ -15,21 +22,27 @@ from __future__ import annotations
 import abc
 from typing import Any, Iterable, Optional, Union
 
+from .dependencies import FailurePolicy, WaitMode
 from .workflows import Step, Workflow
 
-__all__ = ["Signature", "Chain", "Group", "sig", "chain", "group", "chord"]
+__all__ = ["Signature", "Chain", "Group", "Batch", "sig", "chain", "group", "chord", "batch"]
+
+Policy = Union[str, FailurePolicy]
 
 
 class _Shape(abc.ABC):
     """What every shape offers: the workflow it builds, and submitting it."""
 
+    policy: Policy = FailurePolicy.STOP
+
     @abc.abstractmethod
-    def add_to(self, workflow: Workflow, after: list[Step]) -> list[Step]:
-        """Add this shape's steps to ``workflow``, its first ones after ``after``; return its last ones."""
+    def add_to(self, workflow: Workflow, after: list[Step], wait_mode: Optional[int] = None) -> list[Step]:
+        """Add this shape's steps to ``workflow``, its first ones after ``after`` (waiting as
+        ``wait_mode`` says; None: as the workflow's policy says); return its last ones."""
 
     def workflow(self) -> Workflow:
-        """A new workflow holding this shape's steps."""
-        built = Workflow()
+        """A new workflow holding this shape's steps, under this shape's policy."""
+        built = Workflow(self.policy)
         self.add_to(built, [])
         return built
 
@@ -50,30 +63,57 @@ class Signature(_Shape):
     def __init__(self, topic: str, data: Any = None, **options: Any) -> None:
         self.topic, self.data, self.options = topic, data, options
 
-    def add_to(self, workflow: Workflow, after: list[Step]) -> list[Step]:
-        return [workflow.add(self.topic, self.data, after=after, **self.options)]
+    def add_to(self, workflow: Workflow, after: list[Step], wait_mode: Optional[int] = None) -> list[Step]:
+        waits = wait_mode if after or self.options.get("depends_on") else None
+        return [workflow.add(self.topic, self.data, after=after, wait_mode=waits, **self.options)]
 
 
 class Chain(_Shape):
     """Items that run one after another."""
 
-    def __init__(self, items: Iterable[_Shape]) -> None:
-        self.items = list(items)
+    def __init__(self, items: Iterable[_Shape], policy: Policy = FailurePolicy.STOP) -> None:
+        self.items, self.policy = list(items), policy
 
-    def add_to(self, workflow: Workflow, after: list[Step]) -> list[Step]:
-        for item in self.items:
-            after = item.add_to(workflow, after)
+    def add_to(self, workflow: Workflow, after: list[Step], wait_mode: Optional[int] = None) -> list[Step]:
+        for n, item in enumerate(self.items):
+            after = item.add_to(workflow, after, wait_mode if n == 0 else None)
         return after
 
 
 class Group(_Shape):
     """Items that run side by side; what comes after a group waits on all of them."""
 
-    def __init__(self, items: Iterable[_Shape]) -> None:
-        self.items = list(items)
+    def __init__(self, items: Iterable[_Shape], policy: Policy = FailurePolicy.STOP) -> None:
+        self.items, self.policy = list(items), policy
 
-    def add_to(self, workflow: Workflow, after: list[Step]) -> list[Step]:
-        return [step for item in self.items for step in item.add_to(workflow, after)]
+    def add_to(self, workflow: Workflow, after: list[Step], wait_mode: Optional[int] = None) -> list[Step]:
+        return [step for item in self.items for step in item.add_to(workflow, after, wait_mode)]
+
+
+class Batch(_Shape):
+    """Members that run side by side, and callbacks after them: ``on_complete`` once every
+    member ended, ``on_success`` only if they all succeeded, ``on_failure`` only if some did not
+    (a callback whose condition is not met is cancelled). What comes after a batch waits on its
+    members, as after a group."""
+
+    def __init__(self, items: Iterable[_Shape], on_complete: Optional[_Shape] = None,
+                 on_success: Optional[_Shape] = None, on_failure: Optional[_Shape] = None,
+                 policy: Policy = FailurePolicy.STOP) -> None:
+        self.items, self.policy = list(items), policy
+        if not self.items:
+            raise ValueError("a batch needs at least one item")
+        self.callbacks = [(callback, mode) for callback, mode in (
+            (on_complete, WaitMode.AFTER_COMPLETE), (on_success, WaitMode.AFTER_SUCCESS),
+            (on_failure, WaitMode.AFTER_FAILURE)) if callback is not None]
+        for callback, _ in self.callbacks:
+            if not isinstance(callback, _Shape):
+                raise TypeError(f"a batch's callback is sig(...), chain(...) or group(...), got {callback!r}")
+
+    def add_to(self, workflow: Workflow, after: list[Step], wait_mode: Optional[int] = None) -> list[Step]:
+        members = [step for item in self.items for step in item.add_to(workflow, after, wait_mode)]
+        for callback, mode in self.callbacks:
+            callback.add_to(workflow, members, mode)
+        return members
 
 
 ShapeArgs = Union[_Shape, Iterable[_Shape]]
@@ -94,17 +134,24 @@ def sig(topic: str, data: Any = None, **options: Any) -> Signature:
     return Signature(topic, data, **options)
 
 
-def chain(*items: ShapeArgs) -> Chain:
-    """``items`` one after another."""
-    return Chain(_items(items))
+def chain(*items: ShapeArgs, policy: Policy = FailurePolicy.STOP) -> Chain:
+    """``items`` one after another; ``policy``: ``"stop"`` or ``"continue"``."""
+    return Chain(_items(items), policy)
 
 
-def group(*items: ShapeArgs) -> Group:
-    """``items`` side by side."""
-    return Group(_items(items))
+def group(*items: ShapeArgs, policy: Policy = FailurePolicy.STOP) -> Group:
+    """``items`` side by side; ``policy``: ``"stop"`` or ``"continue"``."""
+    return Group(_items(items), policy)
 
 
-def chord(header: ShapeArgs, body: _Shape) -> Chain:
-    """``header`` (a group, or shapes to group) and then ``body``, which waits on all of it."""
+def chord(header: ShapeArgs, body: _Shape, policy: Policy = FailurePolicy.STOP) -> Chain:
+    """``header`` (a group, or shapes to group) and then ``body``, which waits on all of it
+    (with ``policy="continue"``, runs once all of it ended, whatever the outcome)."""
     head = header if isinstance(header, _Shape) else group(header)
-    return Chain([head, body])
+    return Chain([head, body], policy)
+
+
+def batch(items: ShapeArgs, *, on_complete: Optional[_Shape] = None, on_success: Optional[_Shape] = None,
+          on_failure: Optional[_Shape] = None, policy: Policy = FailurePolicy.STOP) -> Batch:
+    """``items`` (at least one) side by side, with optional callbacks (see :class:`Batch`)."""
+    return Batch(_items((items,)), on_complete, on_success, on_failure, policy)

@@ -29,6 +29,7 @@ from .rpc_build import (
     dependency_ids,
     ack_request,
     cancel_request,
+    cancel_workflow_request,
     check_produce_batch,
     delivery,
     extend_request,
@@ -206,6 +207,14 @@ class Client:
                     running: bool = False) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
         return list(self._call("Cancel", cancel_request(ids, running), timeout).cancelled)
+
+    def cancel_workflow(self, workflow: Any, timeout: Optional[float] = None, *, running: bool = False) -> int:
+        """Cancel a workflow whole, in one transaction: its NEW and WAITING steps are removed (what
+        waits on them in other workflows learns they ended CANCELLED), and with ``running`` its
+        RUNNING ones are marked as :meth:`cancel` marks them; its state becomes CANCELLED.
+        ``workflow``: its id (the id of its first step), a handle of that step, or what
+        :meth:`submit` returned. Returns how many steps were removed or marked."""
+        return len(self._call("Cancel", cancel_workflow_request(workflow, running), timeout).cancelled)
 
     def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None, *,
                 broker: str = "") -> list[MessageState]:

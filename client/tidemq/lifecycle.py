@@ -131,6 +131,7 @@ class Event(_Named):
     RETIRED = "RETIRED"
     DEPENDENCY_MET = "DEPENDENCY_MET"
     DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
+    DEPENDENCIES_SUCCEEDED = "DEPENDENCIES_SUCCEEDED"
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,8 @@ def produce(now: datetime, **who: object) -> Change:
     """A new message: NEW, no lease, attempt 0. ``who`` names the broker or console user."""
     values = {M.status: NEW.value, M.attempt: 0, M.ttr: None, M.consumer: None, M.version: 0, M.add_time: now,
               M.update_time: now, M.start_time: None, M.finish_time: None, M.result: None, M.progress: None,
-              M.cancel_requested: False, M.deps_left: 0, M.workflow_id: None, **_lease_cleared()}
+              M.cancel_requested: False, M.deps_left: 0, M.workflow_id: None, M.wait_mode: 0, M.deps_failed: 0,
+              **_lease_cleared()}
     return Change(Event.PRODUCED, (), NEW, values, trace=_line(now, Event.PRODUCED, **who))
 
 

@@ -35,7 +35,7 @@ from .validation import (
 
 __all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
            "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids", "produce_call",
-           "settle_produce", "dependency_ids", "alone_request"]
+           "settle_produce", "dependency_ids", "alone_request", "workflow_id", "cancel_workflow_request"]
 
 Retry = Union[None, int, Sequence[Union[int, float, str]]]
 #: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.
@@ -167,6 +167,22 @@ def spread_ids(ids: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
 def cancel_request(ids: Sequence[int], running: bool = False) -> pb.CancelRequest:
     check_batch_size(ids, "ids")
     return pb.CancelRequest(ids=list(ids), running=running)
+
+
+def workflow_id(workflow: Any) -> int:
+    """The id of a workflow given as its id, or as a handle (or id) of its first step, which
+    is what ``submit`` and a shape's ``produce`` return first."""
+    if isinstance(workflow, (list, tuple)) and workflow:
+        workflow = workflow[0]
+    id = getattr(workflow, "id", workflow)
+    if isinstance(id, bool) or not isinstance(id, int) or id <= 0:
+        raise MalformedRequestError(f"a workflow is named by its id (a positive integer: the id of its first "
+                                    f"step), a handle of that step, or what submit returned; got {quote(workflow)}")
+    return id
+
+
+def cancel_workflow_request(workflow: Any, running: bool = False) -> pb.CancelRequest:
+    return pb.CancelRequest(ids=[workflow_id(workflow)], running=running, workflow=True)
 
 
 def results_request(ids: Sequence[int], wait: float) -> pb.ResultsRequest:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["Table", "MESSAGE", "TOPIC", "SCHEMA_VERSION_TABLE", "TOPIC_STATS", "ALARM", "ADMIN_USER",
            "ARCHIVE_BATCH", "PRODUCE_REQUEST", "PRINCIPAL", "TOPIC_COUNT",
-           "ADMIN_SESSION", "LOGIN_FAILURE", "SCHEDULE", "DEPENDENCY"]
+           "ADMIN_SESSION", "LOGIN_FAILURE", "SCHEDULE", "DEPENDENCY", "WORKFLOW"]
 
 
 class Table:
@@ -62,6 +62,11 @@ class _Message(Table):
     # none; a row with NULL has no dependents, which spares the plain ack any further work).
     deps_left = "deps_left"
     workflow_id = "workflow_id"
+    # Workflows (version 13): how the message waits on its dependencies (``tidemq.dependencies.
+    # WaitMode``: 0 after their success, 1 after they all ended, 2 after a failure among them)
+    # and how many of them ended without succeeding.
+    wait_mode = "wait_mode"
+    deps_failed = "deps_failed"
 
 
 class _Topic(Table):
@@ -242,6 +247,22 @@ class _Dependency(Table):
     child_id = "child_id"
 
 
+class _Workflow(Table):
+    """``tidemq_workflow``: one row per submission of steps (version 13), its id the
+    ``workflow_id`` of its steps: the failure policy, the state, and the steps not ended yet,
+    lowered in the transaction of each step's end."""
+
+    name = "tidemq_workflow"
+    id = "id"
+    policy = "policy"
+    state = "state"
+    steps_total = "steps_total"
+    steps_left = "steps_left"
+    steps_failed = "steps_failed"
+    created_at = "created_at"
+    finished_at = "finished_at"
+
+
 MESSAGE = _Message()
 TOPIC = _Topic()
 SCHEMA_VERSION_TABLE = _SchemaVersion()
@@ -256,3 +277,4 @@ ADMIN_SESSION = _AdminSession()
 LOGIN_FAILURE = _LoginFailure()
 SCHEDULE = _Schedule()
 DEPENDENCY = _Dependency()
+WORKFLOW = _Workflow()

@@ -1,7 +1,8 @@
 """Dependencies between messages, on every storage (memory, SQLite, MariaDB, Galera): a step
 waits (WAITING) until its dependencies succeed and is released in the transaction of the last
 SUCCESS, once; a submission with an unknown id, a cycle or too many steps stores nothing; a
-dependency that fails cancels what waits on it (policy stop)."""
+dependency that fails cancels what waits on it (policy stop), or counts as ended for a step
+waiting after complete or after failure (policy continue, batches' callbacks)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.conformance.storage_ops import ack, insert, lock, rows
 from tidemq import clock, trace
+from tidemq.dependencies import WaitMode
 from tidemq.errors import (DependencyCycleError, DependencyError, MalformedRequestError, UnknownDependencyError,
                            WorkflowTooLargeError)
 from tidemq.lifecycle import MessageStatus as S
@@ -23,12 +25,12 @@ def storage(any_storage):
     return any_storage
 
 
-def _steps(topic, *after, depends_on=None, delay=0.0):
+def _steps(topic, *after, depends_on=None, delay=0.0, modes=None):
     """One step per entry of ``after`` (the positions it waits on); ``depends_on`` maps a
-    position to stored ids it waits on."""
+    position to stored ids it waits on, ``modes`` a position to its wait mode."""
     made = rows(topic, len(after), delay=delay)
-    return [WorkflowStep(row, tuple((depends_on or {}).get(i, ())), tuple(waits)) for i, (row, waits)
-            in enumerate(zip(made, after))]
+    return [WorkflowStep(row, tuple((depends_on or {}).get(i, ())), tuple(waits), (modes or {}).get(i, 0))
+            for i, (row, waits) in enumerate(zip(made, after))]
 
 
 def _submit(storage, steps):
@@ -309,3 +311,78 @@ def test_only_a_lease_with_workflow_rows_reads_the_edges_once(storage):
     assert not [s for s in plain_statements if "tidemq_dependency" in s]
     if plain_statements:  # a SQL storage: one read of the edges for the two steps
         assert len([s for s in statements if "tidemq_dependency" in s]) == 1
+
+
+def _fail(storage, topic, expected):
+    """Lease what is due of ``topic``, check it is exactly ``expected``, and ack it failed."""
+    batch = lock(storage, topic)
+    assert sorted(m.id for m in batch) == sorted(expected)
+    assert ack(storage, [AckItem(m.id, m.lease_token, False, "boom") for m in batch]) == \
+        [AckOutcome.APPLIED] * len(batch)
+
+
+def test_policy_continue_runs_a_step_after_a_failed_dependency_and_counts_it(storage):
+    # a fails, b succeeds; c waits after complete on both, d after success on a (policy stop),
+    # e after complete on d, which is cancelled by a's failure.
+    a, b, c, d, e = _submit(storage, _steps("t.cont", (), (), (0, 1), (0,), (3,),
+                                            modes={2: WaitMode.AFTER_COMPLETE, 4: WaitMode.AFTER_COMPLETE}))
+    batch = {m.id: m for m in lock(storage, "t.cont")}
+    assert sorted(batch) == [a, b]
+    released = {}
+    assert storage.acks.ack([AckItem(a, batch[a].lease_token, False, "boom")], clock.now(), "c1", "b1",
+                            TopicSettings, released) == [AckOutcome.APPLIED]
+    assert released == {"t.cont": 1}  # e: its only dependency, d, was cancelled by a's failure
+    stored = {i: storage.reads.get_message(i) for i in (c, d, e)}
+    assert (stored[c].status, stored[c].deps_left, stored[c].deps_failed) == (S.WAITING.value, 1, 1)
+    assert stored[d].status == S.CANCELLED.value
+    assert (stored[e].status, stored[e].deps_left, stored[e].deps_failed) == (S.NEW.value, 0, 1)
+    _succeed(storage, "t.cont", [e])
+    assert _status(storage, c) == S.WAITING.value
+    assert ack(storage, [AckItem(b, batch[b].lease_token, True)]) == [AckOutcome.APPLIED]
+    assert _status(storage, c) == S.NEW.value  # released by b, the last to end
+    [met] = [x for x in _events(storage, c) if x["event"] == "DEPENDENCY_MET"]
+    assert met["dependency"] == str(b)
+    _succeed(storage, "t.cont", [c])
+
+
+def test_a_step_waiting_after_failure_runs_only_if_a_dependency_did_not_succeed(storage):
+    # Two batches of two members, each with an on_failure (mode 2) and an on_success (mode 0)
+    # callback, and a step after the on_failure callback of the first.
+    steps = _steps("t.onfail", (), (), (0, 1), (0, 1), (2,), (), (), (5, 6), (5, 6),
+                   modes={2: WaitMode.AFTER_FAILURE, 7: WaitMode.AFTER_FAILURE})
+    ids = _submit(storage, steps)
+    ok_members, ok_failure, ok_success, after_failure = ids[0:2], ids[2], ids[3], ids[4]
+    bad_members, bad_failure, bad_success = ids[5:7], ids[7], ids[8]
+    batch = {m.id: m for m in lock(storage, "t.onfail")}
+    assert sorted(batch) == sorted(ok_members + bad_members)
+    ack(storage, [AckItem(i, batch[i].lease_token, True) for i in ok_members + bad_members[:1]])
+    ack(storage, [AckItem(bad_members[1], batch[bad_members[1]].lease_token, False, "boom")])
+    assert _status(storage, ok_success) == S.NEW.value
+    assert (_status(storage, ok_failure), _status(storage, after_failure)) == (S.CANCELLED.value, S.CANCELLED.value)
+    [skip] = [x for x in _events(storage, ok_failure) if x["event"] == "DEPENDENCIES_SUCCEEDED"]
+    assert skip["dependency"] in {str(i) for i in ok_members}
+    stored = storage.reads.get_message(bad_failure)
+    assert (stored.status, stored.deps_failed) == (S.NEW.value, 1)
+    assert _status(storage, bad_success) == S.CANCELLED.value
+
+
+def test_a_step_after_complete_on_a_dependency_already_failed_is_due_at_submit(storage):
+    [parent] = insert(storage, "t.late.cont", 1)
+    [leased] = lock(storage, "t.late.cont")
+    ack(storage, [AckItem(leased.id, leased.lease_token, False, "boom")])
+    done, on_failure, stopped = _submit(storage, _steps("t.late.cont2", (), (), (), depends_on={0: [parent], 1: [parent], 2: [parent]},
+                                                   modes={0: WaitMode.AFTER_COMPLETE, 1: WaitMode.AFTER_FAILURE}))
+    assert [(_status(storage, i), storage.reads.get_message(i).deps_failed) for i in (done, on_failure)] == \
+        [(S.NEW.value, 1), (S.NEW.value, 1)]
+    assert _status(storage, stopped) == S.CANCELLED.value
+    [succeeded] = insert(storage, "t.late.ok", 1)
+    [leased] = lock(storage, "t.late.ok")
+    ack(storage, [AckItem(leased.id, leased.lease_token, True)])
+    [unneeded] = _submit(storage, _steps("t.late.ok", (), depends_on={0: [succeeded]}, modes={0: WaitMode.AFTER_FAILURE}))
+    assert _status(storage, unneeded) == S.CANCELLED.value
+
+
+def test_a_bad_wait_mode_is_refused_naming_the_modes(storage):
+    with pytest.raises(DependencyError, match=r"wait_mode 7; the modes are 0 \(after_success\)"):
+        _submit(storage, _steps("t.mode", (), (0,), modes={1: 7}))
+    assert _count(storage, "t.mode") == {}

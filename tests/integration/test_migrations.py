@@ -40,9 +40,11 @@ def old_store(request, tmp_path):
         conn.exec_driver_sql(f"DROP INDEX idx_message_topic_status_lease{on}")
         conn.exec_driver_sql("DROP TABLE tidemq_produce_request")  # version 4's table
         conn.exec_driver_sql(f"ALTER TABLE {m.name} DROP COLUMN trace_context")  # version 6's column
-        for column in ("deps_left", "workflow_id"):  # version 12's columns and table
+        conn.exec_driver_sql(f"DROP INDEX idx_message_workflow{on}")  # version 13's index, columns and table
+        for column in ("deps_left", "workflow_id", "wait_mode", "deps_failed"):  # and version 12's
             conn.exec_driver_sql(f"ALTER TABLE {m.name} DROP COLUMN {column}")
         conn.exec_driver_sql("DROP TABLE tidemq_dependency")
+        conn.exec_driver_sql("DROP TABLE tidemq_workflow")
         conn.execute(update(m).where(m.c.id == leased[0].id).values(lease_expire=clock.after(now, 30)))
         conn.execute(delete(v))
         conn.execute(insert(v).values(version=1, applied_at=now))
@@ -66,8 +68,9 @@ def test_upgrade_applies_version_2_once(old_store):
     assert not DROPPED & _indexes(db) and "idx_message_topic_status_lease" in _indexes(db)
     assert "tidemq_produce_request" in inspect(db.engine).get_table_names()
     columns = {column["name"] for column in inspect(db.engine).get_columns(m.name)}
-    assert {"trace_context", "deps_left", "workflow_id"} <= columns
-    assert "tidemq_dependency" in inspect(db.engine).get_table_names()
+    assert {"trace_context", "deps_left", "workflow_id", "wait_mode", "deps_failed"} <= columns
+    assert {"tidemq_dependency", "tidemq_workflow"} <= set(inspect(db.engine).get_table_names())
+    assert "idx_message_workflow" in _indexes(db)
     done, running, new = (store.reads.get_message(i) for i in (leased[0].id, leased[1].id, ids[2]))
     assert (done.status, done.lease_expire) == ("SUCCESS", None)
     assert running.status == "RUNNING" and running.lease_expire is not None  # a live lease is kept

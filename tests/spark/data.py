@@ -68,7 +68,7 @@ def message_rows(n: int, topics: tuple[str, ...] = ("t.alpha", "t.beta"), seed: 
             "progress": f'{{"done": {i}, "total": null, "note": "", "at": 1}}' if status == "RUNNING" else None,
             "cancel_requested": 0,
             # Dependencies (version 12): none here; the archive carries the columns all the same.
-            "deps_left": 0, "workflow_id": None,
+            "deps_left": 0, "workflow_id": None, "wait_mode": 0, "deps_failed": 0,
         })
     return rows
 

@@ -46,7 +46,7 @@ def _row(i, topic, status, now, age, **kw):
            "lease_expire": None, "consumer": None, "unique_key": None, "version": 1, "trace": "", "add_time": moment,
            "update_time": moment, "start_time": None, "finish_time": None, "trace_context": None, "priority": 0,
            "flow_key": None, "result": None, "progress": None, "cancel_requested": 0, "deps_left": 0,
-           "workflow_id": None}
+           "workflow_id": None, "wait_mode": 0, "deps_failed": 0}
     row.update(kw)
     return row
 

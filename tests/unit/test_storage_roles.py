@@ -21,7 +21,10 @@ ROLES = [field.name for field in dataclasses.fields(Storage) if field.name != "c
 
 
 def _methods(protocol: type) -> list[str]:
-    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+    """The protocol's operations, those of the protocols it extends included."""
+    bases = [base for base in protocol.__mro__ if getattr(base, "_is_protocol", False) and base is not typing.Protocol]
+    return list(dict.fromkeys(name for base in bases for name, value in vars(base).items()
+                              if callable(value) and not name.startswith("_")))
 
 
 @pytest.fixture(params=["sqlite", "memory"])

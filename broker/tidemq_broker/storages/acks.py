@@ -19,6 +19,8 @@ from ..records import TopicSettings
 from .changes import apply, apply_each, apply_to_ids
 from .database import SqlDatabase
 from .dependencies import release_after, stop_after
+from .workflow_tally import Tally
+from .workflows import settle
 from .ids import ids_in
 from .rows import sort_acks, to_message
 
@@ -47,7 +49,9 @@ class Acks:
             except _SomeStale:
                 pass  # rolled back: sort the batch out item by item below
         freed: dict[int, str] = {}  # replaced whole by each run of the transaction
-        outcomes = self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics, freed))
+        finished: dict[int, str] = {}  # likewise: the workflows this ack ended
+        outcomes = self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics, freed, finished))
+        self._db.workflow_outcomes.ended(finished)
         if released is not None:
             for topic in freed.values():
                 released[topic] = released.get(topic, 0) + 1
@@ -80,21 +84,23 @@ class Acks:
         return [AckOutcome.APPLIED] * len(items)
 
     def _each(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-              topics: Callable[[str], TopicSettings], freed: dict[int, str]) -> list[AckOutcome]:
+              topics: Callable[[str], TopicSettings], freed: dict[int, str],
+              finished: dict[int, str]) -> list[AckOutcome]:
         freed.clear()
+        finished.clear()
         ids = sorted({item.id for item in items})
         # Only the lease tokens are needed to judge the acks: reading (and decoding) whole rows
         # with their data and trace was most of an ack's cost. Failures, the rare case, read
         # their full row below for the retry decision.
         held: dict[int, str] = {}
         done: dict[int, tuple[str, str]] = {}  # finished rows: (status, the token they finished under)
-        in_workflow: set[int] = set()  # rows that may have steps waiting on them
+        in_workflow: dict[int, int] = {}  # rows that may have steps waiting on them: their workflow
         for start in range(0, len(ids), _CHUNK):
             stmt = (select(m.c.id, m.c.lease_token, m.c.status, m.c.workflow_id)
                     .where(ids_in(ids[start : start + _CHUNK])).with_for_update())
             for row in conn.execute(stmt):
                 if row.workflow_id is not None:
-                    in_workflow.add(row.id)
+                    in_workflow[row.id] = row.workflow_id
                 if row.status == _RUNNING:
                     held[row.id] = row.lease_token
                 else:
@@ -114,12 +120,18 @@ class Acks:
                     ended[msg.id] = change.target.value
         if stopped:
             _chunked(conn, lifecycle.cancelled(now, consumer, broker), stopped)
+        tally = Tally()
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
             apply_each(conn, [(item.id, lifecycle.succeed(now, consumer, broker, item.result)) for item in succeeded])
-            freed.update(release_after(conn, [item.id for item in succeeded if item.id in in_workflow], now, broker))
+            done = [item.id for item in succeeded if item.id in in_workflow]
+            tally.end_many((in_workflow[id], lifecycle.SUCCESS.value) for id in done)
+            freed.update(release_after(conn, done, now, broker, tally))
         if ended:
-            stop_after(conn, ended, now, broker)
+            tally.end_many((in_workflow[id], status) for id, status in ended.items())
+            freed.update(stop_after(conn, ended, now, broker, tally))
+        if tally:
+            finished.update(settle(conn, tally, now))  # last: after every message row it locks
         return outcomes
 
 

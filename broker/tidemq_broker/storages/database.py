@@ -25,6 +25,7 @@ from tidemq.outage import Outage
 
 from ..errors import StorageUnavailableError
 from .dialect import SqlDialect
+from .workflow_tally import Outcomes
 
 __all__ = ["SqlDatabase"]
 
@@ -59,6 +60,8 @@ class SqlDatabase:
         #: Logs a database outage once, and its end; the callers of ``tx`` that get its
         #: StorageUnavailableError do not log it again.
         self.outage = Outage(log, "calls to the database")
+        #: Told after each commit that ended workflows (``workflow_tally``; a broker's metrics).
+        self.workflow_outcomes = Outcomes()
         self._local = threading.local()  # .lost: connections this thread's unit of work lost so far
         for pooled in {self.engine, self.produce_engine}:
             event.listen(pooled, "handle_error", self._on_error)

@@ -15,50 +15,64 @@ step of a submission and every message a step waits on gets one, under the row l
 message), so the ack's fast path guards its UPDATE with ``workflow_id IS NULL`` (a column of
 the row it updates by key anyway) and leaves every workflow message to the exact path, which
 reads ``workflow_id`` with the lease token it locks anyway and only then looks for children.
+
+**Failures by wait mode.** A dependency that ends FAIL or CANCELLED cancels a child waiting
+after success, and the walk goes on from it (:func:`stop_after`); for a child waiting after
+complete or after failure it counts as ended, failed, under the same row locks as a success,
+and the child is released when nothing is left. A child waiting after failure whose last
+dependency ended a success with none failed is cancelled as not needed, and the walk goes on
+from it too. Every step of a workflow that ends here is tallied for the workflow's row
+(``workflows.py``), which the caller settles last.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tidemq import dependencies as deps
+from tidemq import lifecycle
+from tidemq.dependencies import WaitMode, WorkflowState
 from tidemq.lifecycle import MessageStatus
 
 from ..records import WorkflowStep
 from ..schema import dependency as d
 from ..schema import message as m
 from ..schema import produce_request as r
-from .changes import apply
+from ..schema import workflow as w
+from .changes import apply, guard
 from .database import SqlDatabase
 from .ids import ids_in
 from .request_ids import id_list, stored_answer
 from .rows import row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
+from .workflow_tally import Tally, policy_of
+from .workflows import SqlWorkflows, create_workflow, settle
 
 __all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of"]
 
 _CHUNK = 1000
 _WAITING = MessageStatus.WAITING.value
+_CANCELLED = MessageStatus.CANCELLED.value
+_RUNNING = MessageStatus.RUNNING.value
 
 
-class SqlDependencies:
-    """Steps with dependencies: one transaction per submission."""
-
-    def __init__(self, db: SqlDatabase) -> None:
-        self._db = db
+class SqlDependencies(SqlWorkflows):
+    """Steps with dependencies: one transaction per submission; and the workflows' rows."""
 
     def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
         order = check_steps(steps)
         if not steps:
             return []
         wanted = parent_ids(steps)
+        finished: dict[int, str] = {}
 
         def work(conn: Connection) -> list[int]:
+            finished.clear()
             if request_id:
                 # Submissions with dependencies are rare next to plain produce: looking for a
                 # stored answer first costs them a read instead of a rolled-back transaction.
@@ -74,36 +88,84 @@ class SqlDependencies:
             check_known(wanted, statuses)
             starts = plan(steps, order, statuses)
             ids = self._db.dialect.insert_plain(
-                conn, [row_values(step.row, deps.waiting(now, start.deps_left, **who))
+                conn, [row_values(step.row, deps.waiting(now, start.deps_left, step.wait_mode, start.deps_failed, **who))
                        for step, start in zip(steps, starts)])
             workflow = ids[0]
             for start in range(0, len(ids), _CHUNK):
                 conn.execute(update(m).where(ids_in(ids[start : start + _CHUNK])).values(workflow_id=workflow))
+            # A message waited on that belongs to no workflow joins this one: its ack then looks
+            # for the steps, and the workflow ends only once it has ended too.
             waited = [id for id in wanted if statuses[id] in WAITED_ON]
+            adopted = 0
             for start in range(0, len(waited), _CHUNK):
-                conn.execute(update(m).where(ids_in(waited[start : start + _CHUNK]), m.c.workflow_id.is_(None))
-                             .values(workflow_id=workflow))
+                adopted += conn.execute(update(m).where(ids_in(waited[start : start + _CHUNK]),
+                                                        m.c.workflow_id.is_(None)).values(workflow_id=workflow)).rowcount
             rows = edges(steps, ids, statuses)
             if rows:
                 conn.execute(insert(d), [{"parent_id": p, "child_id": c} for p, c in rows])
+            stopped = failed = 0
             for i in order:  # parents first: each stop names a parent already stopped
-                if starts[i].stopped:
-                    by = starts[i].by_id if starts[i].by_id is not None else ids[starts[i].by_step or 0]
-                    apply(conn, deps.dependency_failed(now, by, starts[i].by_status), m.c.id == ids[i])
+                start = starts[i]
+                if start.stopped:
+                    by = start.by_id if start.by_id is not None else ids[start.by_step or 0]
+                    change = (deps.not_needed(now, by) if start.not_needed
+                              else deps.dependency_failed(now, by, start.by_status))
+                    apply(conn, change, m.c.id == ids[i])
+                    stopped, failed = stopped + 1, failed + (not start.not_needed)
             if request_id:
                 conn.execute(insert(r).values(request_id=request_id, ids=id_list(ids), created=now))
+            finished.update(create_workflow(conn, workflow, policy_of(steps), len(ids) + adopted, stopped, failed, now))
             return ids
 
         # On produce connections: on Galera their reads wait for what the cluster committed
         # before (``mysql._wait_for_cluster_writes``), so a dependency stored through another
         # node a moment ago is found.
         try:
-            return self._db.tx(work, produce=True)
+            ids = self._db.tx(work, produce=True)
         except IntegrityError:
             if not request_id:
                 raise
             # The same call committed through another broker meanwhile: answer as it was.
-            return self._db.tx(work, produce=True)
+            ids = self._db.tx(work, produce=True)
+        self._db.workflow_outcomes.ended(finished)
+        return ids
+
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str) -> list[int]:
+        change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, broker=broker)
+        finished: dict[int, str] = {}
+
+        def work(conn: Connection) -> list[int]:
+            finished.clear()
+            counts, tally, found = [], Tally(), []
+            for workflow_id in workflow_ids:
+                steps = conn.execute(select(m.c.id, m.c.status).where(m.c.workflow_id == workflow_id)
+                                     .with_for_update()).all()
+                pending = sorted(row.id for row in steps if change.allows({"status": row.status}))
+                for start in range(0, len(pending), _CHUNK):
+                    apply(conn, change, m.c.id.in_(pending[start : start + _CHUNK]))
+                marked = 0
+                if running:
+                    held = sorted(row.id for row in steps if row.status == _RUNNING)
+                    for start in range(0, len(held), _CHUNK):
+                        marked += apply(conn, marking, m.c.id.in_(held[start : start + _CHUNK]), guard(marking),
+                                        ~m.c.cancel_requested)
+                if pending:
+                    tally.add(workflow_id, len(pending), len(pending))
+                    stop_after(conn, {id: lifecycle.CANCELLED.value for id in pending}, now, broker, tally)
+                if steps:
+                    found.append(workflow_id)
+                counts.append(len(pending) + marked)
+            # The workflows' rows last, after every message row this locks (as every transaction
+            # that ends steps does), in one order.
+            for workflow_id in sorted(set(found)):
+                conn.execute(update(w).where(w.c.id == workflow_id, w.c.finished_at.is_(None))
+                             .values(state=WorkflowState.CANCELLED.value))
+            finished.update(settle(conn, tally, now))
+            return counts
+
+        counts = self._db.tx(work)
+        self._db.workflow_outcomes.ended(finished)
+        return counts
 
 
 def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]:
@@ -133,10 +195,13 @@ def parents_of(conn: Connection, children: Sequence[int]) -> dict[int, tuple[int
     return {child: tuple(parents) for child, parents in found.items()}
 
 
-def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str) -> dict[int, str]:
+def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str,
+                  tally: Optional[Tally] = None) -> dict[int, str]:
     """Inside the transaction that records the SUCCESS of ``parents``: lower ``deps_left`` of
     their waiting children and release (WAITING -> NEW) those that reach 0, each once (see the
-    module's docstring). Returns {id: topic} of the messages released."""
+    module's docstring); a child waiting after failure that reaches 0 with none failed is
+    cancelled as not needed instead, and what waits on it in turn. Returns {id: topic} of the
+    messages released; the workflows' steps ended here go into ``tally``."""
     found = _children(conn, sorted(set(parents)))
     if not found:
         return {}
@@ -147,45 +212,79 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
     for count, children in by_count.items():
         conn.execute(update(m).where(ids_in(children), m.c.status == _WAITING)
                      .values(deps_left=m.c.deps_left - count))
-    ready, topics = {}, {}
-    for row in conn.execute(select(m.c.id, m.c.effect_time, m.c.topic).where(
-            ids_in(sorted(per_child)), m.c.status == _WAITING, m.c.deps_left == 0).with_for_update()):
-        ready[row.id], topics[row.id] = row.effect_time, row.topic
+    ready, topics, unneeded = {}, {}, {}
+    for row in conn.execute(select(m.c.id, m.c.effect_time, m.c.topic, m.c.wait_mode, m.c.deps_failed, m.c.workflow_id)
+                            .where(ids_in(sorted(per_child)), m.c.status == _WAITING, m.c.deps_left == 0)
+                            .with_for_update()):
+        if row.wait_mode == WaitMode.AFTER_FAILURE and row.deps_failed == 0:
+            unneeded[row.id] = row.workflow_id
+        else:
+            ready[row.id], topics[row.id] = row.effect_time, row.topic
     by_parent: dict[int, list[int]] = {}  # the trace names one parent that released each child
-    left = set(ready)
+    left = set(ready) | set(unneeded)
     for parent, child in sorted(found, key=lambda edge: edge[1]):
         if child in left:
             left.discard(child)
             by_parent.setdefault(parent, []).append(child)
     for parent, children in by_parent.items():
-        due = [child for child in children if ready[child] <= now]
+        due = [child for child in children if child in ready and ready[child] <= now]
         if due:  # the common case: due now, one statement
             apply(conn, deps.released(now, now, parent, broker), ids_in(due), m.c.deps_left == 0)
         for child in children:
-            if ready[child] > now:  # produced with a later effect time, which it keeps: rare
+            if child in ready and ready[child] > now:  # produced with a later effect time, which it keeps: rare
                 apply(conn, deps.released(now, ready[child], parent, broker), m.c.id == child, m.c.deps_left == 0)
+        not_needed = [child for child in children if child in unneeded]
+        if not_needed:
+            apply(conn, deps.not_needed(now, parent, broker), ids_in(not_needed))
+    if unneeded:
+        if tally is not None:
+            for workflow_id in unneeded.values():
+                if workflow_id is not None:
+                    tally.end(workflow_id, _CANCELLED, failed=False)
+        topics.update(stop_after(conn, {id: _CANCELLED for id in unneeded}, now, broker, tally))
     return topics
 
 
-def stop_after(conn: Connection, parents: Mapping[int, str], now: datetime, broker: str) -> list[int]:
+def stop_after(conn: Connection, parents: Mapping[int, str], now: datetime, broker: str,
+               tally: Optional[Tally] = None) -> dict[int, str]:
     """Inside the transaction that records the FAIL or CANCELLED of ``parents`` ({id: status}):
-    the policy stop, WAITING -> CANCELLED for their children, and theirs in turn. Returns the ids
-    cancelled."""
-    stopped: list[int] = []
+    cancel their waiting children that wait after success, and theirs in turn (the policy stop);
+    count the failure as ended for the others, releasing those with nothing left (or cancelling,
+    as not needed, one waiting after failure: impossible here, a failure was counted). Returns
+    {id: topic} of the messages released; the workflows' steps cancelled go into ``tally``."""
+    released: dict[int, str] = {}
     frontier = dict(parents)
     while frontier:
         found = _children(conn, sorted(frontier))
-        waiting = set(conn.execute(select(m.c.id).where(ids_in(sorted({c for _, c in found})), m.c.status == _WAITING)
-                                   .with_for_update()).scalars()) if found else set()
-        by_parent: dict[int, list[int]] = {}
-        for parent, child in found:
-            if child in waiting:
-                waiting.discard(child)
-                by_parent.setdefault(parent, []).append(child)
+        waiting = {row.id: row for row in conn.execute(
+            select(m.c.id, m.c.wait_mode, m.c.deps_left, m.c.effect_time, m.c.topic, m.c.workflow_id)
+            .where(ids_in(sorted({c for _, c in found})), m.c.status == _WAITING).with_for_update())} if found else {}
+        stops: dict[int, list[int]] = {}
+        stopping: set[int] = set()
+        ended: dict[int, list[int]] = {}  # child -> the failed parents it counts as ended
+        for parent, child in sorted(found):
+            row = waiting.get(child)
+            if row is None:
+                continue
+            if row.wait_mode == WaitMode.AFTER_SUCCESS:
+                if child not in stopping:
+                    stopping.add(child)
+                    stops.setdefault(parent, []).append(child)
+            else:
+                ended.setdefault(child, []).append(parent)
         after: dict[int, str] = {}
-        for parent, children in by_parent.items():
+        for parent, children in stops.items():
             apply(conn, deps.dependency_failed(now, parent, frontier[parent], broker), ids_in(children))
-            after.update((child, MessageStatus.CANCELLED.value) for child in children)
-        stopped.extend(after)
+            after.update((child, _CANCELLED) for child in children)
+            if tally is not None:
+                tally.end_many((waiting[child].workflow_id, _CANCELLED) for child in children
+                               if waiting[child].workflow_id is not None)
+        for child, failed in ended.items():
+            conn.execute(update(m).where(m.c.id == child, m.c.status == _WAITING).values(
+                deps_left=m.c.deps_left - len(failed), deps_failed=m.c.deps_failed + len(failed)))
+            if waiting[child].deps_left - len(failed) <= 0:
+                row = waiting[child]
+                apply(conn, deps.released(now, row.effect_time, failed[-1], broker), m.c.id == child)
+                released[child] = row.topic
         frontier = after
-    return sorted(stopped)
+    return released

@@ -20,6 +20,8 @@ from .changes import apply
 from .claims import due_candidates, lease_rows
 from .database import SqlDatabase
 from .dependencies import stop_after
+from .workflow_tally import Tally
+from .workflows import settle
 from .flow import lock_limited
 from .ids import ids_in
 from .reads import any_running, topics_present
@@ -146,8 +148,11 @@ class Leases:
             elapsed = (now - grace.back).total_seconds()
             ran_out.append(or_(m.c.lease_expire < grace.since, func.coalesce(m.c.ttr, 0) <= elapsed))
 
+        finished: dict[int, str] = {}
+
         def work(conn: Connection) -> int:
             counts.clear()  # a transaction run again counts afresh
+            finished.clear()
             topics = topics_present(conn)
             if not topics:
                 return 0
@@ -159,6 +164,7 @@ class Leases:
             # Rows of one topic lost by one consumer go back together; a poison message fails on its own.
             back: dict[tuple[Optional[str], str], list[int]] = {}
             ended: dict[int, str] = {}  # workflow messages that ended here: what waits on them stops
+            tally = Tally()
             for row in expired:
                 most = max_deliveries(row.topic)
                 if row.cancel_requested:
@@ -174,14 +180,18 @@ class Leases:
                 _tally(counts, row.topic, moved)
                 if moved and row.workflow_id is not None and change.target is not None:
                     ended[row.id] = change.target.value
+                    tally.end(row.workflow_id, change.target.value)
             for (consumer, topic), ids in back.items():
                 _tally(counts, topic, apply(conn, lifecycle.lease_lost(now, consumer, broker), ids_in(ids),
                                             m.c.lease_expire < now))
             if ended:
-                stop_after(conn, ended, now, broker)
+                stop_after(conn, ended, now, broker, tally)
+            if tally:
+                finished.update(settle(conn, tally, now))
             return sum(counts.values())
 
         moved = self._db.tx(work)
+        self._db.workflow_outcomes.ended(finished)
         if by_topic is not None:
             for topic, n in counts.items():
                 _tally(by_topic, topic, n)

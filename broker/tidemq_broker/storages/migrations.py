@@ -20,7 +20,8 @@ from tidemq.tables import MESSAGE, TOPIC
 from ..errors import ConfigurationError
 from ..schema import SCHEMA_VERSION, metadata
 from ..schema import message as m
-from ..schema import admin_session, dependency, login_failure, principal, produce_request, schedule, topic_count
+from ..schema import (admin_session, dependency, login_failure, principal, produce_request, schedule, topic_count,
+                      workflow)
 from ..schema import schema_version as v
 from .database import SqlDatabase
 
@@ -159,6 +160,23 @@ def _dependencies(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[dependency])
 
 
+def _workflows(db: SqlDatabase) -> None:
+    """Version 13: workflows. A message's ``wait_mode`` and ``deps_failed`` (how it waits on
+    dependencies that may fail), an index on ``workflow_id`` (a workflow's steps, read by a
+    cancel of the workflow), and ``tidemq_workflow``, one row per submission of steps. One
+    ALTER TABLE on MySQL: the message table is rebuilt once."""
+    inspector = inspect(db.engine)
+    columns = {column["name"] for column in inspector.get_columns(MESSAGE.name)}
+    indexes = {ix["name"] for ix in inspector.get_indexes(MESSAGE.name)}
+    added = [f"{name} {kind}" for name, kind in (
+        (MESSAGE.wait_mode, "TINYINT NOT NULL DEFAULT 0"), (MESSAGE.deps_failed, "INTEGER NOT NULL DEFAULT 0"))
+        if name not in columns]
+    index = None if "idx_message_workflow" in indexes else f"idx_message_workflow ({MESSAGE.workflow_id})"
+    with db.engine.begin() as conn:
+        db.dialect.alter_table(conn, MESSAGE.name, added, add_index=index)
+    metadata.create_all(db.engine, tables=[workflow])
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -172,6 +190,7 @@ STEPS = (
     Step(10, "tidemq_schedule: periodic messages, one per tick of a cron expression", _schedules),
     Step(11, "results: a message's result, progress and cancel request; a topic's result retention", _results),
     Step(12, "dependencies: a message's deps_left and workflow_id, tidemq_dependency's edges", _dependencies),
+    Step(13, "workflows: a message's wait_mode and deps_failed, an index on workflow_id, tidemq_workflow", _workflows),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

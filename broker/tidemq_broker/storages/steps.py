@@ -4,7 +4,8 @@ No SQL here: the checks every storage makes before it writes anything (limits, p
 cycles), the order the steps are planned in, and each step's start once the statuses of the
 stored messages it waits on are known (read under a row lock, so no SUCCESS slips between the
 read and the insert). A storage then inserts every step as ``tidemq.dependencies.waiting``
-says, sets the workflow id, stores the edges and stops what :func:`plan` says is stopped.
+says, sets the workflow id, stores the edges, stops what :func:`plan` says is stopped and
+creates the workflow's row.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from tidemq.dependencies import WaitMode
 from tidemq.errors import (DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError,
                            quote)
 from tidemq.lifecycle import CANCELLED, FAIL, NEW, RUNNING, SUCCESS, WAITING
@@ -29,14 +31,18 @@ WAITED_ON = tuple(status.value for status in (NEW, WAITING, RUNNING))
 
 @dataclass(frozen=True)
 class StepStart:
-    """How one step starts: ``deps_left`` dependencies to wait for, or stopped (CANCELLED under
-    the policy stop) by a stored dependency (``by_id``) or an earlier step (``by_step``) that
-    ended ``by_status``."""
+    """How one step starts: ``deps_left`` dependencies to wait for (``deps_failed`` of the others
+    already ended FAIL or CANCELLED), or stopped (CANCELLED) by a stored dependency (``by_id``)
+    or an earlier step (``by_step``) that ended ``by_status``: a failure for a step waiting after
+    success, the last success for one waiting after failure (``not_needed``). A stopped step is
+    inserted WAITING (``deps_left`` above 0) and cancelled in the same transaction."""
 
     deps_left: int
     by_id: Optional[int] = None
     by_step: Optional[int] = None
     by_status: str = ""
+    deps_failed: int = 0
+    not_needed: bool = False
 
     @property
     def stopped(self) -> bool:
@@ -57,6 +63,9 @@ def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
         if count > MAX_DEPENDENCIES:
             raise WorkflowTooLargeError(f"step {i} has {count:,} dependencies, more than MAX_DEPENDENCIES "
                                         f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step")
+        if step.wait_mode not in tuple(WaitMode):
+            raise DependencyError(f"step {i} has wait_mode {step.wait_mode}; the modes are "
+                                  + ", ".join(f"{mode.value} ({mode.name.lower()})" for mode in WaitMode))
         if step.row.unique_key:
             # A repeated key would answer with a stored message whose dependencies are not these.
             raise DependencyError(f"step {i} has a unique_key {quote(step.row.unique_key)}: "
@@ -119,22 +128,30 @@ def check_known(wanted: Sequence[int], found: Mapping[int, str]) -> None:
 
 
 def plan(steps: Sequence[WorkflowStep], order: Sequence[int], statuses: Mapping[int, str]) -> list[StepStart]:
-    """Each step's start, by position: stored dependencies already SUCCESS count as met; one
-    already FAIL or CANCELLED stops the step (policy stop), and a stopped step stops the steps
-    after it. ``statuses``: every stored dependency's status."""
+    """Each step's start, by position. A stored dependency already SUCCESS is met; one already
+    FAIL or CANCELLED, or an earlier step stopped, stops a step waiting after success (and so the
+    steps after it in turn) and counts as ended, failed, for the others. A step waiting after
+    failure whose dependencies all already succeeded is stopped as not needed. ``statuses``:
+    every stored dependency's status."""
     starts: list[Optional[StepStart]] = [None] * len(steps)
     for i in order:
         step = steps[i]
-        stored = sorted(set(step.depends_on))
-        failed = next((id for id in stored if statuses[id] in _FAILED), None)
-        stopped_step = next((j for j in sorted(set(step.after)) if starts[j].stopped), None)  # type: ignore[union-attr]
-        deps_left = sum(1 for id in stored if statuses[id] != SUCCESS.value) + len(set(step.after))
-        if failed is not None:
-            starts[i] = StepStart(deps_left, by_id=failed, by_status=statuses[failed])
-        elif stopped_step is not None:
-            starts[i] = StepStart(deps_left, by_step=stopped_step, by_status=CANCELLED.value)
+        stored, after = sorted(set(step.depends_on)), sorted(set(step.after))
+        failed_ids = [id for id in stored if statuses[id] in _FAILED]
+        failed_steps = [j for j in after if starts[j].stopped]  # type: ignore[union-attr]
+        failed = len(failed_ids) + len(failed_steps)
+        pending = sum(1 for id in stored if statuses[id] in WAITED_ON) + len(after) - len(failed_steps)
+        if step.wait_mode == WaitMode.AFTER_SUCCESS and failed:
+            # Inserted WAITING with every dependency not succeeded, then cancelled.
+            deps_left = pending + failed
+            if failed_ids:
+                starts[i] = StepStart(deps_left, by_id=failed_ids[0], by_status=statuses[failed_ids[0]])
+            else:
+                starts[i] = StepStart(deps_left, by_step=failed_steps[0], by_status=CANCELLED.value)
+        elif step.wait_mode == WaitMode.AFTER_FAILURE and stored and not after and not pending and not failed:
+            starts[i] = StepStart(1, by_id=stored[-1], by_status=SUCCESS.value, not_needed=True)
         else:
-            starts[i] = StepStart(deps_left)
+            starts[i] = StepStart(pending, deps_failed=failed)
     return [start for start in starts if start is not None]
 
 

@@ -23,6 +23,8 @@ from .changes import apply, guard
 from .ids import ids_in
 from .database import SqlDatabase
 from .dependencies import has_dependents, release_after, stop_after
+from .workflow_tally import Tally
+from .workflows import settle
 from .request_ids import Claims, answer, id_list
 from .rows import edit_change, row_values, to_message
 
@@ -31,6 +33,7 @@ __all__ = ["Writes"]
 _CHUNK = 1000  # ids per IN (...) list and rows per batch
 _CANCELLED = lifecycle.CANCELLED.value
 _UNRUN = (lifecycle.NEW.value, lifecycle.WAITING.value)
+_FINAL = frozenset(status.value for status in lifecycle.FINAL_STATUSES)
 
 
 class Writes:
@@ -100,8 +103,10 @@ class Writes:
 
     def cancel(self, ids: Sequence[int]) -> list[bool]:
         change = lifecycle.cancel()
+        finished: dict[int, str] = {}
 
         def work(conn: Connection) -> list[bool]:
+            finished.clear()
             wanted = sorted(set(ids))
             found = conn.execute(select(m.c.id, m.c.workflow_id).where(m.c.id.in_(wanted), guard(change))
                                  .with_for_update()).all()
@@ -111,10 +116,12 @@ class Writes:
             # A message waited on is gone: what waits on it would otherwise wait for ever.
             waited = {row.id: _CANCELLED for row in found if row.workflow_id is not None}
             if waited:
-                stop_after(conn, waited, clock.now(), "")
+                _ended(conn, {row.id: row.workflow_id for row in found if row.workflow_id is not None}, finished)
             return [i in pending for i in ids]
 
-        return self._db.tx(work)
+        cancelled = self._db.tx(work)
+        self._db.workflow_outcomes.ended(finished)
+        return cancelled
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
                 event: Event = Event.REQUEUED, **who: object) -> int:
@@ -135,8 +142,10 @@ class Writes:
     def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
                      changed: Sequence[str]) -> Optional[StoredMessage]:
         change = edit_change(edit, now, user, changed)
+        finished: dict[int, str] = {}
 
         def work(conn: Connection) -> Optional[StoredMessage]:
+            finished.clear()
             before = conn.execute(select(m.c.status, m.c.workflow_id).where(m.c.id == id, m.c.version == version)
                                   .with_for_update()).one_or_none()
             if before is None:
@@ -144,32 +153,43 @@ class Writes:
             ends = deps.edited(id, before.status, edit.status, before.workflow_id is not None and has_dependents(conn, id))
             if apply(conn, change, m.c.id == id, m.c.version == version) != 1:
                 return None
+            tally = Tally()
+            if before.workflow_id is not None and before.status in _UNRUN and edit.status in _FINAL:
+                tally.end(before.workflow_id, edit.status)  # a step ended by hand
             if ends is lifecycle.SUCCESS:
-                release_after(conn, [id], now, "")
+                release_after(conn, [id], now, "", tally)
             elif ends is not None:
-                stop_after(conn, {id: ends.value}, now, "")
+                stop_after(conn, {id: ends.value}, now, "", tally)
+            if tally:
+                finished.update(settle(conn, tally, now))
             return to_message(conn.execute(select(m).where(m.c.id == id)).one()._mapping)
 
-        return self._db.tx(work)
+        edited = self._db.tx(work)
+        self._db.workflow_outcomes.ended(finished)
+        return edited
 
     def delete_messages(self, ids: Sequence[int]) -> int:
         change = lifecycle.admin_delete()
         wanted = sorted(set(ids))
+        finished: dict[int, str] = {}
 
         def work(conn: Connection) -> int:
+            finished.clear()
             deleted, waited = 0, {}
             for start in range(0, len(wanted), _CHUNK):
                 chunk = wanted[start : start + _CHUNK]
                 # Messages not run yet that others wait on: those would otherwise wait for ever.
-                waited.update((id, _CANCELLED) for id in conn.execute(
-                    select(m.c.id).where(m.c.id.in_(chunk), m.c.workflow_id.is_not(None), m.c.status.in_(_UNRUN))
-                    .with_for_update()).scalars())
+                waited.update((row.id, row.workflow_id) for row in conn.execute(
+                    select(m.c.id, m.c.workflow_id).where(m.c.id.in_(chunk), m.c.workflow_id.is_not(None),
+                                                          m.c.status.in_(_UNRUN)).with_for_update()))
                 deleted += apply(conn, change, m.c.id.in_(chunk))
             if waited:
-                stop_after(conn, waited, clock.now(), "")
+                _ended(conn, waited, finished)
             return deleted
 
-        return self._db.tx(work)
+        deleted = self._db.tx(work)
+        self._db.workflow_outcomes.ended(finished)
+        return deleted
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.retire()
@@ -229,3 +249,13 @@ def _ids_by_unique_key(conn: Connection, keys: list[tuple[str, str]]) -> dict[tu
             for row in conn.execute(stmt):
                 found[(topic_name, row.unique_key)] = row.id
     return found
+
+
+def _ended(conn: Connection, gone: dict[int, int], finished: dict[int, str]) -> None:
+    """Messages of workflows ({id: workflow id}) removed before they ran: what waits on them
+    learns they ended CANCELLED, and their workflows count them ended, failed."""
+    now = clock.now()
+    tally = Tally()
+    tally.end_many((workflow_id, _CANCELLED) for workflow_id in gone.values())
+    stop_after(conn, {id: _CANCELLED for id in gone}, now, "", tally)
+    finished.update(settle(conn, tally, now))

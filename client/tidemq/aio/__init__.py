@@ -25,7 +25,7 @@ from .client import AsyncClient
 from .handles import AsyncHandle
 
 __all__ = ["AsyncClient", "AsyncHandle", "BatchConsumer", "configure", "client", "close", "produce", "produce_many",
-           "submit", "cancel", "requeue", "handle"]
+           "submit", "cancel", "cancel_workflow", "requeue", "handle"]
 
 _lock = threading.Lock()
 _settings: Optional[Settings] = None
@@ -96,6 +96,12 @@ async def cancel(msg_id: int, running: bool = False) -> bool:
     """Delete a pending message; True if it was NEW and is now gone (``running``: or a RUNNING
     one was marked: its handler stops, it ends CANCELLED)."""
     return await client().cancel(msg_id, running=running)
+
+
+async def cancel_workflow(workflow: Any, running: bool = False) -> int:
+    """Cancel a workflow whole; how many steps were removed or marked. See
+    :meth:`tidemq.Client.cancel_workflow`."""
+    return await client().cancel_workflow(workflow, running=running)
 
 
 def handle(msg_id: int) -> AsyncHandle:

@@ -26,6 +26,7 @@ from ..rpc_build import (
     dependency_ids,
     ack_request,
     cancel_request,
+    cancel_workflow_request,
     check_produce_batch,
     delivery,
     extend_request,
@@ -166,6 +167,11 @@ class AsyncClient:
                           running: bool = False) -> list[bool]:
         """Cancel many messages at once; one bool per id."""
         return list((await self._call("Cancel", cancel_request(ids, running), timeout)).cancelled)
+
+    async def cancel_workflow(self, workflow: Any, timeout: Optional[float] = None, *, running: bool = False) -> int:
+        """Cancel a workflow whole; how many steps were removed or marked (see
+        :meth:`tidemq.Client.cancel_workflow`)."""
+        return len((await self._call("Cancel", cancel_workflow_request(workflow, running), timeout)).cancelled)
 
     async def results(self, ids: Sequence[int], wait: float = 0.0,
                       timeout: Optional[float] = None) -> list[MessageState]:

@@ -21,9 +21,11 @@ from tidemq.tables import MESSAGE as M
 from ...flow import KEY_WINDOW, refill, within_key_limit
 from ...records import FlowLimits, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
 from ..rows import expiries, lease_change, leased, lock_order, sort_acks, to_message
+from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
 from .state import MemoryState, apply
 from .topics import topic_row
+from .workflows import settle
 
 __all__ = ["MemoryLeases", "MemoryAcks", "due_candidates"]
 
@@ -171,6 +173,7 @@ class MemoryLeases:
             return grace is None or expire < grace.since or (row[M.ttr] or 0) <= elapsed
 
         counts: dict[str, int] = {}
+        tally = Tally()
         with self._state.lock:
             expired = sorted((row for row in self._state.rows(status=_RUNNING) if ran_out(row)),
                              key=lambda row: (row[M.lease_expire], row[M.id]))[:limit]
@@ -191,9 +194,14 @@ class MemoryLeases:
                     ended[row[M.id]] = row[M.status]
                 else:
                     back.setdefault((row[M.consumer], row[M.topic]), []).append(row)
+                    continue
+                if row[M.workflow_id] is not None:
+                    tally.end(row[M.workflow_id], row[M.status])
             for (consumer, topic), rows in back.items():
                 _tally(counts, topic, apply(self._state, lifecycle.lease_lost(now, consumer, broker), rows))
-            stop_after(self._state, ended, now, broker)
+            stop_after(self._state, ended, now, broker, tally)
+            finished = settle(self._state, tally, now)
+        self._state.outcomes.ended(finished)
         if by_topic is not None:
             for topic, n in counts.items():
                 _tally(by_topic, topic, n)
@@ -223,16 +231,23 @@ class MemoryAcks:
                                                     result=item.result, cancel_requested=msg.cancel_requested),
                       [state.messages[item.id]])
             apply(state, lifecycle.cancelled(now, consumer, broker), stopped)
+            tally = Tally()
             for item in succeeded:
                 apply(state, lifecycle.succeed(now, consumer, broker, item.result), [state.messages[item.id]])
-            # In the same atomic step, as the SQL storage does in the ack's transaction.
-            for topic in release_after(state, [item.id for item in succeeded], now, broker).values():
-                if released is not None:
-                    _tally(released, topic, 1)
             ended = {item.id: state.messages[item.id][M.status] for item in failed + cancelled
                      if state.messages[item.id][M.status] in _ENDED}
-            stop_after(state, ended, now, broker)
-            return outcomes
+            tally.end_many((state.messages[id][M.workflow_id], state.messages[id][M.status])
+                           for id in [item.id for item in succeeded] + list(ended)
+                           if state.messages[id][M.workflow_id] is not None)
+            # In the same atomic step, as the SQL storage does in the ack's transaction.
+            freed = release_after(state, [item.id for item in succeeded], now, broker, tally)
+            freed.update(stop_after(state, ended, now, broker, tally))
+            if released is not None:
+                for topic in freed.values():
+                    _tally(released, topic, 1)
+            finished = settle(state, tally, now)
+        state.outcomes.ended(finished)
+        return outcomes
 
 
 def _tally(counts: dict[str, int], topic: str, n: int) -> None:

@@ -20,6 +20,7 @@ from tidemq.tables import MESSAGE as M
 
 from ...records import AdminUser, Principal, Schedule
 from ...schema import message as message_table
+from ..workflow_tally import Outcomes
 
 __all__ = ["MemoryState", "ConstraintError", "apply", "NOT_NULL"]
 
@@ -46,6 +47,8 @@ class MemoryState:
         self.unique: dict[tuple[str, str], int] = {}  # (topic, unique_key) -> id
         self.children: dict[int, set[int]] = {}  # tidemq_dependency: parent id -> the ids waiting on it
         self.parents: dict[int, set[int]] = {}  # the same edges by child (the child index)
+        self.workflows: dict[int, Row] = {}  # tidemq_workflow by id, {column: value}
+        self.outcomes = Outcomes()  # told of the workflows an operation ended, once it is done
         self.requests: dict[str, tuple[datetime, list[int]]] = {}  # request id -> (created, ids answered)
         self.topics: dict[str, Row] = {}  # by name: TopicSettings' fields, times and the rate's bucket
         self.topic_counts: list[tuple[str, str, int, datetime]] = []  # the leader's (topic, status, n, at)

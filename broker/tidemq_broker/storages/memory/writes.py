@@ -15,12 +15,15 @@ from tidemq.tables import MESSAGE as M
 from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
 from ..rows import edit_change, row_values, to_message
+from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
+from .workflows import settle
 
 __all__ = ["MemoryWrites"]
 
 _UNRUN = (lifecycle.NEW.value, lifecycle.WAITING.value)
+_FINAL = frozenset(status.value for status in lifecycle.FINAL_STATUSES)
 _CHUNK = 1000  # as the SQL storage: requeue by id moves the first 1000 of the ids
 
 
@@ -79,11 +82,12 @@ class MemoryWrites:
         state = self._state
         with state.lock:
             pending = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
-            waited = {i: lifecycle.CANCELLED.value for i in pending if state.messages[i][M.workflow_id] is not None}
+            waited = {i: state.messages[i][M.workflow_id] for i in pending if state.messages[i][M.workflow_id] is not None}
             apply(state, change, [state.messages[i] for i in pending])
             # A message waited on is gone: what waits on it would otherwise wait for ever.
-            stop_after(state, waited, clock.now(), "")
-            return [i in pending for i in ids]
+            finished = _ended(state, waited)
+        state.outcomes.ended(finished)
+        return [i in pending for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
                 event: Event = Event.REQUEUED, **who: object) -> int:
@@ -102,24 +106,32 @@ class MemoryWrites:
             row = self._state.messages.get(id)
             if row is None or row[M.version] != version:
                 return None
-            ends = deps.edited(id, row[M.status], edit.status, bool(self._state.children.get(id)))
+            status_before = row[M.status]
+            ends = deps.edited(id, status_before, edit.status, bool(self._state.children.get(id)))
             if apply(self._state, change, [row]) != 1:
                 return None
+            tally = Tally()
+            if row[M.workflow_id] is not None and status_before in _UNRUN and edit.status in _FINAL:
+                tally.end(row[M.workflow_id], edit.status)  # a step ended by hand
             if ends is lifecycle.SUCCESS:
-                release_after(self._state, [id], now, "")
+                release_after(self._state, [id], now, "", tally)
             elif ends is not None:
-                stop_after(self._state, {id: ends.value}, now, "")
-            return to_message(row)
+                stop_after(self._state, {id: ends.value}, now, "", tally)
+            finished = settle(self._state, tally, now) if tally else {}
+            edited = to_message(row)
+        self._state.outcomes.ended(finished)
+        return edited
 
     def delete_messages(self, ids: Sequence[int]) -> int:
         with self._state.lock:
             rows = [self._state.messages[i] for i in set(ids) if i in self._state.messages]
             # Messages not run yet that others wait on: those would otherwise wait for ever.
-            waited = {row[M.id]: lifecycle.CANCELLED.value for row in rows
+            waited = {row[M.id]: row[M.workflow_id] for row in rows
                       if row[M.workflow_id] is not None and row[M.status] in _UNRUN}
             deleted = apply(self._state, lifecycle.admin_delete(), rows)
-            stop_after(self._state, waited, clock.now(), "")
-            return deleted
+            finished = _ended(self._state, waited)
+        self._state.outcomes.ended(finished)
+        return deleted
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.retire()
@@ -143,3 +155,12 @@ class MemoryWrites:
             old = [row for row in self._state.rows(topic) if change.allows(row) and row[M.finish_time] is not None
                    and row[M.finish_time] < before and (row[M.result] is not None or row[M.progress] is not None)]
             return apply(self._state, change, old[:limit])
+
+
+def _ended(state: MemoryState, gone: dict[int, int]) -> dict[int, str]:
+    """Under the state's lock: messages of workflows ({id: workflow id}) removed before they
+    ran. What waits on them learns they ended CANCELLED, their workflows count them ended."""
+    now, tally = clock.now(), Tally()
+    tally.end_many((workflow_id, lifecycle.CANCELLED.value) for workflow_id in gone.values())
+    stop_after(state, {id: lifecycle.CANCELLED.value for id in gone}, now, "", tally)
+    return settle(state, tally, now)

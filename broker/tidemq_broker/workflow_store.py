@@ -1,0 +1,33 @@
+"""The storage's operations on workflows as a whole, part of the ``dependencies`` role
+(``storage.DependencyWrites`` extends this protocol): a workflow's row, the topics of its
+messages, cancelling it, and who is told of the workflows a commit ended."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Callable, Mapping, Optional, Protocol, Sequence
+
+from .records import WorkflowRecord
+
+__all__ = ["WorkflowStore"]
+
+
+class WorkflowStore(Protocol):
+    """Workflows (``tidemq_workflow``): one row per submission of steps, keyed by its workflow id."""
+
+    def workflow(self, workflow_id: int) -> Optional[WorkflowRecord]:
+        """The row of workflow ``workflow_id`` (None: no such workflow, or one submitted before
+        schema version 13)."""
+
+    def workflow_topics(self, workflow_ids: Sequence[int]) -> set[str]:
+        """The topics of the messages of the workflows ``workflow_ids`` (authorizing a cancel)."""
+
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str) -> list[int]:
+        """Cancel each workflow whole, in one transaction: remove its NEW and WAITING messages (what
+        waits on them elsewhere learns they ended CANCELLED) and, with ``running``, mark its
+        RUNNING ones as ``request_cancel`` does; its state becomes CANCELLED. Returns, per
+        workflow, how many messages were removed or marked."""
+
+    def watch_workflows(self, listener: Callable[[Mapping[str, int]], None]) -> None:
+        """Call ``listener`` with {state: count} after each commit of this storage that ended
+        workflows (the broker's ``tidemq_workflows_finished_total``)."""
