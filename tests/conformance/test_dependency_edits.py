@@ -77,3 +77,16 @@ def test_a_succeeded_message_nothing_depends_on_can_still_be_edited(storage):
     [alone] = _submit(storage, _steps("t.edit.alone", ()))
     _succeed(storage, "t.edit.alone", [alone])
     assert _edit(storage, alone, status=S.NEW.value).status == S.NEW.value
+
+
+def test_a_step_ended_by_hand_counts_in_its_workflow_which_ends_once(storage):
+    first, second = _submit(storage, _steps("t.edit.row", (), (0,)))
+    _edit(storage, first, status=S.FAIL.value)  # the second is stopped in the same transaction
+    assert _status(storage, second) == S.CANCELLED.value
+    row = storage.dependencies.workflow(first)
+    assert (row.state, row.steps_left, row.steps_failed) == ("FAILED", 0, 2)
+    assert row.finished_at is not None
+    _edit(storage, first, status=S.SUCCESS.value)  # a finished step: its workflow is not counted again
+    again = storage.dependencies.workflow(first)
+    assert (again.state, again.steps_left, again.steps_failed, again.finished_at) == \
+        ("FAILED", 0, 2, row.finished_at)
