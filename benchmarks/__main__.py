@@ -1,8 +1,8 @@
 """``python -m benchmarks [SCENARIO ...] [--json] [--smoke] [sizes]``: run the suite, print the table, write JSON.
 
 Scenarios: produce, consume (with scale), delay, peers, durable, concurrency, security, flow, enqueue, aio,
-pressure. With none named, all of them run but pressure (about 40 minutes: name it; ``--smoke`` runs
-it too).
+results, workflow, pressure. With none named, all of them run but pressure (about 40 minutes: name
+it; ``--smoke`` runs it too).
 The table goes to stderr as figures arrive; the JSON document goes to ``--out`` (default
 benchmarks/results/latest.json) and, with ``--json``, to stdout as one line.
 ``--smoke`` runs the scenarios at tiny sizes (flags given beside it still win): a check that
@@ -23,7 +23,7 @@ import traceback
 from .report import Report
 
 SCENARIOS = ("produce", "consume", "delay", "peers", "durable", "concurrency", "security", "flow", "enqueue", "aio",
-             "results", "pressure")
+             "results", "workflow", "pressure")
 #: Scenarios that run only when named (or in --smoke): they take far longer than the others.
 ON_REQUEST = ("pressure",)
 
@@ -39,6 +39,7 @@ SMOKE = {
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
     "results_samples": 20, "results_messages": 1_000, "results_waiters": 100, "results_idle_seconds": 1.0,
     "results_warmup": 0.5,
+    "workflow_group": 50, "workflow_fan_in": 20, "workflow_samples": 20, "workflow_dag": 30,
     # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
     # starts and stops every other kind against real servers.
     "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 2.0,
@@ -126,6 +127,18 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--results-waiters", type=int, default=1000, help="concurrent Results long-polls on one broker")
     g.add_argument("--results-idle-seconds", type=float, default=10.0, help="seconds the waiters' broker CPU is measured")
     g.add_argument("--results-warmup", type=float, default=2.0, help="seconds for every waiter to be waiting first")
+    g = p.add_argument_group("workflow (chord fan-in, dependency latency, a DAG; no-op steps)")
+    g.add_argument("--workflow-group", type=int, default=10_000, help="members of the group with a chord callback")
+    g.add_argument("--workflow-fan-in", type=int, default=1000,
+                   help="members per join step when the group is wider (a step waits on at most 1,000)")
+    g.add_argument("--workflow-samples", type=int, default=500, help="2-step chains timed, one at a time")
+    g.add_argument("--workflow-dag", type=int, default=1000, help="nodes of the random DAG")
+    g.add_argument("--workflow-seed", type=int, default=30, help="seed of the random DAG")
+    g.add_argument("--workflow-workers", type=int, default=2)
+    g.add_argument("--workflow-target", type=float, default=1.2,
+                   help="largest chord callback start / plain consume time ratio")
+    g.add_argument("--workflow-latency-target", type=float, default=5.0,
+                   help="largest p50 ms from a dependency's SUCCESS to the dependent's handler start")
     g = p.add_argument_group("concurrency (one message per call from many threads; peers per --peers, --durable-peers)")
     g.add_argument("--concurrency-threads", type=int, nargs="+", default=[1, 4, 16, 64],
                    help="thread counts of the one producing process")

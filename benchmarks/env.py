@@ -262,13 +262,15 @@ class Cluster:
         self.brokers.append(proc)
         return proc
 
-    def start_workers(self, count: int, topic: str, env: dict[str, str]) -> list[Proc]:
-        """``count`` worker processes running benchmarks.consumers on ``topic``; waits until all
-        are registered in ZooKeeper, so a measurement never includes their start-up."""
+    def start_workers(self, count: int, topic: str, env: dict[str, str],
+                      module: str = "benchmarks.consumers") -> list[Proc]:
+        """``count`` worker processes running ``module`` (benchmarks.consumers by default) on
+        ``topic``; waits until all are registered in ZooKeeper, so a measurement never includes
+        their start-up."""
         procs = []
         for i in range(count):
             n = self._started["worker"] = self._started.get("worker", -1) + 1
-            proc = Proc(f"worker-{n}", TIDEMQ + ["worker", "benchmarks.consumers"],
+            proc = Proc(f"worker-{n}", TIDEMQ + ["worker", module],
                         {**self.settings_env, "BENCH_TOPIC": topic, **env}, self.dir)
             self.workers.append(proc)
             procs.append(proc)

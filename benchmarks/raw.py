@@ -27,7 +27,7 @@ from tidemq_broker.storage import NewRow
 from tidemq_broker.storages.rows import INSERT_COLUMNS, row_values
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",
-           "make_due", "Row", "RowCommitter", "GroupCommitter"]
+           "finish_times", "make_due", "Row", "RowCommitter", "GroupCommitter"]
 
 Row = tuple
 _COLS = ", ".join(INSERT_COLUMNS)
@@ -256,11 +256,14 @@ class GroupCommitter:
 
 
 def truncate(url: str) -> None:
-    """Empty the message table and the produce request ids (fast, unlike DELETE)."""
+    """Empty the message table, its dependency edges and the produce request ids (fast, unlike
+    DELETE). The edges go too: ids start again at 1, and an edge left from an earlier message
+    would make a new one with its id wait on, or release, another."""
     conn = connect(url)
     try:
         with conn.cursor() as cur:
             cur.execute("TRUNCATE TABLE tidemq_message")
+            cur.execute("TRUNCATE TABLE tidemq_dependency")
             cur.execute("TRUNCATE TABLE tidemq_produce_request")
         conn.commit()
     finally:
@@ -282,10 +285,11 @@ class Watch:
             return int(cur.fetchone()[0])
 
     def unfinished(self, topic: str) -> bool:
-        """True while any message of ``topic`` is NEW or RUNNING: one index probe, so polling it
-        costs the database next to nothing (a COUNT over 100k rows would not)."""
+        """True while any message of ``topic`` is WAITING, NEW or RUNNING: one index probe, so
+        polling it costs the database next to nothing (a COUNT over 100k rows would not)."""
         with self.conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM tidemq_message WHERE topic = %s AND status IN ('NEW', 'RUNNING') LIMIT 1",
+            cur.execute("SELECT 1 FROM tidemq_message WHERE topic = %s AND status IN ('WAITING', 'NEW', 'RUNNING') "
+                        "LIMIT 1",
                         (topic,))
             return cur.fetchone() is not None
 
@@ -303,6 +307,22 @@ def span(url: str, topic: str) -> tuple[float, int]:
                         "WHERE topic = %s AND status = 'SUCCESS'", (topic,))
             first, last, n = cur.fetchone()
             return ((last - first).total_seconds() if n else 0.0), int(n)
+    finally:
+        conn.close()
+
+
+def finish_times(url: str, ids: list[int]) -> dict[int, datetime]:
+    """The time the broker stamped on the SUCCESS of each of ``ids`` that succeeded (UTC, ms)."""
+    found: dict[int, datetime] = {}
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            for start in range(0, len(ids), 1000):
+                part = ids[start:start + 1000]
+                cur.execute("SELECT id, finish_time FROM tidemq_message WHERE status = 'SUCCESS' AND id IN ("
+                            + ", ".join(["%s"] * len(part)) + ")", part)
+                found.update({int(i): t for i, t in cur.fetchall()})
+        return found
     finally:
         conn.close()
 
