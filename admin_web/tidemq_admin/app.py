@@ -65,9 +65,9 @@ def create_app(settings: Optional[Settings] = None, storage: Optional[Storage] =
     metrics.install(app)
     _install_template_helpers(app)
 
-    from .views import auth, cluster, dashboard, message_actions, messages, schedules, topics
+    from .views import auth, cluster, dashboard, message_actions, messages, schedules, topics, workflows
 
-    for module in (auth, dashboard, messages, message_actions, topics, schedules, cluster):
+    for module in (auth, dashboard, messages, message_actions, workflows, topics, schedules, cluster):
         app.register_blueprint(module.bp)
 
     @app.errorhandler(HTTPException)

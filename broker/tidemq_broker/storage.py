@@ -1,14 +1,12 @@
 """The storage interface: every database operation tidemq performs is one named method of a role.
 
-A role is a protocol that one component of each implementation provides (the schema, message
-writes, dependencies, leases, acks, probes, topics, reads, counts, schedules, principals,
-sessions, the console's reads). :class:`Storage` holds one component per role, as the factory
-``tidemq_broker.storages.open_storage`` builds them around one database (or
-``storages.memory.open_memory_storage`` around one in-memory state); callers take the roles they
-use and nothing reaches a database object behind them. Each transition of a message is one
-operation and applies what ``tidemq.lifecycle`` decides for it. Every implementation passes
-tests/conformance. Each method is one transaction unless it says otherwise. The values
-operations take and return are in ``tidemq_broker.records``.
+A role is a protocol that one component of each implementation provides. :class:`Storage` holds one
+component per role, as the factory ``tidemq_broker.storages.open_storage`` builds them around one
+database (or ``storages.memory.open_memory_storage`` around one in-memory state); callers take the
+roles they use and nothing reaches a database object behind them. Each transition of a message is
+one operation and applies what ``tidemq.lifecycle`` decides for it. Every implementation passes
+tests/conformance. Each method is one transaction unless it says otherwise. The values operations
+take and return are in ``tidemq_broker.records`` (a workflow's in ``tidemq_broker.workflow_view``).
 """
 
 from __future__ import annotations
@@ -20,20 +18,20 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, LeasedMessage, LockHint,
-                      LockRequest, MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal,
-                      RecentInserts, RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog,
-                      TopicCounts, TopicSettings, WorkflowStep, hours_ago)
+from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, LeasedMessage, LockHint, LockRequest,
+                      MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal, RecentInserts,
+                      RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog, TopicCounts, TopicSettings,
+                      WorkflowStep, hours_ago)
 from .workflow_store import WorkflowStore
+from .workflow_view import WorkflowGraph, WorkflowPage
 
 __all__ = [
     "Storage", "Schema", "MessageWrites", "DependencyWrites", "Leasing", "Acking", "Probes", "TopicStore",
-    "MessageReads", "Counts", "ScheduleStore", "PrincipalStore", "SessionStore", "ConsoleStore",
-    "WorkflowStep", "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
-    "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
-    "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
-    "COUNTED_FROM", "hours_ago", "AckItem", "AckOutcome", "MessageResult",
-]
+    "MessageReads", "Counts", "ScheduleStore", "PrincipalStore", "SessionStore", "ConsoleStore", "WorkflowStep",
+    "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
+    "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule", "Principal",
+    "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW", "COUNTED_FROM",
+    "hours_ago", "AckItem", "AckOutcome", "MessageResult", "WorkflowPage", "WorkflowGraph"]
 
 
 class Schema(Protocol):
@@ -329,7 +327,7 @@ class SessionStore(Protocol):
 
 class ConsoleStore(Protocol):
     """What the console reads and changes beyond the broker's operations: users, pages of
-    messages, and the dashboard's figures."""
+    messages and of workflows, a workflow's graph, and the dashboard's figures."""
 
     def get_user(self, name: str) -> Optional[AdminUser]:
         """The user called ``name``, if any."""
@@ -338,8 +336,7 @@ class ConsoleStore(Protocol):
         """Every user, by name."""
 
     def save_user(self, name: str, password_hash: str, role: str, now: datetime) -> bool:
-        """Create the user or replace its password and role (ending its sessions in the same
-        transaction); True when it was created."""
+        """Create the user or replace its password and role (ending its sessions); True if created."""
 
     def list_page(self, flt: MessageFilter, limit: int, before_id: Optional[int] = None,
                   window: int = SCAN_WINDOW) -> MessagePage:
@@ -347,8 +344,7 @@ class ConsoleStore(Protocol):
         filter no index answers (text, time ranges) examines at most ``window`` ids per page."""
 
     def results_page(self, topic: str, limit: int, before_id: Optional[int] = None) -> list[MessageResult]:
-        """Up to ``limit`` finished messages of ``topic`` that still hold a result (or error),
-        with ids below ``before_id``, newest first: the console's retained results."""
+        """Up to ``limit`` finished messages of ``topic`` holding a result, below ``before_id``, newest first."""
 
     def matching_ids(self, flt: MessageFilter, after_id: int, limit: int) -> list[int]:
         """Ids above ``after_id`` matching ``flt`` (every criterion), ascending: for bulk actions."""
@@ -358,10 +354,9 @@ class ConsoleStore(Protocol):
 
     def topic_counts(self, known: Optional[dict[str, dict[str, int]]] = None,
                      topics: Optional[Sequence[str]] = None) -> TopicCounts:
-        """Messages per topic and status. A status the leader's stored count puts at
-        ``COUNTED_FROM`` or more is taken from it, with its time; the others are counted now.
-        ``known``: counts the caller made itself just now ({topic: {status: n}}), neither counted
-        again nor taken from the stored count. ``topics``: the topics present, when known."""
+        """Messages per topic and status. A status the leader's stored count puts at ``COUNTED_FROM``
+        or more is taken from it, with its time; the others are counted now. ``known``: counts the
+        caller made just now ({topic: {status: n}}). ``topics``: the topics present, when known."""
 
     def backlog(self, topics: Sequence[str], now: datetime) -> dict[str, TopicBacklog]:
         """Due and scheduled NEW counts per topic."""
@@ -372,13 +367,18 @@ class ConsoleStore(Protocol):
     def open_alarms(self, limit: int = 50) -> list[dict[str, Any]]:
         """The pipeline's alarms not resolved yet, newest first."""
 
+    def workflow_page(self, state: Optional[str], limit: int, before_id: Optional[int] = None,
+                      window: int = SCAN_WINDOW) -> WorkflowPage:
+        """Workflows below ``before_id`` in ``state``, newest first, ``window`` ids examined a page."""
+
+    def workflow_graph(self, workflow_id: int, limit: int) -> Optional[WorkflowGraph]:
+        """A workflow's first ``limit`` messages and their edges; None when it has no step."""
+
 
 @dataclass(frozen=True)
 class Storage:
-    """One storage: a component per role, all over the same database (or in-memory state).
-
-    ``close`` releases what the factory opened (the connection pools); the components are not
-    usable after it."""
+    """One storage: a component per role, all over the same database (or in-memory state);
+    ``close`` releases what the factory opened (the connection pools), after which none is usable."""
 
     schema: Schema
     messages: MessageWrites

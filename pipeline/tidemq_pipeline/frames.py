@@ -13,11 +13,14 @@ from pyspark.sql import functions as F
 from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 
-__all__ = ["PARTITION_COLUMNS", "has_status", "for_archive", "partition_counts", "newest_copy"]
+__all__ = ["PARTITION_COLUMNS", "ARCHIVE_OMITS", "has_status", "for_archive", "partition_counts", "newest_copy"]
 
 #: The archive's directory levels: root/topic=T/day=YYYY-MM-DD/archive_batch=N/part-*.parquet.
 #: The batch level lets a rerun remove exactly the files of a batch that was cut short.
 PARTITION_COLUMNS = (M.topic, "day", "archive_batch")
+#: Message columns the archive leaves out: what only a message still waiting needs. A restore
+#: puts the table's default back (0: a restored message waits on nothing).
+ARCHIVE_OMITS = (M.deps_left,)
 
 
 def has_status(statuses: Iterable[MessageStatus]) -> Column:
@@ -26,9 +29,11 @@ def has_status(statuses: Iterable[MessageStatus]) -> Column:
 
 
 def for_archive(messages: DataFrame, batch_id: int) -> DataFrame:
-    """Message rows (every column, trace included) plus their partition columns: the UTC day the
-    message finished and the batch that moved it."""
-    return messages.withColumn("day", F.to_date(M.finish_time)).withColumn("archive_batch", F.lit(int(batch_id)))
+    """Message rows (every column, trace and ``workflow_id`` included, but ``deps_left``: a
+    finished message waits on nothing) plus their partition columns: the UTC day the message
+    finished and the batch that moved it."""
+    return (messages.drop(*ARCHIVE_OMITS).withColumn("day", F.to_date(M.finish_time))
+            .withColumn("archive_batch", F.lit(int(batch_id))))
 
 
 def partition_counts(rows: DataFrame) -> dict[tuple[str, date], int]:

@@ -53,6 +53,8 @@ def restored(message: dict[str, Any], change: Change) -> dict[str, Any]:
     """An archived message row as the lifecycle's ``restore`` puts it back: its columns set,
     its trace line appended, its version moved on."""
     row = {**message, **change.values}
+    for name in frames.ARCHIVE_OMITS:  # read as NULL from the files that lack it: the default fills it
+        row.pop(name, None)
     row[M.trace] = (message.get(M.trace) or "") + change.trace
     if change.bump_version and message.get(M.version) is not None:
         row[M.version] = message[M.version] + 1

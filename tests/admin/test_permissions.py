@@ -9,7 +9,7 @@ from tidemq_broker.storage import MessageFilter
 from tests.admin.conftest import fail_all, produce
 from tests.observe import list_messages
 
-VIEWER_PAGES = ["/", "/messages", "/messages?status=FAIL", "/topics", "/cluster"]
+VIEWER_PAGES = ["/", "/messages", "/messages?status=FAIL", "/workflows", "/topics", "/cluster"]
 
 
 @pytest.mark.parametrize("path", VIEWER_PAGES)

@@ -28,6 +28,7 @@ from ..schema import topic_stats as ts
 from .database import SqlDatabase
 from .reads import RESULT_COLUMNS, topics_present
 from .rows import to_message
+from .workflow_reads import SqlWorkflowReads
 
 __all__ = ["SqlConsole"]
 
@@ -42,8 +43,9 @@ class _Plan:
     index: Optional[str] = None
 
 
-class SqlConsole:
-    """Console operations over the storage's database object; each method is one transaction."""
+class SqlConsole(SqlWorkflowReads):
+    """Console operations over the storage's database object; each method is one transaction
+    (the workflow reads are in ``workflow_reads.py``)."""
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db

@@ -18,6 +18,7 @@ from ...records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, MessageFilter, Mes
                         TopicCounts)
 from ..rows import to_message
 from .state import MemoryState
+from .workflow_reads import MemoryWorkflowReads
 
 __all__ = ["MemoryConsole"]
 
@@ -51,8 +52,8 @@ def _matcher(flt: MessageFilter) -> tuple[Callable[[Row], bool], bool]:
     return (lambda row: all(check(row) for check in every)), bool(residual)
 
 
-class MemoryConsole:
-    """Console users, pages of messages and the dashboard's figures."""
+class MemoryConsole(MemoryWorkflowReads):
+    """Console users, pages of messages, the dashboard's figures (and workflows: ``workflows.py``)."""
 
     def __init__(self, state: MemoryState) -> None:
         self._state = state
