@@ -75,6 +75,11 @@ class PullHub:
     def start(self) -> None:
         self._thread.start()
 
+    def waiting(self, topic: str) -> int:
+        """How many pulls of ``topic`` are waiting now."""
+        with self._lock:
+            return len(self._waiters.get(topic, ()))
+
     def stop(self) -> None:
         """Wake every waiter; pulls return what they have (nothing) at once."""
         self._stopped.set()

@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 import grpc
 
+from tidemq import clock
 from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
 from tidemq.coordinators import open_coordinator
@@ -27,6 +28,7 @@ from .maintenance.requests import ProduceRequests
 from .maintenance.results import ResultRetention
 from .maintenance.retention import Retention
 from .maintenance.schedules import ScheduleTicks
+from .release_signals import ReleaseSignals
 from .results import ResultHub
 from .pulls import PullHub
 from .migrations import warn_if_behind
@@ -103,8 +105,9 @@ class BrokerServer:
         self.hub = PullHub(self.storage.probes)
         self.results = ResultHub(self.storage.probes)
         self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit)
+        self.signals = ReleaseSignals(self.coordinator, lambda topic: self.hub.notify(topic, clock.now(), None))
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
-                                     settings.max_data_bytes, self.results)
+                                     settings.max_data_bytes, self.results, self.signals)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
             LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
@@ -138,6 +141,7 @@ class BrokerServer:
         warn_if_behind(self.storage.schema, "broker")
         self.hub.start()
         self.results.start()
+        self.signals.start()
         self._server.start()
         if self._own_coordinator:
             self.coordinator.start()
@@ -152,6 +156,7 @@ class BrokerServer:
         self.maintainer.stop()
         self.hub.stop()
         self.results.stop()
+        self.signals.stop()
         done = self._server.stop(grace)
         done.wait(grace + 1)
         self.writer.stop()

@@ -40,6 +40,7 @@ from .intake import (
     steps_from_request,
 )
 from .pulls import PullHub, long_poll
+from .release_signals import ReleaseSignals
 from .results import ResultHub
 from .schedules import check_schedule, next_tick
 from .storage import (AckItem, AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
@@ -95,9 +96,11 @@ class BrokerService(pb_grpc.BrokerServicer):
     """Stateless request handling; all state is in the storage and the coordinator."""
 
     def __init__(self, storage: Storage, topics: TopicCache, writer: GroupCommitWriter, hub: PullHub,
-                 name: str, max_data_bytes: int, results: Optional[ResultHub] = None) -> None:
+                 name: str, max_data_bytes: int, results: Optional[ResultHub] = None,
+                 signals: Optional[ReleaseSignals] = None) -> None:
         self.storage = storage
         self.results = results if results is not None else ResultHub(storage.probes)
+        self.signals = signals
         self.topics = topics
         self.writer = writer
         self.hub = hub
@@ -126,6 +129,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         topic = request.topic
         authorize("Pull", [topic])
         self.topics.ensure([topic])  # a topic only ``tidemq.enqueue`` wrote to has no row yet
+        if self.signals is not None:
+            self.signals.watch(topic)  # steps of it released through another broker wake this pull
         settings = self.topics.get(topic)
         ttr = int(round(request.ttr_seconds)) or settings.ttr
         ttr = max(1, min(ttr, MAX_TTR))
@@ -197,6 +202,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                                     self.topics.get, released)
         for topic in released:  # steps whose last dependency just succeeded are due now
             self.hub.notify(topic, clock.now(), None)
+        if released and self.signals is not None:
+            self.signals.released(released)  # and pulls waiting on other brokers
         self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
         metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)

@@ -160,6 +160,19 @@ class Coordinator(abc.ABC):
     def prune_broadcasts(self, older_than: float) -> int:
         """Delete broadcasts created more than ``older_than`` seconds ago; return how many."""
 
+    # -- signals -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def signal(self, topic: str) -> None:
+        """Tell every watcher of ``topic``'s signal that something changed there (brokers: a
+        step of the topic was released). Coalesced: watchers learn that it changed, not how often."""
+
+    @abc.abstractmethod
+    def watch_signal(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each signal of ``topic`` (and possibly once at the start).
+
+        Returns a function that stops the watch.
+        """
+
     # -- leadership ----------------------------------------------------------------------
     @abc.abstractmethod
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:

@@ -125,6 +125,36 @@ def test_broadcasts_keep_order_and_a_burst_loses_nothing(coordinators):
     assert reader.broadcast_sequences("t.none") == []
 
 
+def test_a_signal_reaches_the_watchers_of_its_topic_only_and_a_stopped_watch_hears_nothing(coordinators):
+    sender, reader = coordinators(), coordinators()
+    counts = {"t.sig": 0, "t.other": 0}
+    lock = threading.Lock()
+
+    def counter(topic):
+        def heard():
+            with lock:
+                counts[topic] += 1
+        return heard
+
+    stop = reader.watch_signal("t.sig", counter("t.sig"))
+    reader.watch_signal("t.other", counter("t.other"))
+    sender.signal("t.never.watched")  # signalling a topic nobody watches is fine
+    wait_until(lambda: counts["t.sig"] >= 1 and counts["t.other"] >= 1, 10, what="the watches' first calls")
+    with lock:
+        before = dict(counts)
+    sender.signal("t.sig")
+    wait_until(lambda: counts["t.sig"] > before["t.sig"], 10, what="the signal of t.sig")
+    sender.signal("t.sig")  # a second one on the node the first created
+    wait_until(lambda: counts["t.sig"] > before["t.sig"] + 1, 10, what="a second signal")
+    stop()
+    with lock:
+        stopped_at = counts["t.sig"]
+    sender.signal("t.sig")  # unheard: its watch stopped
+    sender.signal("t.other")  # sent after it, heard after it
+    wait_until(lambda: counts["t.other"] > before["t.other"], 10, what="the signal of t.other")
+    assert counts["t.sig"] == stopped_at
+
+
 def test_pruning_removes_only_old_broadcasts_and_sequences_never_repeat(coordinators):
     coord = coordinators()
     old = [coord.broadcast("t.prune", b"old") for _ in range(3)]

@@ -16,6 +16,9 @@ from tidemq.aio import AsyncClient
 from tidemq.errors import DependencyCycleError, UnknownDependencyError
 from tidemq.workflows import Step
 
+from tests.background import InThread
+from tests.servers import wait_until
+
 
 @pytest.fixture
 def clients(settings, two_brokers):
@@ -175,3 +178,23 @@ def test_a_steps_inputs_are_read_from_the_broker_that_leased_it(settings, two_br
         assert asked == [("Results", leased.broker)]
     finally:
         both.close()
+
+
+def test_a_step_released_through_one_broker_wakes_a_pull_waiting_on_the_other(two_brokers, clients):
+    """The releasing broker signals the topic through ZooKeeper; without the signal, the waiting
+    broker would find the step only by its earliest-due probe or its pull's recheck, both turned
+    off here, so the pull would end empty at its deadline."""
+    a, b = clients
+    hub = two_brokers[1].hub
+    hub._earliest_every, hub.recheck = 10**9, 600.0
+    parent = a.produce("deps.wake.parent", {"n": 1})
+    child = b.produce("deps.wake.child", {"n": 2}, depends_on=[parent])
+    children = BatchConsumer("deps.wake.child", ttr=30, client=b)
+    assert children.pull(max_messages=1, wait=0) == []  # broker b now watches the topic's signal
+    waiting = InThread(lambda: children.pull(max_messages=1, wait=60))
+    wait_until(lambda: hub.waiting("deps.wake.child") == 1, 10, what="the pull waiting on broker b")
+    parents = BatchConsumer("deps.wake.parent", ttr=30, client=a)
+    [got] = parents.pull(max_messages=1, wait=10)
+    parents.ack(succeeded=[got.id])
+    [released] = waiting.value(50)  # well before the pull's 60 s deadline
+    assert released.id == child

@@ -240,6 +240,13 @@ class LocalCoordinator(Coordinator):
                     pruned += 1
         return pruned
 
+    # -- signals -----------------------------------------------------------------------------
+    def signal(self, topic: str) -> None:
+        self._changed("signal/" + topic)
+
+    def watch_signal(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._watch("signal/" + topic, callback)
+
     # -- leadership --------------------------------------------------------------------------
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:
         tree = self._tree

@@ -11,7 +11,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from ..coordinator import ConnectionState, Coordinator, Registration, sort_by_sequence
@@ -300,6 +300,31 @@ class ZooKeeperCoordinator(Coordinator):
 
     def prune_broadcasts(self, older_than: float) -> int:
         return self._broadcasts.prune(older_than)
+
+    # -- signals: <root>/signals/<topic>, one node per topic whose data each signal sets ----
+    def signal(self, topic: str) -> None:
+        path = self._path("signals", topic)
+        try:
+            try:
+                self._zk.set(path, b"")  # a new version: every DataWatch of it fires
+            except NoNodeError:
+                self._zk.ensure_path(path)
+        except KazooException as exc:
+            raise CoordinationError(f"cannot signal {topic}: {exc!r}") from None
+
+    def watch_signal(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
+        path = self._path("signals", topic)
+        self._zk.ensure_path(path)
+        stopped = threading.Event()
+
+        def on_data(data: object, stat: object) -> bool:
+            if stopped.is_set():
+                return False  # returning False ends a kazoo DataWatch
+            callback()
+            return True
+
+        DataWatch(self._zk, path, on_data)
+        return stopped.set
 
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:
         return self._leadership.run_for_leader(identifier, lead)

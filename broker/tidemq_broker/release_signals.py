@@ -1,0 +1,113 @@
+"""Releases told to the other brokers: a step released by an ack here is due at once, and the
+pulls that wait for it may be waiting on another broker.
+
+A broker hears of rows committed elsewhere through its insert watch (``inserts.py``), which
+reads new ids. A release does not make a new id: the ack's transaction moves an existing row
+from WAITING to NEW. Without a word from the broker that recorded it, another broker's pulls
+would find the step only by their earliest-due probe, about half a second later, and a chain
+whose steps alternate between brokers would advance two steps a second.
+
+So the broker whose ack released steps signals their topics through the coordinator
+(``Coordinator.signal``: one ZooKeeper node per topic whose data it sets), from a thread of its
+own, so the Ack call does not wait for ZooKeeper; the topics released while a signal is on its
+way go together in the next round. Each broker watches the signal of every topic it has served
+a pull for, and wakes that topic's waiting pulls when it fires. A lost signal (ZooKeeper away)
+costs only the delay the earliest-due probe still bounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Iterable
+
+from tidemq.coordinator import Coordinator
+from tidemq.errors import CoordinationError
+
+__all__ = ["ReleaseSignals"]
+
+log = logging.getLogger(__name__)
+
+
+class ReleaseSignals:
+    """Signals the topics of released steps, and wakes this broker's pulls on others' signals.
+
+    ``wake(topic)`` wakes the pulls waiting on ``topic``.
+    """
+
+    def __init__(self, coordinator: Coordinator, wake: Callable[[str], None]) -> None:
+        self._coordinator = coordinator
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._pending_changed = threading.Condition(self._lock)
+        self._pending: set[str] = set()
+        self._watched: dict[str, Callable[[], None]] = {}
+        self._stopped = False
+        self._failing = False
+        self._thread = threading.Thread(target=self._send_forever, name="tidemq-release-signals", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            watched, self._watched = self._watched, {}
+            self._pending_changed.notify_all()
+        for stop_watch in watched.values():
+            stop_watch()
+
+    def released(self, topics: Iterable[str]) -> None:
+        """Steps of ``topics`` were released by a commit of this broker: tell the others."""
+        with self._lock:
+            before = len(self._pending)
+            self._pending.update(topics)
+            if len(self._pending) > before:
+                self._pending_changed.notify()
+
+    def watch(self, topic: str) -> None:
+        """Wake this broker's pulls of ``topic`` on every signal of it from now on (once per
+        topic; a pull calls it each time, so it must be cheap once watched)."""
+        if topic in self._watched:
+            return
+        with self._lock:
+            if topic in self._watched or self._stopped:
+                return
+            self._watched[topic] = lambda: None  # claimed: a second pull does not watch again
+        try:
+            stop_watch = self._coordinator.watch_signal(topic, lambda: self._wake(topic))
+        except Exception as exc:  # ZooKeeper away (kazoo's errors too): the next pull tries again
+            log.debug("cannot watch the release signal of %s: %r", topic, exc)
+            with self._lock:
+                self._watched.pop(topic, None)
+            return
+        with self._lock:
+            if self._stopped:
+                stop_watch()
+            else:
+                self._watched[topic] = stop_watch
+
+    def _send_forever(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._stopped:
+                    self._pending_changed.wait()
+                if self._stopped:
+                    return
+                topics, self._pending = sorted(self._pending), set()
+            for topic in topics:
+                self._send(topic)
+
+    def _send(self, topic: str) -> None:
+        try:
+            self._coordinator.signal(topic)
+        except CoordinationError as exc:
+            # Said once per outage: the other brokers' probes still find the steps.
+            if not self._failing:
+                log.warning("cannot signal released steps to the other brokers (%s); they find them by "
+                            "their probe until this works again", exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("signalling released steps to the other brokers works again")
+            self._failing = False

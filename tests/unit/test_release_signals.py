@@ -1,0 +1,65 @@
+"""ReleaseSignals: the topics of released steps reach the coordinator from a thread of their own,
+a topic is watched once however many pulls ask, and an outage is logged once, not per signal."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from tests.servers import wait_until
+from tidemq.errors import CoordinationError
+from tidemq_broker.release_signals import ReleaseSignals
+
+
+class FakeCoordinator:
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.signalled: list[str] = []
+        self.watches: dict[str, object] = {}
+        self.lock = threading.Lock()
+
+    def signal(self, topic):
+        with self.lock:
+            if self.failures:
+                self.failures -= 1
+                raise CoordinationError("ZooKeeper away")
+            self.signalled.append(topic)
+
+    def watch_signal(self, topic, callback):
+        self.watches[topic] = callback
+        return lambda: self.watches.pop(topic, None)
+
+
+def test_released_topics_are_signalled_and_watched_topics_wake_their_pulls():
+    coordinator, woken = FakeCoordinator(), []
+    signals = ReleaseSignals(coordinator, woken.append)
+    signals.start()
+    try:
+        signals.watch("t.a")
+        signals.watch("t.a")  # a second pull of the topic: still one watch
+        assert list(coordinator.watches) == ["t.a"]
+        coordinator.watches["t.a"]()  # another broker's signal
+        assert woken == ["t.a"]
+        signals.released({"t.a": 1, "t.b": 2})
+        wait_until(lambda: sorted(coordinator.signalled) == ["t.a", "t.b"], 10, what="both topics signalled")
+    finally:
+        signals.stop()
+    assert coordinator.watches == {}  # stopped with the broker
+
+
+def test_an_outage_is_logged_once_and_its_end_once(caplog):
+    coordinator = FakeCoordinator(failures=3)
+    signals = ReleaseSignals(coordinator, lambda topic: None)
+    signals.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="tidemq_broker.release_signals"):
+            for n in range(4):  # three fail, the fourth gets through
+                signals.released([f"t.{n}"])
+                wait_until(lambda: (3 - coordinator.failures) + len(coordinator.signalled) > n, 10,
+                           what=f"signal {n} tried")
+    finally:
+        signals.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if m.startswith("cannot signal released steps")]) == 1
+    assert len([m for m in messages if m.startswith("signalling released steps")]) == 1
+    assert coordinator.signalled == ["t.3"]
