@@ -33,7 +33,7 @@ _STATES = {
 }
 
 
-_SUBPATHS = ("brokers", "consumers", "broadcast", "leader")
+_SUBPATHS = ("brokers", "consumers", "broadcast", "leader", "signals")
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -102,7 +102,7 @@ class ZooKeeperCoordinator(Coordinator):
         """Give nodes made before TIDEMQ_ZK_AUTH was set (an upgrade) the ACL they lack: the root,
         its subpaths and their persistent children (per-topic parents, the election)."""
         paths = [self.root] + [self._path(sub) for sub in _SUBPATHS]
-        for sub in ("consumers", "broadcast", "leader"):
+        for sub in ("consumers", "broadcast", "leader", "signals"):
             paths += [self._path(sub, child) for child in self._zk.get_children(self._path(sub))]
         secure_nodes(self._zk, paths, self._acl)
 
