@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .maintenance import Maintainer
 from .maintenance.backlog import BacklogRefresh
 from .maintenance.counts import TopicCounts
+from .maintenance.edges import EdgeRetention
 from .maintenance.broadcasts import BroadcastPruner
 from .maintenance.leases import LeaseExpiry
 from .maintenance.requests import ProduceRequests
@@ -113,6 +114,7 @@ class BrokerServer:
             LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
             Retention(self.storage.topics, self.storage.messages),
             ResultRetention(self.storage.topics, self.storage.messages),
+            EdgeRetention(self.storage.dependencies),
             ProduceRequests(self.storage.messages),
             BroadcastPruner(self.coordinator),
             BacklogRefresh(self.storage.counts, self.address),

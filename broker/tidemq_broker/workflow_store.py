@@ -28,6 +28,11 @@ class WorkflowStore(Protocol):
         RUNNING ones as ``request_cancel`` does; its state becomes CANCELLED. Returns, per
         workflow, how many messages were removed or marked."""
 
+    def forget_orphan_edges(self, after: int, limit: int) -> tuple[int, int]:
+        """Delete the dependency edges of messages no longer stored, looking at the edges of up
+        to ``limit`` children with ids above ``after``. Returns (the last child id looked at, to
+        pass as ``after`` next; 0 when none was above it, to start again; how many were deleted)."""
+
     def watch_workflows(self, listener: Callable[[Mapping[str, int]], None]) -> None:
         """Call ``listener`` with {state: count} after each commit of this storage that ended
         workflows (the broker's ``tidemq_workflows_finished_total``)."""

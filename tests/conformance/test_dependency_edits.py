@@ -90,3 +90,20 @@ def test_a_step_ended_by_hand_counts_in_its_workflow_which_ends_once(storage):
     again = storage.dependencies.workflow(first)
     assert (again.state, again.steps_left, again.steps_failed, again.finished_at) == \
         ("FAILED", 0, 2, row.finished_at)
+
+
+def test_the_edges_of_messages_gone_are_swept_and_those_of_stored_ones_kept(storage):
+    first, second, third = _submit(storage, _steps("t.edges.gone", (), (0,), (1,)))
+    [other] = _submit(storage, _steps("t.edges.kept", (), depends_on={0: [first]}))
+    assert storage.messages.cancel([third]) == [True]  # a WAITING step taken back: its row is gone
+    assert storage.messages.delete_messages([other]) == 1
+    swept, after = 0, 0
+    while True:  # two children a look: the sweep goes on from where it stopped
+        after, deleted = storage.dependencies.forget_orphan_edges(after, 2)
+        swept += deleted
+        if after == 0:
+            break
+    assert swept == 2  # second -> third, first -> other
+    assert storage.dependencies.forget_orphan_edges(0, 100) == (second, 0)  # first -> second stays
+    _succeed(storage, "t.edges.gone", [first])  # and still releases
+    assert _status(storage, second) == S.NEW.value

@@ -51,6 +51,7 @@ from .request_ids import id_list, stored_answer
 from .rows import row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 from .workflow_tally import Tally, policy_of
+from .edges import SqlEdges
 from .workflows import SqlWorkflows, create_workflow, settle
 
 __all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of"]
@@ -61,7 +62,7 @@ _CANCELLED = MessageStatus.CANCELLED.value
 _RUNNING = MessageStatus.RUNNING.value
 
 
-class SqlDependencies(SqlWorkflows):
+class SqlDependencies(SqlWorkflows, SqlEdges):
     """Steps with dependencies: one transaction per submission; and the workflows' rows."""
 
     def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:

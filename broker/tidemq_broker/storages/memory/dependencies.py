@@ -21,6 +21,7 @@ from ..rows import row_values
 from ..steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 from ..workflow_tally import Tally, policy_of
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
+from .edges import MemoryEdges
 from .workflows import MemoryWorkflows, create_workflow, settle
 
 __all__ = ["MemoryDependencies", "release_after", "stop_after"]
@@ -29,7 +30,7 @@ _WAITING = MessageStatus.WAITING.value
 _CANCELLED = MessageStatus.CANCELLED.value
 
 
-class MemoryDependencies(MemoryWorkflows):
+class MemoryDependencies(MemoryWorkflows, MemoryEdges):
     """Steps with dependencies, each submission atomic; and the workflows' rows."""
 
     def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
