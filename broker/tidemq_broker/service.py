@@ -279,8 +279,8 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     @_rpc
     def Workflow(self, request: pb.WorkflowRequest, context: grpc.ServicerContext) -> pb.WorkflowReply:
-        """A workflow's row; with ``wait_seconds``, a long-poll until it is no longer RUNNING
-        (``workflow_wait``). Reading it needs the right on every topic of its steps, as
+        """A workflow's row; with ``wait_seconds``, a long-poll until it ended: no step of it is
+        left (``workflow_wait``). Reading it needs the right on every topic of its steps, as
         cancelling it does; an unknown workflow has none, so it answers not found to anyone."""
         workflow_id = request.id
         if workflow_id <= 0:

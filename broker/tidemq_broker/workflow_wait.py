@@ -1,6 +1,8 @@
 """A Workflow call's wait for a workflow's end, on the result waiters (``results.ResultHub``).
 
-A workflow ends in the transaction of its last step's end, so it cannot end before any step it
+A workflow has ended once no step of it is left (``finished_at`` is set): a workflow cancelled
+whole is CANCELLED at once, but its marked RUNNING steps may still run, and a waiter that goes
+on to clean up after it must not start before they stop. A workflow ends in the transaction of its last step's end, so it cannot end before any step it
 still has open. The wait therefore sleeps on one open step at a time, the highest id (a chain's
 tail or a chord's callback: the step that ends last, so one sleep is usually enough), as a
 Results call sleeps on a message: woken at once by this broker's ack, cancel or expiry of it,
@@ -14,8 +16,6 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from tidemq.dependencies import WorkflowState
-
 from .records import WorkflowRecord
 from .results import ResultHub, is_final
 from .storage import Storage
@@ -24,11 +24,11 @@ __all__ = ["wait_workflow"]
 
 
 def wait_workflow(storage: Storage, results: ResultHub, workflow_id: int, deadline: float) -> Optional[WorkflowRecord]:
-    """The row of workflow ``workflow_id`` once it is no longer RUNNING, or at ``deadline`` (a
+    """The row of workflow ``workflow_id`` once it ended, or at ``deadline`` (a
     ``time.monotonic()`` value); None for an unknown workflow."""
     while True:
         record = storage.dependencies.workflow(workflow_id)
-        if record is None or record.state != WorkflowState.RUNNING.value or time.monotonic() >= deadline:
+        if record is None or record.finished_at is not None or time.monotonic() >= deadline:
             return record
         step = storage.dependencies.workflow_open_step(workflow_id)
         if step is None:  # its last step ended between the two reads: the row says so now

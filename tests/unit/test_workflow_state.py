@@ -107,6 +107,21 @@ def test_a_waiter_wakes_when_another_writer_ends_the_workflow(broker):
     assert answer["reply"].state == "CANCELLED"
 
 
+def test_a_workflow_cancelled_whole_ends_when_its_marked_running_step_stops(broker):
+    first, _ = _chain(broker, "k.a", "k.b")
+    [delivery] = broker.Pull(pb.PullRequest(topic="k.a", consumer="c", max_messages=1, total=1), Context()).messages
+    assert len(broker.Cancel(pb.CancelRequest(ids=[first], workflow=True, running=True), Context()).cancelled) == 2
+    now = broker.Workflow(pb.WorkflowRequest(id=first), Context())
+    assert (now.state, now.steps_left, now.finished_ms) == ("CANCELLED", 1, 0)
+    thread, answer = _waiter(broker, first, 30)
+    _waiting(broker, first)
+    item = pb.AckItem(id=delivery.id, lease_token=delivery.lease_token, cancelled=True)
+    broker.Ack(pb.AckRequest(consumer="c", items=[item]), Context())
+    thread.join(10)
+    assert (answer["reply"].state, answer["reply"].steps_left) == ("CANCELLED", 0)
+    assert answer["reply"].finished_ms > 0
+
+
 def test_a_wait_ends_at_its_deadline_running_and_unknown_or_bad_ids_are_answered(broker):
     first, _ = _chain(broker, "d.a", "d.b")
     assert broker.Workflow(pb.WorkflowRequest(id=first, wait_seconds=0.05), Context()).state == "RUNNING"
