@@ -138,8 +138,10 @@ def test_a_wait_ends_at_its_deadline_running_and_unknown_or_bad_ids_are_answered
 
 def test_reading_a_workflow_needs_every_topic_of_its_steps(broker):
     first, _ = _chain(broker, "w.a", "other.b")
-    for patterns, allowed in ((("w.*",), False), (("w.*", "other.*"), True)):
-        caller = CALLER.set(Principal("p", "consumer", patterns, "0" * 64, datetime(2026, 1, 1)))
+    cases = [("consumer", ("w.*",), False), ("consumer", ("w.*", "other.*"), True), ("producer", ("*",), True),
+             ("admin", ("*",), True)]
+    for role, patterns, allowed in cases:
+        caller = CALLER.set(Principal("p", role, patterns, "0" * 64, datetime(2026, 1, 1)))
         try:
             if allowed:
                 assert broker.Workflow(pb.WorkflowRequest(id=first), Context()).state == "RUNNING"
