@@ -112,9 +112,11 @@ def test_the_asyncio_client_submits_a_shape_and_awaits_its_workflow(clients, wor
             ended = await client.workflow_handle(handles)
             with pytest.raises(MessageNotFoundError, match=f"workflow {handles[1].id}"):
                 await client.workflow_state(handles[1].id)
-            return ended, [await handle for handle in handles]
+            workflow = await chain(sig("wfs.aio", 3), sig("wfs.aio", 4), sig("wfs.aio", 5)).produce(client, handle=True)
+            return ended, [await handle for handle in handles], await workflow
         finally:
             await client.close()
 
-    ended, values = asyncio.run(run())
+    ended, values, other = asyncio.run(run())
     assert (ended.state, ended.steps_total, values) == (WorkflowState.SUCCEEDED, 2, [2, 4])
+    assert (other.state, other.steps_total, other.steps_left) == (WorkflowState.SUCCEEDED, 3, 0)

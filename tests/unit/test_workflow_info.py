@@ -157,3 +157,26 @@ def test_tidemq_aio_offers_the_shapes_and_their_produce_awaits_an_async_client()
     assert asyncio.run(shape.produce(AsyncSubmitter(), result=True)) == ([0, 0, 2], True)
     assert asyncio.run(tidemq.aio.batch([tidemq.aio.sig("a.m")], on_complete=tidemq.aio.sig("a.z"))
                        .produce(AsyncSubmitter())) == ([0, 1], False)
+
+
+def test_a_shapes_produce_returns_a_workflow_handle_on_the_stub_and_through_an_async_client():
+    from tidemq.stub import StubBroker
+
+    stub = StubBroker()
+    handle = tidemq.chain(tidemq.sig("h.a"), tidemq.sig("h.b")).produce(stub, handle=True)
+    assert isinstance(handle, WorkflowHandle) and handle.id == stub.ids("h.a")[0]
+    assert handle.state().steps_left == 2
+    with pytest.raises(TypeError, match="not both"):
+        tidemq.chain(tidemq.sig("h.a"), tidemq.sig("h.b")).produce(stub, result=True, handle=True)
+    assert len(stub.ids()) == 2  # the refused call stored nothing
+
+    class AsyncSubmitter:
+        async def submit(self, workflow, timeout=None, result=False):
+            return [41, 42]
+
+        def workflow_handle(self, ids):
+            return AsyncWorkflowHandle(ids[0], self)
+
+    made = asyncio.run(tidemq.aio.chain(tidemq.aio.sig("h.a"), tidemq.aio.sig("h.b")).produce(AsyncSubmitter(),
+                                                                                              handle=True))
+    assert isinstance(made, AsyncWorkflowHandle) and made.id == 41
