@@ -97,6 +97,21 @@ def test_a_chord_whose_member_failed_under_policy_continue_ends_failed_after_its
     assert (answer["reply"].state, answer["reply"].steps_failed, answer["reply"].policy) == ("FAILED", 1, "continue")
 
 
+def test_a_wait_moves_to_the_next_open_step_when_the_highest_ends_first(broker):
+    messages = [pb.NewMessage(topic="n.x", data="1", retry=-1), pb.NewMessage(topic="n.y", data="2", retry=-1, after=[0]),
+                pb.NewMessage(topic="n.z", data="3", retry=-1)]
+    x, y, z = broker.Produce(pb.ProduceRequest(messages=messages), Context()).ids
+    thread, answer = _waiter(broker, x, 30)
+    _waiting(broker, z)  # the highest id: it does not end last here
+    _run_one(broker, "n.z")
+    _waiting(broker, y)
+    assert thread.is_alive()
+    _run_one(broker, "n.x")
+    _run_one(broker, "n.y")
+    thread.join(10)
+    assert (answer["reply"].state, answer["reply"].steps_total) == ("SUCCEEDED", 3)
+
+
 def test_a_waiter_wakes_when_another_writer_ends_the_workflow(broker):
     first, _ = _chain(broker, "o.a", "o.b")
     thread, answer = _waiter(broker, first, 30)
