@@ -2,12 +2,14 @@
 
 A workflow has ended once no step of it is left (``finished_at`` is set): a workflow cancelled
 whole is CANCELLED at once, but its marked RUNNING steps may still run, and a waiter that goes
-on to clean up after it must not start before they stop. A workflow ends in the transaction of its last step's end, so it cannot end before any step it
+on to clean up after it must not start before they stop.
+
+A workflow ends in the transaction of its last step's end, so it cannot end before any step it
 still has open. The wait therefore sleeps on one open step at a time, the highest id (a chain's
 tail or a chord's callback: the step that ends last, so one sleep is usually enough), as a
 Results call sleeps on a message: woken at once by this broker's ack, cancel or expiry of it,
 and within a probe interval when another broker ends it or a stop policy removes it. Then the
-workflow's row is read again: still RUNNING (a group's members end in any order), the next open
+workflow's row is read again: still open (a group's members end in any order), the next open
 step is waited on. Nothing polls the workflow row, and nothing new runs while nobody waits.
 """
 
