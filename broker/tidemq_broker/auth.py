@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 ROLES = ("producer", "consumer", "admin")
 # The methods each role may call. An admin may do everything on the topics it covers.
 _ALLOWED = {
-    "producer": {"Produce", "Cancel", "Requeue", "PutSchedule", "Results"},
-    "consumer": {"Pull", "Ack", "Touch", "Extend", "Release", "Results"},
-    "admin": {"Produce", "Cancel", "Requeue", "Pull", "Ack", "Touch", "Extend", "Release", "PutSchedule", "Results"},
+    "producer": {"Produce", "Cancel", "Requeue", "PutSchedule", "Results", "Workflow"},
+    "consumer": {"Pull", "Ack", "Touch", "Extend", "Release", "Results", "Workflow"},
+    "admin": {"Produce", "Cancel", "Requeue", "Pull", "Ack", "Touch", "Extend", "Release", "PutSchedule", "Results",
+              "Workflow"},
 }
 REFRESH_SECONDS = 2.0  # how stale a broker's view of the principals may be (revocation delay)
 _MISS_RELOAD_SECONDS = 0.5  # an unknown token reloads at most this often (a new principal works at once)

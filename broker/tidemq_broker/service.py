@@ -46,6 +46,7 @@ from .schedules import check_schedule, next_tick
 from .storage import (AckItem, AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
                       TopicSettings, WorkflowStep)
 from .topics import TopicCache
+from .workflow_wait import wait_workflow
 from .writer import GroupCommitWriter
 
 __all__ = ["BrokerService", "ERROR_KEY"]
@@ -282,6 +283,27 @@ class BrokerService(pb_grpc.BrokerServicer):
         deadline = time.monotonic() + (wait if remaining is None else max(0.0, min(wait, remaining - 0.05)))
         found = {state.id: state for state in self.results.wait(ids, deadline, self.storage.reads.get_results)}
         return pb.ResultsReply(states=[_result_state(id, found.get(id)) for id in ids])
+
+    @_rpc
+    def Workflow(self, request: pb.WorkflowRequest, context: grpc.ServicerContext) -> pb.WorkflowReply:
+        """A workflow's row; with ``wait_seconds``, a long-poll until it ended: no step of it is
+        left (``workflow_wait``). Reading it needs the right on every topic of its steps, as
+        cancelling it does; an unknown workflow has none, so it answers not found to anyone."""
+        workflow_id = request.id
+        if workflow_id <= 0:
+            raise MalformedRequestError(f"a workflow id is positive (the id of its first step), got {workflow_id}")
+        wait = check_wait(request.wait_seconds)
+        authorize("Workflow", self.storage.dependencies.workflow_topics([workflow_id]) if checks_topics() else ())
+        remaining = context.time_remaining()
+        deadline = time.monotonic() + (wait if remaining is None else max(0.0, min(wait, remaining - 0.05)))
+        record = wait_workflow(self.storage, self.results, workflow_id, deadline)
+        if record is None:
+            return pb.WorkflowReply(found=False)
+        return pb.WorkflowReply(
+            found=True, policy=record.policy, state=record.state, steps_total=record.steps_total,
+            steps_left=record.steps_left, steps_failed=record.steps_failed,
+            created_ms=clock.to_epoch_ms(record.created_at),
+            finished_ms=clock.to_epoch_ms(record.finished_at) if record.finished_at is not None else 0)
 
     @_rpc
     def Requeue(self, request: pb.RequeueRequest, context: grpc.ServicerContext) -> pb.RequeueReply:

@@ -19,6 +19,10 @@ class WorkflowStore(Protocol):
         """The row of workflow ``workflow_id`` (None: no such workflow, or one submitted before
         schema version 13)."""
 
+    def workflow_open_step(self, workflow_id: int) -> Optional[int]:
+        """The highest id among the messages of workflow ``workflow_id`` not ended yet (NEW,
+        WAITING or RUNNING); None when none is (a wait for the workflow's end waits on it)."""
+
     def workflow_topics(self, workflow_ids: Sequence[int]) -> set[str]:
         """The topics of the messages of the workflows ``workflow_ids`` (authorizing a cancel)."""
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from .transactional import enqueue
     from .worker import Worker
     from .workflows import Workflow
+    from .workflow_handles import WorkflowHandle
+    from .workflow_info import WorkflowInfo
     from .canvas import chain, chord, group, sig
 
 #: Names this package exports from its modules, each imported on first use (PEP 562): the
@@ -38,6 +40,7 @@ _LAZY = {
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
     "enqueue": "transactional", "Worker": "worker", "Handle": "handles", "Progress": "results",
     "Workflow": "workflows", "sig": "canvas", "chain": "canvas", "group": "canvas", "chord": "canvas",
+    "WorkflowHandle": "workflow_handles", "WorkflowInfo": "workflow_info",
     "batch": "canvas",  # served by _Package.batch below: the name is also a submodule's
 }
 
@@ -56,6 +59,10 @@ __all__ = [
     "broadcast",
     "cancel",
     "cancel_workflow",
+    "workflow_state",
+    "workflow_handle",
+    "WorkflowInfo",
+    "WorkflowHandle",
     "requeue",
     "schedule",
     "handle",
@@ -163,6 +170,18 @@ def cancel_workflow(workflow: Any, running: bool = False) -> int:
     """Cancel a workflow whole: its NEW and WAITING steps are removed (and, with ``running``, its
     RUNNING ones marked); how many. See :meth:`Client.cancel_workflow`."""
     return _default().cancel_workflow(workflow, running=running)
+
+
+def workflow_state(workflow: Any, wait: Optional[float] = 0.0) -> "WorkflowInfo":
+    """A workflow's row (state, policy, steps total, left and failed, created and finished);
+    ``wait`` > 0: once it ended, or after ``wait`` seconds (None: until it ends). See
+    :meth:`Client.workflow_state`."""
+    return _default().workflow_state(workflow, wait=wait)
+
+
+def workflow_handle(workflow: Any) -> "WorkflowHandle":
+    """A handle on a workflow: its state, waiting for its end, cancelling it."""
+    return _default().workflow_handle(workflow)
 
 
 def handle(msg_id: int) -> "Handle":

@@ -20,7 +20,8 @@ succeeded, ``on_failure`` only if some did not (each is cancelled otherwise)::
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterable, Optional, Union
+import inspect
+from typing import Any, Awaitable, Iterable, Optional, Union
 
 from .dependencies import FailurePolicy, WaitMode
 from .workflows import Step, Workflow
@@ -46,14 +47,30 @@ class _Shape(abc.ABC):
         self.add_to(built, [])
         return built
 
-    def produce(self, client: Optional[Any] = None, timeout: Optional[float] = None, result: bool = False) -> list[Any]:
+    def produce(self, client: Optional[Any] = None, timeout: Optional[float] = None, result: bool = False,
+                handle: bool = False) -> Any:
         """Submit this shape through ``client`` (the process-wide one by default): the ids of
-        every step (or their handles with ``result``), in the order the shape lists them."""
+        every step (or their handles with ``result``), in the order the shape lists them; with
+        ``handle``, a handle on the workflow instead (``client.workflow_handle``: its state,
+        waiting for its end, cancelling it). Through an AsyncClient, a coroutine of the same.
+        A shape in which no step waits on another (a group alone) is stored as plain messages,
+        not as a workflow: its workflow handle finds none."""
         if client is None:
             from . import _default
 
             client = _default()
-        return client.submit(self.workflow(), timeout=timeout, result=result)
+        if result and handle:
+            raise TypeError("produce returns the steps' handles (result) or the workflow's (handle), not both")
+        submitted = client.submit(self.workflow(), timeout=timeout, result=result)
+        if not handle:
+            return submitted
+        if inspect.isawaitable(submitted):
+            return _handle_later(client, submitted)
+        return client.workflow_handle(submitted)
+
+
+async def _handle_later(client: Any, submitted: Awaitable[list[Any]]) -> Any:
+    return client.workflow_handle(await submitted)
 
 
 class Signature(_Shape):

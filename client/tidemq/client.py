@@ -43,8 +43,11 @@ from .rpc_build import (
     results_request,
     produce_call,
     settle_produce,
+    workflow_id,
 )
 from .tls import channel_credentials
+from .workflow_handles import WorkflowHandle
+from .workflow_info import Waiting, WorkflowInfo, workflow_info, workflow_request
 from .workflows import Workflow
 from .validation import MAX_BATCH, check_topic, encode_data
 
@@ -215,6 +218,26 @@ class Client:
         ``workflow``: its id (the id of its first step), a handle of that step, or what
         :meth:`submit` returned. Returns how many steps were removed or marked."""
         return len(self._call("Cancel", cancel_workflow_request(workflow, running), timeout).cancelled)
+
+    def workflow_state(self, workflow: Any, wait: Optional[float] = 0.0,
+                       timeout: Optional[float] = None) -> WorkflowInfo:
+        """A workflow's row (``workflow`` named as :meth:`cancel_workflow` takes it); ``wait`` > 0:
+        once it ended (no step of it left: ``finished_at`` is set; one cancelled whole is
+        CANCELLED at once but ends when its marked RUNNING steps stopped), or after ``wait``
+        seconds (None: as long as it takes), whichever comes first. MessageNotFoundError names an
+        unknown workflow. ``timeout``: each call's limit (default: its wait plus the RPC timeout)."""
+        waiting, request = Waiting(wait), workflow_request(workflow, 0.0)
+        while True:
+            request.wait_seconds = waiting.next()
+            budget = timeout if timeout is not None else request.wait_seconds + self.settings.rpc_timeout
+            info = workflow_info(request.id, self.pool.call("Workflow", request, budget))
+            if waiting.over(info):
+                return info
+
+    def workflow_handle(self, workflow: Any) -> WorkflowHandle:
+        """A handle on a workflow (its id, a handle of its first step, or what :meth:`submit`
+        returned): its state, waiting for its end, cancelling it."""
+        return WorkflowHandle(workflow_id(workflow), self)
 
     def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None, *,
                 broker: str = "") -> list[MessageState]:

@@ -14,13 +14,15 @@ QUEUE shards ``MOD(id, total) = rank``, SERIAL_QUEUE one RUNNING message per top
 FAIL once retries run out, lease expiry back to NEW or to FAIL after ``max_deliveries``, acks
 refused as STALE once the lease is lost (a repeated one answered as recorded), releases that do
 not count an attempt, cancel and requeue, dependencies (``depends_on``, :meth:`StubBroker.submit`;
-``stub_producing.py``). Topics have the broker's defaults; :meth:`set_topic`
+``stub_producing.py``), workflows (``workflow_state``, workflow handles, ``cancel_workflow``;
+``stub_workflows.py``). Topics have the broker's defaults; :meth:`set_topic`
 changes them (``retry_base=0`` retries at once). ``tests/behaviour`` runs the same scenarios
 against this stub and a real broker.
 
 Where it differs: leases expire only when a test calls :meth:`StubBroker.expire_leases`; a
 ttr is kept as given (the broker rounds it to whole seconds, at least 1), so unit tests may
-beat fast; there are no flow limits and no stranded-shard takeover. Input is checked as the broker checks it (``tidemq.validation``, ``tidemq.limits``). Times come from ``clock`` (seconds),
+beat fast; there are no flow limits and no stranded-shard takeover; every workflow runs under the policy
+stop (no wait modes). Input is checked as the broker checks it (``tidemq.validation``, ``tidemq.limits``). Times come from ``clock`` (seconds),
 so a test may inject its own; long-poll waits are real seconds. A call named in ``failing``
 fails as it would while the brokers' database is away (``StorageUnavailableError``), after
 being counted in ``calls``.
@@ -45,6 +47,7 @@ from .limits import check_lease_token, new_lease_token
 from .link import AckItem, AckOutcome, Delivery, LeaseRef, PullHandle
 from .stub_producing import StubProducing
 from .stub_results import StubResults
+from .stub_workflows import StubWorkflows
 from .stub_types import PullRecord, StubMessage, StubTopic, delivery_of, stored_time
 from .tables import MESSAGE as M
 from .validation import check_batch_size, check_lease_ttr, check_pull
@@ -63,7 +66,7 @@ class _Call:
     cancelled: bool = False
 
 
-class StubBroker(StubProducing, StubResults):
+class StubBroker(StubProducing, StubResults, StubWorkflows):
     """A thread-safe in-memory broker implementing :class:`tidemq.link.BrokerLink` and the
     producer calls of :class:`tidemq.Client` (produce, produce_many and submit, with
     dependencies; cancel, requeue, results; ``result=True`` returns handles).
@@ -98,6 +101,7 @@ class StubBroker(StubProducing, StubResults):
         self.peak_running: Counter[str] = Counter()
         self.failing: set[str] = set()  # calls that fail now, e.g. set(StubBroker.CALLS): an outage
         self._init_dependencies()
+        self._init_workflows()
 
     # -- topics and inspection ---------------------------------------------------------------
     def set_topic(self, topic: str, **settings: Any) -> StubTopic:
@@ -303,6 +307,7 @@ class StubBroker(StubProducing, StubResults):
         if change.trace or change.delete:
             self.history.append((change.event, row[M.id]))
         self._ended(row[M.id], change)  # what waits on it: released or stopped
+        self._workflow_step_ended(row[M.id])
         return True
 
     def _running(self, topic: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 from . import dependencies as deps
 from . import lifecycle
@@ -26,6 +26,7 @@ from .stub_types import StubTopic, stored_time
 from .tables import MESSAGE as M
 from .validation import (DEFAULT_MAX_DATA_BYTES, check_batch_size, check_flow_key, check_priority, check_topic,
                          check_unique_key, check_when, encode_data, parse_retry)
+from .stub_workflows import policy_of
 from .workflows import Workflow
 
 __all__ = ["StubProducing", "new_row"]
@@ -54,6 +55,8 @@ class StubProducing:
     def _new_id(self) -> int: ...
     def _apply(self, row: Row, change: Change, lease_token: Optional[str] = None) -> bool: ...
     def topic(self, topic: str) -> StubTopic: ...
+    if TYPE_CHECKING:  # provided by StubWorkflows, later in StubBroker's bases: a body here would hide it
+        def _new_workflow(self, ids: Sequence[int], waited: Sequence[int], policy: str, now: datetime) -> None: ...
 
     def _init_dependencies(self) -> None:
         self._parents: dict[int, tuple[int, ...]] = {}  # step -> the messages it waits on, ascending
@@ -131,13 +134,13 @@ class StubProducing:
                 rows.append(new_row(0, msg.topic, msg.data, due, retries, list(msg.retry_schedule) or None,
                                     msg.unique_key or None, msg.trace_context, msg.priority, msg.key or None))
                 waits.append((tuple(msg.depends_on), tuple(msg.after)))
-            ids = self._insert_steps(rows, waits, now)
+            ids = self._insert_steps(rows, waits, now, policy_of([msg.wait_mode for msg in messages]))
             self._cond.notify_all()
         return [Handle(i, self) for i in ids] if result else ids  # type: ignore[arg-type]
 
     # -- internals (called with the lock held) -----------------------------------------------
     def _insert_steps(self, rows: list[Row], waits: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
-                      now: datetime) -> list[int]:
+                      now: datetime, policy: str = "stop") -> list[int]:
         """Store ``rows`` as steps waiting on stored ids and on positions of other rows, each
         pair of ``waits``; refused whole before anything is stored."""
         order = _check(rows, waits)
@@ -171,6 +174,8 @@ class StubProducing:
             if i in stopped:
                 by, status = stopped[i]
                 self._apply(self._rows[ids[i]], deps.dependency_failed(now, by, status, self.name))
+        if any(depends_on or after_steps for depends_on, after_steps in waits):  # else a plain produce, as there
+            self._new_workflow(ids, wanted, policy, now)
         return ids
 
     def _ended(self, msg_id: int, change: Change) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable, Mapping, Optional, Sequence
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from tidemq.dependencies import WorkflowState
+from tidemq.lifecycle import MessageStatus
 
 from ..records import WorkflowRecord
 from ..schema import message as m
@@ -24,6 +25,7 @@ from .workflow_tally import Tally, final_state
 
 __all__ = ["create_workflow", "settle", "SqlWorkflows"]
 
+_OPEN = (MessageStatus.NEW.value, MessageStatus.WAITING.value, MessageStatus.RUNNING.value)
 
 
 def create_workflow(conn: Connection, workflow_id: int, policy: str, total: int, stopped: int, failed: int,
@@ -67,6 +69,10 @@ class SqlWorkflows:
     def workflow(self, workflow_id: int) -> Optional[WorkflowRecord]:
         row = self._db.tx(lambda conn: conn.execute(select(w).where(w.c.id == workflow_id)).first())
         return WorkflowRecord(**row._mapping) if row is not None else None
+
+    def workflow_open_step(self, workflow_id: int) -> Optional[int]:
+        return self._db.tx(lambda conn: conn.execute(
+            select(func.max(m.c.id)).where(m.c.workflow_id == workflow_id, m.c.status.in_(_OPEN))).scalar())
 
     def workflow_topics(self, workflow_ids: Sequence[int]) -> set[str]:
         wanted = sorted(set(workflow_ids))

@@ -5,8 +5,10 @@
 
 The functions use one :class:`AsyncClient` per event loop, made on first use from the
 environment (or from :func:`configure`); ``await tidemq.aio.close()`` closes the current loop's.
-Input checks, errors, discovery and failover are the synchronous client's. Async handlers need
-nothing from here: ``@mq_consumer`` on an ``async def`` is enough (see ``tidemq.aio.handlers``).
+Input checks, errors, discovery and failover are the synchronous client's. The shapes (``sig``,
+``chain``, ``group``, ``chord``, ``batch``) are the package's: ``await shape.produce(client())``
+submits one through an AsyncClient. Async handlers need nothing from here: ``@mq_consumer`` on
+an ``async def`` is enough (see ``tidemq.aio.handlers``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ..config import Settings
 from ..rpc_build import Retry
+from ..workflow_handles import AsyncWorkflowHandle
+from ..workflow_info import WorkflowInfo
 from ..workflows import Workflow
 from .batch import BatchConsumer
+# After the submodule tidemq.aio.batch (the BatchConsumer), whose import set this name to itself.
+from ..canvas import batch, chain, chord, group, sig  # noqa: E402
 from .client import AsyncClient
 from .handles import AsyncHandle
 
 __all__ = ["AsyncClient", "AsyncHandle", "BatchConsumer", "configure", "client", "close", "produce", "produce_many",
-           "submit", "cancel", "cancel_workflow", "requeue", "handle"]
+           "submit", "cancel", "cancel_workflow", "requeue", "handle", "workflow_state", "workflow_handle",
+           "AsyncWorkflowHandle", "WorkflowInfo", "Workflow", "sig", "chain", "group", "chord", "batch"]
 
 _lock = threading.Lock()
 _settings: Optional[Settings] = None
@@ -102,6 +109,17 @@ async def cancel_workflow(workflow: Any, running: bool = False) -> int:
     """Cancel a workflow whole; how many steps were removed or marked. See
     :meth:`tidemq.Client.cancel_workflow`."""
     return await client().cancel_workflow(workflow, running=running)
+
+
+async def workflow_state(workflow: Any, wait: Optional[float] = 0.0) -> WorkflowInfo:
+    """A workflow's row; ``wait`` > 0: once it ended, or after ``wait`` seconds. See
+    :meth:`tidemq.Client.workflow_state`."""
+    return await client().workflow_state(workflow, wait=wait)
+
+
+def workflow_handle(workflow: Any) -> AsyncWorkflowHandle:
+    """A handle on a workflow for the running loop's client; ``await`` it to wait for its end."""
+    return client().workflow_handle(workflow)
 
 
 def handle(msg_id: int) -> AsyncHandle:

@@ -39,8 +39,11 @@ from ..rpc_build import (
     results_request,
     produce_call,
     settle_produce,
+    workflow_id,
 )
 from ..tls import channel_credentials
+from ..workflow_handles import AsyncWorkflowHandle
+from ..workflow_info import Waiting, WorkflowInfo, workflow_info, workflow_request
 from ..workflows import Workflow
 from ..validation import MAX_BATCH
 from .coalesce import AsyncCoalescer
@@ -172,6 +175,21 @@ class AsyncClient:
         """Cancel a workflow whole; how many steps were removed or marked (see
         :meth:`tidemq.Client.cancel_workflow`)."""
         return len((await self._call("Cancel", cancel_workflow_request(workflow, running), timeout)).cancelled)
+
+    async def workflow_state(self, workflow: Any, wait: Optional[float] = 0.0,
+                             timeout: Optional[float] = None) -> WorkflowInfo:
+        """As :meth:`tidemq.Client.workflow_state`, without blocking the event loop."""
+        waiting, request = Waiting(wait), workflow_request(workflow, 0.0)
+        while True:
+            request.wait_seconds = waiting.next()
+            budget = timeout if timeout is not None else request.wait_seconds + self.settings.rpc_timeout
+            info = workflow_info(request.id, await self.pool.acall("Workflow", request, budget))
+            if waiting.over(info):
+                return info
+
+    def workflow_handle(self, workflow: Any) -> AsyncWorkflowHandle:
+        """As :meth:`tidemq.Client.workflow_handle`, with coroutines (``await`` it to wait)."""
+        return AsyncWorkflowHandle(workflow_id(workflow), self)
 
     async def results(self, ids: Sequence[int], wait: float = 0.0,
                       timeout: Optional[float] = None) -> list[MessageState]:

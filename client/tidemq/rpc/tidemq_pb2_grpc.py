@@ -84,6 +84,11 @@ class BrokerStub:
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsRequest.SerializeToString,
                 response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsReply.FromString,
                 _registered_method=True)
+        self.Workflow = channel.unary_unary(
+                '/tidemq.v1.Broker/Workflow',
+                request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.WorkflowRequest.SerializeToString,
+                response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.WorkflowReply.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -149,6 +154,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Workflow(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +212,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Results,
                     request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsRequest.FromString,
                     response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ResultsReply.SerializeToString,
+            ),
+            'Workflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.Workflow,
+                    request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.WorkflowRequest.FromString,
+                    response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.WorkflowReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +489,33 @@ class Broker:
             '/tidemq.v1.Broker/Results',
             tidemq_dot_rpc_dot_tidemq__pb2.ResultsRequest.SerializeToString,
             tidemq_dot_rpc_dot_tidemq__pb2.ResultsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Workflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidemq.v1.Broker/Workflow',
+            tidemq_dot_rpc_dot_tidemq__pb2.WorkflowRequest.SerializeToString,
+            tidemq_dot_rpc_dot_tidemq__pb2.WorkflowReply.FromString,
             options,
             channel_credentials,
             insecure,

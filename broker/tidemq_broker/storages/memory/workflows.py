@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Callable, Mapping, Optional, Sequence
 
 from tidemq.dependencies import WorkflowState
+from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 from tidemq.tables import WORKFLOW as W
 
@@ -17,6 +18,8 @@ from ..workflow_tally import Tally, final_state
 from .state import MemoryState
 
 __all__ = ["create_workflow", "settle", "MemoryWorkflows"]
+
+_OPEN = {MessageStatus.NEW.value, MessageStatus.WAITING.value, MessageStatus.RUNNING.value}
 
 
 def create_workflow(state: MemoryState, workflow_id: int, policy: str, total: int, stopped: int, failed: int,
@@ -56,6 +59,11 @@ class MemoryWorkflows:
         with self._state.lock:
             row = self._state.workflows.get(workflow_id)
             return WorkflowRecord(**row) if row is not None else None
+
+    def workflow_open_step(self, workflow_id: int) -> Optional[int]:
+        with self._state.lock:
+            return max((id for id, row in self._state.messages.items()
+                        if row[M.workflow_id] == workflow_id and row[M.status] in _OPEN), default=None)
 
     def workflow_topics(self, workflow_ids: Sequence[int]) -> set[str]:
         wanted = set(workflow_ids)
