@@ -24,6 +24,7 @@ from ..records import WorkflowStep
 __all__ = ["StepStart", "check_steps", "parent_ids", "check_known", "plan", "edges", "WAITED_ON"]
 
 _FAILED = (FAIL.value, CANCELLED.value)
+_MODES = frozenset(mode.value for mode in WaitMode)
 #: The statuses of a stored dependency that has yet to finish: an edge to it is stored, and it
 #: gets the workflow id so that its ack looks for the steps waiting on it.
 WAITED_ON = tuple(status.value for status in (NEW, WAITING, RUNNING))
@@ -63,7 +64,7 @@ def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
         if count > MAX_DEPENDENCIES:
             raise WorkflowTooLargeError(f"step {i} has {count:,} dependencies, more than MAX_DEPENDENCIES "
                                         f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step")
-        if step.wait_mode not in tuple(WaitMode):
+        if step.wait_mode not in _MODES:
             raise DependencyError(f"step {i} has wait_mode {step.wait_mode}; the modes are "
                                   + ", ".join(f"{mode.value} ({mode.name.lower()})" for mode in WaitMode))
         if step.row.unique_key:
@@ -134,8 +135,12 @@ def plan(steps: Sequence[WorkflowStep], order: Sequence[int], statuses: Mapping[
     failure whose dependencies all already succeeded is stopped as not needed. ``statuses``:
     every stored dependency's status."""
     starts: list[Optional[StepStart]] = [None] * len(steps)
+    free = StepStart(0)  # a step that waits on nothing: most of a group's
     for i in order:
         step = steps[i]
+        if not step.after and not step.depends_on:
+            starts[i] = free
+            continue
         stored, after = sorted(set(step.depends_on)), sorted(set(step.after))
         failed_ids = [id for id in stored if statuses[id] in _FAILED]
         failed_steps = [j for j in after if starts[j].stopped]  # type: ignore[union-attr]
