@@ -17,7 +17,8 @@ from tidemq.dependencies import WaitMode
 from tidemq.errors import (DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError,
                            quote)
 from tidemq.lifecycle import CANCELLED, FAIL, NEW, RUNNING, SUCCESS, WAITING
-from tidemq.limits import MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
+from tidemq.limits import MAX_DEPENDENCIES
+from tidemq.validation import check_workflow_steps
 
 from ..records import WorkflowStep
 
@@ -56,14 +57,13 @@ def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
     return the positions of ``steps`` in an order where each comes after the steps it waits on."""
     if not steps:
         return []
-    if len(steps) > MAX_WORKFLOW_STEPS:
-        raise WorkflowTooLargeError(f"a submission may hold at most {MAX_WORKFLOW_STEPS:,} steps "
-                                    f"(MAX_WORKFLOW_STEPS), got {len(steps):,}: split it into several")
+    check_workflow_steps(len(steps))
     for i, step in enumerate(steps):
-        count = len(set(step.depends_on)) + len(set(step.after))
+        count = len(set(step.depends_on))
         if count > MAX_DEPENDENCIES:
-            raise WorkflowTooLargeError(f"step {i} has {count:,} dependencies, more than MAX_DEPENDENCIES "
-                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step")
+            raise WorkflowTooLargeError(f"step {i} waits on {count:,} stored messages, more than MAX_DEPENDENCIES "
+                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step, or "
+                                        "submit them in the same workflow")
         if step.wait_mode not in _MODES:
             raise DependencyError(f"step {i} has wait_mode {step.wait_mode}; the modes are "
                                   + ", ".join(f"{mode.value} ({mode.name.lower()})" for mode in WaitMode))
