@@ -3,11 +3,9 @@
 - fan-in: a group of ``--workflow-group`` no-op steps with a chord callback, from the first
   submit call to the callback's handler start, against the same number of plain messages
   (produce_many, no dependencies) consumed by the same workers, from the first produce call to
-  the last SUCCESS the broker stamped; alternating over ``--rounds``, total against total. A
-  step waits on at most MAX_DEPENDENCIES (1,000) others, so a wider group goes in parts of
-  ``--workflow-fan-in`` members, each a chord with a join step, and the callback waits on the
-  joins (``tests/workflow_runs.wide_chord``); the plain messages go in produce_many calls of
-  the same size.
+  the last SUCCESS the broker stamped; alternating over ``--rounds``, total against total. The
+  chord is one submission however wide (``tests/workflow_runs.wide_chord``: the callback waits
+  on every member); the plain messages go in produce_many calls of MAX_BATCH (10,000).
 - dependency latency, idle system: ``--workflow-samples`` 2-step chains one after another. The
   figure the target judges runs from the SUCCESS stamp of the first step (the time the broker
   takes in the ack's transaction, UTC truncated to the ms, so the figure may read up to 1 ms
@@ -35,6 +33,7 @@ from pathlib import Path
 
 from tests.workflow_runs import check_order, dag_shape, random_dag, read_runs, submit_dag, wide_chord
 from tidemq import chain, sig
+from tidemq.limits import MAX_BATCH
 
 from . import raw
 from .env import Cluster
@@ -65,7 +64,7 @@ def _drained(cluster: Cluster, procs: list, what: str, timeout: float) -> None:
         watch.close()
 
 
-def _plain_seconds(cluster: Cluster, client, procs: list, n: int, width: int) -> dict[str, float]:
+def _plain_seconds(cluster: Cluster, client, procs: list, n: int, width: int = MAX_BATCH) -> dict[str, float]:
     """{"total": first produce call -> last SUCCESS stamp, "submit": the produce_many calls}."""
     began = time.time()
     ids: list[int] = []
@@ -79,16 +78,16 @@ def _plain_seconds(cluster: Cluster, client, procs: list, n: int, width: int) ->
     return {"total": _epoch(max(stamps.values())) - began, "submit": submitted - began}
 
 
-def _chord_seconds(cluster: Cluster, client, log: Path, n: int, width: int) -> dict[str, float]:
-    """{"total": first submit call -> the callback's handler start, "submit": the submit calls,
-    "members": first submit call -> the last member's SUCCESS stamp}."""
+def _chord_seconds(cluster: Cluster, client, log: Path, n: int) -> dict[str, float]:
+    """{"total": submit call -> the callback's handler start, "submit": the submit call,
+    "members": submit call -> the last member's SUCCESS stamp}."""
     began = time.time()
-    members, joins, callback = wide_chord(client, TOPIC, n, TOPIC, width)
+    members, callback = wide_chord(client, TOPIC, n, TOPIC)
     submitted = time.time()
     callback.result(timeout=max(120.0, n / 100))
     runs = read_runs(log)
     [ran] = runs[callback.id]
-    late = [i for i in members + joins if min((r.end for r in runs.get(i, ())), default=float("inf")) > ran.start]
+    late = [i for i in members if min((r.end for r in runs.get(i, ())), default=float("inf")) > ran.start]
     if late:  # the figure would be wrong, and the release too
         raise AssertionError(f"the callback started before {len(late)} steps it waits on ended, e.g. {late[:5]}")
     last = max(raw.finish_times(cluster.db_url, members).values())
@@ -96,24 +95,23 @@ def _chord_seconds(cluster: Cluster, client, log: Path, n: int, width: int) -> d
 
 
 def _fan_in(cluster: Cluster, report: Report, args: Namespace, client, procs: list, log: Path) -> None:
-    n, width, rounds = args.workflow_group, args.workflow_fan_in, args.rounds
+    n, rounds = args.workflow_group, args.rounds
     chord_s = {"total": 0.0, "submit": 0.0, "members": 0.0}
     plain_s = {"total": 0.0, "submit": 0.0}
     for round_ in range(rounds):
         for kind in (("chord", "plain") if round_ % 2 == 0 else ("plain", "chord")):
             report.progress(f"round {round_ + 1}/{rounds}: {kind}, {n:,} steps")
-            got = (_chord_seconds(cluster, client, log, n, width) if kind == "chord"
-                   else _plain_seconds(cluster, client, procs, n, width))
+            got = (_chord_seconds(cluster, client, log, n) if kind == "chord"
+                   else _plain_seconds(cluster, client, procs, n))
             for k, v in got.items():
                 (chord_s if kind == "chord" else plain_s)[k] += v
-    parts = "one chord" if n <= width else f"{-(-n // width)} chords of {width:,} with a join step each"
     report.record("workflow", f"group of {n:,} -> chord callback start", round(chord_s["total"] / rounds, 3),
-                  "s", parts)
+                  "s", "one submission")
     report.record("workflow", f"{n:,} plain messages consumed", round(plain_s["total"] / rounds, 3), "s",
                   "produce_many -> last SUCCESS")
     # Where the difference goes: submitting, the members' acks (each releases its dependents),
     # the hops to the callback.
-    report.record("workflow", "chord: submit calls / last member SUCCESS", f"{chord_s['submit'] / rounds:.3f} / "
+    report.record("workflow", "chord: submit call / last member SUCCESS", f"{chord_s['submit'] / rounds:.3f} / "
                   f"{chord_s['members'] / rounds:.3f}", "s", f"plain: produce_many calls {plain_s['submit'] / rounds:.3f}")
     ratio = round(chord_s["total"] / plain_s["total"], 3)
     report.record("workflow", "ratio chord / plain", ratio, "x", f"{rounds} interleaved rounds")

@@ -1,6 +1,6 @@
 """Workflows at scale, shared by the integration tests and the benchmark's workflow scenario: a
-random DAG with a fixed seed, a fan-in wider than one step may wait on, and what handler logs
-say about the order steps ran in.
+random DAG with a fixed seed, a chord of many members, and what handler logs say about the
+order steps ran in.
 
 A handler log holds one line per completed run, ``<id> <pid> <attempt> <start> <end>`` (epoch
 seconds; the format of ``tests/faults/fault_records.py``), as worker processes append it.
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tidemq import chord, group, sig
-from tidemq.limits import MAX_DEPENDENCIES
 
 __all__ = ["Run", "Order", "read_runs", "random_dag", "dag_shape", "submit_dag", "wide_chord", "check_order"]
 
@@ -86,27 +85,13 @@ def submit_dag(client: Any, topic: str, deps: Sequence[Sequence[int]]) -> list[i
     return client.submit(wf)
 
 
-def wide_chord(client: Any, topic: str, members: int, callback_topic: str,
-               width: int = MAX_DEPENDENCIES) -> tuple[list[int], list[int], Any]:
-    """A group of ``members`` steps of ``topic`` and a chord callback of ``callback_topic``:
-    ``(member ids, join ids, the callback's handle)``.
-
-    A step waits on at most MAX_DEPENDENCIES others and a submission holds at most
-    MAX_WORKFLOW_STEPS, so a wider group is submitted in parts of ``width`` members, each a
-    chord whose body is a join step of ``topic``; the callback is then produced depending on the
-    joins. A group of ``width`` or fewer is one chord, the callback its body."""
-    if members <= width:
-        *ids, callback = chord(group(sig(topic, {"n": n}) for n in range(members)),
-                               sig(callback_topic, {"callback": True})).produce(client, result=True)
-        return [h.id for h in ids], [], callback
-    ids: list[int] = []
-    joins: list[int] = []
-    for start in range(0, members, width):
-        *part, join = chord(group(sig(topic, {"n": n}) for n in range(start, min(members, start + width))),
-                            sig(topic, {"join": start // width})).produce(client)
-        ids += part
-        joins.append(join)
-    return ids, joins, client.produce(callback_topic, {"callback": True}, depends_on=joins, result=True)
+def wide_chord(client: Any, topic: str, members: int, callback_topic: str) -> tuple[list[int], Any]:
+    """A group of ``members`` steps of ``topic`` and a chord callback of ``callback_topic``, in one
+    submission however wide (up to MAX_WORKFLOW_STEPS - 1 members: the callback waits on every
+    one): ``(member ids, the callback's handle)``."""
+    *ids, callback = chord(group(sig(topic, {"n": n}) for n in range(members)),
+                           sig(callback_topic, {"callback": True})).produce(client, result=True)
+    return [h.id for h in ids], callback
 
 
 @dataclass(frozen=True)

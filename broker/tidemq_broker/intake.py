@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 from tidemq import validation
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.validation import (
+    MAX_BATCH,
     MAX_RETRIES,
     check_batch_size,
     check_data_text,
@@ -18,6 +19,7 @@ from tidemq.validation import (
     check_lease_ttr,
     check_priority,
     check_unique_key,
+    check_workflow_steps,
     parse_duration,
 )
 
@@ -39,8 +41,12 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def rows_from_request(request: pb.ProduceRequest, topics: TopicCache, max_data_bytes: int) -> list[NewRow]:
-    """Validate every message of a produce request; the first bad one rejects them all."""
-    check_batch_size(request.messages)
+    """Validate every message of a produce request; the first bad one rejects them all. A
+    workflow's (any message waits on another) may hold up to MAX_WORKFLOW_STEPS messages."""
+    if len(request.messages) > MAX_BATCH and any(msg.depends_on or msg.after for msg in request.messages):
+        check_workflow_steps(len(request.messages))
+    else:
+        check_batch_size(request.messages)
     now = clock.now()
     rows = []
     for index, msg in enumerate(request.messages):

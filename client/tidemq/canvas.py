@@ -163,7 +163,9 @@ def group(*items: ShapeArgs, policy: Policy = FailurePolicy.STOP) -> Group:
 
 def chord(header: ShapeArgs, body: _Shape, policy: Policy = FailurePolicy.STOP) -> Chain:
     """``header`` (a group, or shapes to group) and then ``body``, which waits on all of it
-    (with ``policy="continue"``, runs once all of it ended, whatever the outcome)."""
+    (with ``policy="continue"``, runs once all of it ended, whatever the outcome). One submission
+    however wide the header: a step may come after any number of the steps of its own submission
+    (up to ``MAX_WORKFLOW_STEPS`` in all), so no join steps are needed."""
     head = header if isinstance(header, _Shape) else group(header)
     return Chain([head, body], policy)
 

@@ -53,9 +53,15 @@ MAX_ERROR_TRACEBACK = 8 * 1024  # characters of a failure's traceback kept in it
 
 # -- dependencies between messages -----------------------------------------------------------
 # Steps of one submission: all of them, their edges and the release of the first ones are one
-# transaction, which must stay short enough not to hold a broker's commit slot for long.
-MAX_WORKFLOW_STEPS = MAX_BATCH
-MAX_DEPENDENCIES = 1000  # dependencies of one step (a fan-in wider than this: chain groups)
+# transaction, which must stay short enough not to hold a broker's commit slot for long. Above
+# MAX_BATCH by a margin, so that a group as wide as one produce batch goes in one submission with
+# what comes after it (a chord's body, a batch's three callbacks, a short chain).
+MAX_WORKFLOW_STEPS = MAX_BATCH + 100
+# Stored messages one step may wait on (``depends_on``): the submission reads and locks each of
+# them. The steps of its own submission a step comes after (``after``: a chord's body after every
+# member) are bounded by MAX_WORKFLOW_STEPS alone: their edges go in with the steps, in one INSERT,
+# and an ack lowers the count of a fan-in's step as it lowers any other.
+MAX_DEPENDENCIES = 1000
 
 _LEASE_TOKEN = re.compile(r"[0-9a-f]{32}")
 

@@ -20,12 +20,12 @@ from .clock import after
 from .errors import DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError, quote
 from .handles import Handle
 from .lifecycle import Change, MessageStatus
-from .limits import MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
+from .limits import MAX_DEPENDENCIES
 from .rpc_build import dependency_ids
 from .stub_types import StubTopic, stored_time
 from .tables import MESSAGE as M
 from .validation import (DEFAULT_MAX_DATA_BYTES, check_batch_size, check_flow_key, check_priority, check_topic,
-                         check_unique_key, check_when, encode_data, parse_retry)
+                         check_unique_key, check_when, check_workflow_steps, encode_data, parse_retry)
 from .stub_workflows import policy_of
 from .workflows import Workflow
 
@@ -201,14 +201,13 @@ class StubProducing:
 def _check(rows: Sequence[Row], waits: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[int]:
     """The broker's refusals of a submission (``storages/steps.py``); the positions in an order
     where each comes after the steps it waits on."""
-    if len(rows) > MAX_WORKFLOW_STEPS:
-        raise WorkflowTooLargeError(f"a submission may hold at most {MAX_WORKFLOW_STEPS:,} steps "
-                                    f"(MAX_WORKFLOW_STEPS), got {len(rows):,}: split it into several")
+    check_workflow_steps(len(rows))
     for i, (row, (depends_on, after_steps)) in enumerate(zip(rows, waits)):
-        count = len(set(depends_on)) + len(set(after_steps))
+        count = len(set(depends_on))
         if count > MAX_DEPENDENCIES:
-            raise WorkflowTooLargeError(f"step {i} has {count:,} dependencies, more than MAX_DEPENDENCIES "
-                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step")
+            raise WorkflowTooLargeError(f"step {i} waits on {count:,} stored messages, more than MAX_DEPENDENCIES "
+                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step, or "
+                                        "submit them in the same workflow")
         if row[M.unique_key]:
             raise DependencyError(f"step {i} has a unique_key {quote(row[M.unique_key])}: "
                                   "a step with dependencies or in a workflow takes none")

@@ -20,6 +20,7 @@ from .errors import (
     InvalidRetryError,
     InvalidTopicError,
     MalformedRequestError,
+    WorkflowTooLargeError,
     quote,
 )
 from .limits import (
@@ -33,6 +34,7 @@ from .limits import (
     MAX_RETRIES,
     MAX_TTR,
     MAX_WAIT,
+    MAX_WORKFLOW_STEPS,
     MIN_TTR,
     PRIORITIES_DESC,
     PRIORITY_MAX,
@@ -58,6 +60,7 @@ __all__ = [
     "parse_duration",
     "check_unique_key",
     "check_batch_size",
+    "check_workflow_steps",
     "check_data_text",
     "check_depth",
     "MAX_DATA_DEPTH",
@@ -247,6 +250,14 @@ def check_batch_size(items: Iterable[Any] | Sequence[Any], what: str = "messages
         raise MalformedRequestError(f"a batch needs at least one of its {what}")
     if n > MAX_BATCH:
         raise MalformedRequestError(f"a batch has {n} {what}; the limit is {MAX_BATCH} per call")
+
+
+def check_workflow_steps(count: int) -> None:
+    """Raise WorkflowTooLargeError, naming the limit, for a submission of more than
+    MAX_WORKFLOW_STEPS steps (the client's stub, the broker's intake and every storage)."""
+    if count > MAX_WORKFLOW_STEPS:
+        raise WorkflowTooLargeError(f"a submission may hold at most {MAX_WORKFLOW_STEPS:,} steps "
+                                    f"(MAX_WORKFLOW_STEPS), got {count:,}: split it into several")
 
 
 def check_flow_key(key: Any) -> str:

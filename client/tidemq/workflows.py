@@ -25,7 +25,8 @@ from typing import Any, Iterable, Optional, Union
 from .dependencies import FailurePolicy, WaitMode, check_wait_mode
 from .errors import DependencyError
 from .rpc import tidemq_pb2 as pb
-from .rpc_build import Retry, dependency_ids, produce_messages, produce_template
+from .rpc_build import Retry, dependency_ids, produce_template
+from .validation import check_flow_key, encode_data
 
 __all__ = ["Workflow", "Step"]
 
@@ -48,7 +49,10 @@ class Workflow:
         except ValueError:
             known = ", ".join(repr(known.value) for known in FailurePolicy)
             raise DependencyError(f"a workflow's policy is one of {known}, got {policy!r}") from None
-        self._steps: list[tuple[pb.NewMessage, Any, Optional[str]]] = []
+        # Per step: the template it shares with the steps of the same topic and options, its
+        # data, flow key, stored dependencies, positions and wait mode (None: waits on nothing).
+        self._steps: list[tuple[pb.NewMessage, Any, Optional[str], list[int], list[int], Optional[int]]] = []
+        self._templates: dict[tuple[Any, ...], pb.NewMessage] = {}
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -60,34 +64,57 @@ class Workflow:
         and on the stored messages ``depends_on`` (ids or handles), as ``wait_mode`` says (None:
         as the workflow's policy says). The other arguments are ``produce``'s; a step takes no
         ``unique_key``."""
-        template = produce_template(topic, delay, effect_time, retry, priority)
-        template.depends_on.extend(dependency_ids(depends_on))
+        template = self._template(topic, delay, effect_time, retry, priority)
+        stored = dependency_ids(depends_on)
+        positions = []
         for step in after:
             if not isinstance(step, Step) or step.workflow is not self:
                 raise DependencyError(f"after takes steps that this workflow's add returned, got {step!r}")
-            template.after.append(step.position)
+            positions.append(step.position)
         if wait_mode is not None:
             try:
                 mode = check_wait_mode(wait_mode)
             except ValueError as exc:
                 raise DependencyError(str(exc)) from None
-            if not (template.after or template.depends_on):
+            if not (positions or stored):
                 raise DependencyError(f"wait_mode {mode.name.lower()} needs dependencies (after or depends_on)")
         else:
             mode = WaitMode.AFTER_COMPLETE if self.policy is FailurePolicy.CONTINUE else WaitMode.AFTER_SUCCESS
-        if template.after or template.depends_on:
-            template.wait_mode = int(mode)
-        self._steps.append((template, data, key))
+        self._steps.append((template, data, key, stored, positions, int(mode) if positions or stored else None))
         return Step(self, len(self._steps) - 1)
+
+    def _template(self, topic: str, delay: Optional[float], effect_time: Optional[datetime], retry: Retry,
+                  priority: int) -> pb.NewMessage:
+        """``produce_template`` of these options, checked and built once per workflow: a group's
+        steps share one (building one per step was most of a wide shape's cost)."""
+        retries = retry if retry is None or isinstance(retry, (int, str)) else tuple(retry)
+        cache_key = (topic, delay, effect_time, retries, priority)
+        try:
+            template = self._templates.get(cache_key)
+        except TypeError:  # unhashable options: checked (and refused) by produce_template
+            return produce_template(topic, delay, effect_time, retry, priority)
+        if template is None:
+            template = self._templates[cache_key] = produce_template(topic, delay, effect_time, retry, priority)
+        return template
 
     def messages(self, max_data_bytes: int) -> list[pb.NewMessage]:
         """The steps as the messages of one Produce request (their data encoded and checked
         against ``max_data_bytes``; an error names the step)."""
         built = []
-        for position, (template, data, key) in enumerate(self._steps):
+        for position, (template, data, key, stored, positions, mode) in enumerate(self._steps):
+            msg = pb.NewMessage()
+            msg.CopyFrom(template)
             try:
-                [msg] = produce_messages(template, [data], None, max_data_bytes, [key] if key else None)
+                msg.data = encode_data(data, max_data_bytes)
+                if key:
+                    msg.key = check_flow_key(key)
             except ValueError as exc:
                 raise type(exc)(f"step {position}: {exc}") from None
+            if stored:
+                msg.depends_on.extend(stored)
+            if positions:
+                msg.after.extend(positions)
+            if mode is not None:
+                msg.wait_mode = mode
             built.append(msg)
         return built

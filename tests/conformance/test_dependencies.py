@@ -16,7 +16,7 @@ from tidemq.dependencies import WaitMode
 from tidemq.errors import (DependencyCycleError, DependencyError, MalformedRequestError, UnknownDependencyError,
                            WorkflowTooLargeError)
 from tidemq.lifecycle import MessageStatus as S
-from tidemq.limits import MAX_WORKFLOW_STEPS
+from tidemq.limits import MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
 from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard, TopicSettings, WorkflowStep
 
 
@@ -141,6 +141,31 @@ def test_a_submission_over_the_limit_is_refused_naming_it(storage):
     with pytest.raises(WorkflowTooLargeError, match="MAX_WORKFLOW_STEPS"):
         _submit(storage, [WorkflowStep(row)] * (MAX_WORKFLOW_STEPS + 1))
     assert _count(storage, "t.big") == {}
+
+
+def test_a_fan_in_wider_than_max_dependencies_in_one_submission_is_released_once_by_its_last_member(storage):
+    # A step waits on up to MAX_DEPENDENCIES stored messages, but on any number of the steps
+    # of its own submission (a chord's body after every member).
+    n = MAX_DEPENDENCIES + 200
+    ids = _submit(storage, _steps("t.wide", *([()] * n), tuple(range(n))))
+    body = ids[-1]
+    assert (_status(storage, body), storage.reads.get_message(body).deps_left) == (S.WAITING.value, n)
+    assert storage.dependencies.workflow(ids[0]).steps_total == n + 1
+    leased = []
+    while len(leased) < n:
+        leased += lock(storage, "t.wide", limit=500)
+    assert sorted(m.id for m in leased) == ids[:-1]
+    released: dict[str, int] = {}
+    for start in range(0, n - 1, 300):
+        batch = leased[start : min(start + 300, n - 1)]
+        storage.acks.ack([AckItem(m.id, m.lease_token, True) for m in batch], clock.now(), "c1", "b1", TopicSettings,
+                         released)
+    assert (released, storage.reads.get_message(body).deps_left) == ({}, 1)
+    storage.acks.ack([AckItem(leased[-1].id, leased[-1].lease_token, True)], clock.now(), "c1", "b1", TopicSettings,
+                     released)
+    assert released == {"t.wide": 1} and _status(storage, body) == S.NEW.value
+    [delivery] = lock(storage, "t.wide")
+    assert delivery.id == body and delivery.depends_on == tuple(ids[:-1])
 
 
 def test_a_dependency_that_already_succeeded_counts_as_met(storage):

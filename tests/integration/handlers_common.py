@@ -45,7 +45,10 @@ def read_log(path: Path) -> list[Entry]:
     if not path.exists():
         return []
     entries = []
-    for raw in path.read_text().splitlines():
+    text = path.read_text()
+    # A handler may be writing its line while we read: a last line without its newline is not
+    # complete yet (it is read next time).
+    for raw in text[: text.rfind("\n") + 1].splitlines():
         parts = raw.split(" ", 4)
         entries.append(Entry(int(parts[0]), int(parts[1]), float(parts[2]),
                              None if parts[3] == "-" else float(parts[3]), parts[4] if len(parts) > 4 else ""))

@@ -68,6 +68,8 @@ def test_a_batch_runs_its_callbacks_by_its_members_outcomes(two_brokers, clients
     assert storage.reads.get_message(success).status == "CANCELLED"
     row = storage.dependencies.workflow(ids[0])
     assert (row.policy, row.state, row.steps_total, row.steps_left, row.steps_failed) == ("continue", "FAILED", 13, 0, 3)
+    # Counted after the commit that ended it: wait for the count, then check it is one.
+    wait_until(lambda: _finished("FAILED") >= failed_before + 1, 10, what="the ended workflow counted")
     assert _finished("FAILED") == failed_before + 1  # one of the two brokers counted it, once
 
 
@@ -93,6 +95,7 @@ def test_a_chain_under_continue_runs_past_a_failure_and_a_batch_that_succeeds_sk
     wait_until(lambda: storage.dependencies.workflow(ids[0]).finished_at is not None, 30, what="the batch's end")
     assert "never" not in ran and storage.reads.get_message(ids[1]).status == "CANCELLED"
     assert storage.dependencies.workflow(ids[0]).state == "SUCCEEDED"
+    wait_until(lambda: _finished("SUCCEEDED") >= succeeded_before + 1, 10, what="the ended workflow counted")
     assert _finished("SUCCEEDED") == succeeded_before + 1
 
 

@@ -12,13 +12,17 @@ from tidemq import trace
 from tidemq.errors import (DataTooLargeError, DependencyCycleError, DependencyError, MalformedRequestError,
                            WorkflowTooLargeError)
 from tidemq.lifecycle import MessageStatus as S
-from tidemq.limits import MAX_DEPENDENCIES
+from tidemq.limits import MAX_BATCH, MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
+from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc_build import dependency_ids
 from tidemq.canvas import chain, chord, group, sig
 from tidemq.workflows import Workflow
 from tidemq.tables import MESSAGE as M
 from tidemq_broker.storage import NewRow, WorkflowStep
+from tidemq_broker.intake import rows_from_request, steps_from_request
+from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.storages.steps import check_steps, edges, plan
+from tidemq_broker.topics import TopicCache
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 6000)
 
@@ -68,6 +72,34 @@ def test_too_many_dependencies_a_unique_key_or_a_bad_position_are_refused():
         check_steps([_step(key="k")])
     with pytest.raises(DependencyError, match="step 0 waits on step -1"):
         check_steps([_step(-1)])
+
+
+def test_a_step_may_come_after_more_steps_of_its_submission_than_it_may_wait_on_stored_messages():
+    # depends_on: each stored message is read and locked, at most MAX_DEPENDENCIES; after: the
+    # steps of the same submission, bounded only by MAX_WORKFLOW_STEPS.
+    wide = [_step() for _ in range(MAX_DEPENDENCIES + 500)]
+    wide.append(_step(*range(len(wide))))
+    order = check_steps(wide)
+    assert order[-1] == len(wide) - 1
+    assert plan(wide, order, {})[-1].deps_left == MAX_DEPENDENCIES + 500
+    with pytest.raises(WorkflowTooLargeError, match=r"\(MAX_WORKFLOW_STEPS\), got 10,101"):
+        check_steps([_step()] * (MAX_WORKFLOW_STEPS + 1))
+
+
+def test_a_chord_of_a_whole_batch_is_one_request_and_the_broker_takes_it_up_to_the_step_limit():
+    # The shape: MAX_BATCH members and a callback after every one of them, one submission.
+    messages = chord(group(sig("w.part", n) for n in range(MAX_BATCH)), sig("w.done")).workflow().messages(1 << 20)
+    assert len(messages) == MAX_BATCH + 1 and list(messages[-1].after) == list(range(MAX_BATCH))
+    request = pb.ProduceRequest(messages=messages)
+    topics = TopicCache(open_memory_storage().topics)
+    steps = steps_from_request(request, rows_from_request(request, topics, 1 << 20))
+    assert steps is not None and steps[-1].after == tuple(range(MAX_BATCH))
+    # More than a workflow may hold: refused naming the limit; a plain batch keeps its own.
+    too_many = pb.ProduceRequest(messages=[messages[0]] * MAX_WORKFLOW_STEPS + [messages[-1]])
+    with pytest.raises(WorkflowTooLargeError, match="MAX_WORKFLOW_STEPS"):
+        rows_from_request(too_many, topics, 1 << 20)
+    with pytest.raises(MalformedRequestError, match=f"the limit is {MAX_BATCH} per call"):
+        rows_from_request(pb.ProduceRequest(messages=[messages[0]] * (MAX_BATCH + 1)), topics, 1 << 20)
 
 
 def test_a_plan_counts_what_has_not_succeeded_and_stops_after_a_failure():

@@ -21,7 +21,7 @@ from tidemq_broker.storage import Backlog, NewRow
 from tidemq_broker.storages import open_storage
 
 #: Every label a tidemq metric may carry: each takes a bounded set of values, never an id.
-BOUNDED_LABELS = {"topic", "outcome", "endpoint", "code"}
+BOUNDED_LABELS = {"topic", "outcome", "endpoint", "code", "state"}  # state: a workflow's three ends
 UNITS = ("_seconds", "_rows", "_messages", "_total", "_ratio")
 
 

@@ -12,7 +12,8 @@ import pytest
 from tidemq import Worker, Workflow, chain, chord, group, sig
 from tidemq.consumer import ConsumerSpec
 from tidemq.coordinators.local import LocalCoordinator
-from tidemq.errors import MessageCancelledError, RemoteError
+from tidemq.errors import MalformedRequestError, MessageCancelledError, RemoteError, WorkflowTooLargeError
+from tidemq.limits import MAX_BATCH, MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
 from tidemq.handles import Handle
 from tidemq.lifecycle import MessageStatus
 from tidemq.message import MessageType
@@ -78,3 +79,13 @@ def test_a_failed_step_stops_what_waits_on_it_and_a_cancel_of_a_pending_one_too(
     pending = stub.produce("w.later", 1, delay=3600)
     waiting = stub.produce("w.after", None, depends_on=[pending])
     assert stub.cancel(pending) and stub.status(waiting) is MessageStatus.CANCELLED
+
+
+def test_a_chord_of_a_whole_batch_is_one_submission_and_wider_shapes_are_refused_naming_the_limit(stub):
+    ids = chord(group(sig("w.wide", n) for n in range(MAX_BATCH)), sig("w.done")).produce(stub)
+    assert len(ids) == MAX_BATCH + 1 and stub.status(ids[-1]) == MessageStatus.WAITING
+    assert stub.parents(ids[-1]) == tuple(ids[:-1])
+    with pytest.raises(WorkflowTooLargeError, match="MAX_WORKFLOW_STEPS"):
+        chord(group(sig("w.wider", n) for n in range(MAX_WORKFLOW_STEPS)), sig("w.done")).produce(stub)
+    with pytest.raises(MalformedRequestError, match="MAX_DEPENDENCIES"):
+        stub.produce("w.done", None, depends_on=ids[: MAX_DEPENDENCIES + 1])

@@ -37,7 +37,8 @@ from sqlalchemy.exc import IntegrityError
 from tidemq import dependencies as deps
 from tidemq import lifecycle
 from tidemq.dependencies import WaitMode, WorkflowState
-from tidemq.lifecycle import MessageStatus
+from tidemq.lifecycle import Change, MessageStatus
+from tidemq.tables import MESSAGE as M
 
 from ..records import WorkflowStep
 from ..schema import dependency as d
@@ -57,6 +58,7 @@ from .workflows import SqlWorkflows, create_workflow, settle
 __all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of"]
 
 _CHUNK = 1000
+_EDGE_CHUNK = 10_000  # about 25 bytes an edge: far below any packet limit
 _WAITING = MessageStatus.WAITING.value
 _CANCELLED = MessageStatus.CANCELLED.value
 _RUNNING = MessageStatus.RUNNING.value
@@ -88,22 +90,38 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
                 statuses.update((row.id, row.status) for row in conn.execute(stmt))
             check_known(wanted, statuses)
             starts = plan(steps, order, statuses)
-            ids = self._db.dialect.insert_plain(
-                conn, [row_values(step.row, deps.waiting(now, start.deps_left, step.wait_mode, start.deps_failed, **who))
-                       for step, start in zip(steps, starts)])
+            changes: dict[tuple[int, int, int], Change] = {}
+
+            def values(i: int, workflow: Optional[int]) -> dict:
+                # One change per kind of start (most steps share one): a change per row was the
+                # largest part of a submission's Python time.
+                start, mode = starts[i], steps[i].wait_mode
+                key = (start.deps_left, mode, start.deps_failed)
+                change = changes.get(key)
+                if change is None:
+                    change = changes[key] = deps.waiting(now, start.deps_left, mode, start.deps_failed, **who)
+                row = row_values(steps[i].row, change)
+                row[M.workflow_id] = workflow
+                return row
+
+            # The workflow's id is its first step's, known once that row is in: the first step
+            # goes alone, the others carry the id in their INSERT (an UPDATE of every step
+            # afterwards cost as much as the INSERT). Their ids are above the first one's.
+            ids = self._db.dialect.insert_plain(conn, [values(0, None)])
             workflow = ids[0]
-            for start in range(0, len(ids), _CHUNK):
-                conn.execute(update(m).where(ids_in(ids[start : start + _CHUNK])).values(workflow_id=workflow))
-            # A message waited on that belongs to no workflow joins this one: its ack then looks
-            # for the steps, and the workflow ends only once it has ended too.
+            if len(steps) > 1:
+                ids += self._db.dialect.insert_plain(conn, [values(i, workflow) for i in range(1, len(steps))])
+            # The first step's own workflow id, and a message waited on that belongs to no
+            # workflow joins this one: its ack then looks for the steps, and the workflow ends
+            # only once it has ended too.
             waited = [id for id in wanted if statuses[id] in WAITED_ON]
-            adopted = 0
-            for start in range(0, len(waited), _CHUNK):
-                adopted += conn.execute(update(m).where(ids_in(waited[start : start + _CHUNK]),
+            marked = [workflow] + waited
+            adopted = -1  # the first step is no message waited on
+            for start in range(0, len(marked), _CHUNK):
+                adopted += conn.execute(update(m).where(ids_in(marked[start : start + _CHUNK]),
                                                         m.c.workflow_id.is_(None)).values(workflow_id=workflow)).rowcount
             rows = edges(steps, ids, statuses)
-            if rows:
-                conn.execute(insert(d), [{"parent_id": p, "child_id": c} for p, c in rows])
+            _insert_edges(conn, rows)
             stopped = failed = 0
             for i in order:  # parents first: each stop names a parent already stopped
                 start = starts[i]
@@ -167,6 +185,16 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
         counts = self._db.tx(work)
         self._db.workflow_outcomes.ended(finished)
         return counts
+
+
+def _insert_edges(conn: Connection, rows: Sequence[tuple[int, int]]) -> None:
+    """Store the (parent_id, child_id) edges, one multi-row INSERT per ``_EDGE_CHUNK``: the ids
+    are integers, written as literals (binding two parameters per edge through executemany cost
+    more than the statement)."""
+    for start in range(0, len(rows), _EDGE_CHUNK):
+        chunk = rows[start : start + _EDGE_CHUNK]
+        conn.exec_driver_sql(f"INSERT INTO {d.name} (parent_id, child_id) VALUES "
+                             + ", ".join(f"({int(p)}, {int(c)})" for p, c in chunk))
 
 
 def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]:

@@ -17,13 +17,15 @@ from tidemq.dependencies import WaitMode
 from tidemq.errors import (DependencyCycleError, DependencyError, UnknownDependencyError, WorkflowTooLargeError,
                            quote)
 from tidemq.lifecycle import CANCELLED, FAIL, NEW, RUNNING, SUCCESS, WAITING
-from tidemq.limits import MAX_DEPENDENCIES, MAX_WORKFLOW_STEPS
+from tidemq.limits import MAX_DEPENDENCIES
+from tidemq.validation import check_workflow_steps
 
 from ..records import WorkflowStep
 
 __all__ = ["StepStart", "check_steps", "parent_ids", "check_known", "plan", "edges", "WAITED_ON"]
 
 _FAILED = (FAIL.value, CANCELLED.value)
+_MODES = frozenset(mode.value for mode in WaitMode)
 #: The statuses of a stored dependency that has yet to finish: an edge to it is stored, and it
 #: gets the workflow id so that its ack looks for the steps waiting on it.
 WAITED_ON = tuple(status.value for status in (NEW, WAITING, RUNNING))
@@ -55,15 +57,14 @@ def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
     return the positions of ``steps`` in an order where each comes after the steps it waits on."""
     if not steps:
         return []
-    if len(steps) > MAX_WORKFLOW_STEPS:
-        raise WorkflowTooLargeError(f"a submission may hold at most {MAX_WORKFLOW_STEPS:,} steps "
-                                    f"(MAX_WORKFLOW_STEPS), got {len(steps):,}: split it into several")
+    check_workflow_steps(len(steps))
     for i, step in enumerate(steps):
-        count = len(set(step.depends_on)) + len(set(step.after))
+        count = len(set(step.depends_on))
         if count > MAX_DEPENDENCIES:
-            raise WorkflowTooLargeError(f"step {i} has {count:,} dependencies, more than MAX_DEPENDENCIES "
-                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step")
-        if step.wait_mode not in tuple(WaitMode):
+            raise WorkflowTooLargeError(f"step {i} waits on {count:,} stored messages, more than MAX_DEPENDENCIES "
+                                        f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step, or "
+                                        "submit them in the same workflow")
+        if step.wait_mode not in _MODES:
             raise DependencyError(f"step {i} has wait_mode {step.wait_mode}; the modes are "
                                   + ", ".join(f"{mode.value} ({mode.name.lower()})" for mode in WaitMode))
         if step.row.unique_key:
@@ -134,8 +135,12 @@ def plan(steps: Sequence[WorkflowStep], order: Sequence[int], statuses: Mapping[
     failure whose dependencies all already succeeded is stopped as not needed. ``statuses``:
     every stored dependency's status."""
     starts: list[Optional[StepStart]] = [None] * len(steps)
+    free = StepStart(0)  # a step that waits on nothing: most of a group's
     for i in order:
         step = steps[i]
+        if not step.after and not step.depends_on:
+            starts[i] = free
+            continue
         stored, after = sorted(set(step.depends_on)), sorted(set(step.after))
         failed_ids = [id for id in stored if statuses[id] in _FAILED]
         failed_steps = [j for j in after if starts[j].stopped]  # type: ignore[union-attr]
