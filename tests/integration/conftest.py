@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tidemq import Client, Settings
 from tidemq_broker.server import BrokerServer
 
 
@@ -14,3 +15,12 @@ def two_brokers(settings):
     yield brokers
     for broker in brokers:
         broker.stop(grace=1)
+
+
+@pytest.fixture
+def clients(settings, two_brokers):
+    """One client per broker of ``two_brokers``, each calling only its own."""
+    made = [Client(Settings.from_env({}, brokers=broker.address, zk_hosts=settings.zk_hosts)) for broker in two_brokers]
+    yield made
+    for client in made:
+        client.close()

@@ -20,15 +20,6 @@ from tests.background import InThread
 from tests.servers import wait_until
 
 
-@pytest.fixture
-def clients(settings, two_brokers):
-    """One client per broker, each calling only its own."""
-    made = [Client(Settings.from_env({}, brokers=broker.address, zk_hosts=settings.zk_hosts)) for broker in two_brokers]
-    yield made
-    for client in made:
-        client.close()
-
-
 def _met(broker, msg_id):
     return [e for e in trace.parse(broker.storage.reads.get_message(msg_id).trace) if e["event"] == "DEPENDENCY_MET"]
 

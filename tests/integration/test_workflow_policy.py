@@ -11,16 +11,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.servers import wait_until
-from tidemq import Client, Message, MessageType, Settings, Worker, batch, chain, sig
+from tidemq import Message, MessageType, Worker, batch, chain, sig
 from tidemq.consumer import ConsumerSpec
-
-
-@pytest.fixture
-def clients(settings, two_brokers):
-    made = [Client(Settings.from_env({}, brokers=broker.address, zk_hosts=settings.zk_hosts)) for broker in two_brokers]
-    yield made
-    for client in made:
-        client.close()
 
 
 @pytest.fixture

@@ -11,19 +11,11 @@ import threading
 import pytest
 
 from tests.servers import wait_until
-from tidemq import Client, Message, MessageType, Settings, Worker, chain, sig
+from tidemq import Message, MessageType, Settings, Worker, chain, sig
 from tidemq.aio import AsyncClient
 from tidemq.consumer import ConsumerSpec
 from tidemq.dependencies import FailurePolicy, WorkflowState
 from tidemq.errors import MessageNotFoundError, ResultTimeoutError
-
-
-@pytest.fixture
-def clients(settings, two_brokers):
-    made = [Client(Settings.from_env({}, brokers=broker.address, zk_hosts=settings.zk_hosts)) for broker in two_brokers]
-    yield made
-    for client in made:
-        client.close()
 
 
 @pytest.fixture
