@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tidemq import Client, Settings
@@ -24,3 +26,19 @@ def clients(settings, two_brokers):
     yield made
     for client in made:
         client.close()
+
+
+def ack_at_once(*held) -> None:
+    """Ack each (consumer, message) of ``held`` SUCCESS from a thread of its own, all released at
+    the same instant (the last members of a fan-in finishing together on different brokers)."""
+    start = threading.Barrier(len(held))
+
+    def finish(consumer, message):
+        start.wait()
+        consumer.ack(succeeded=[message.id])
+
+    threads = [threading.Thread(target=finish, args=pair) for pair in held]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)

@@ -7,7 +7,6 @@ workflow submitted whole runs in its order (a cycle is refused)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
@@ -17,6 +16,7 @@ from tidemq.errors import DependencyCycleError, UnknownDependencyError
 from tidemq.workflows import Step
 
 from tests.background import InThread
+from tests.integration.conftest import ack_at_once
 from tests.servers import wait_until
 
 
@@ -52,18 +52,7 @@ def test_a_fan_in_whose_last_members_finish_at_once_on_two_brokers_runs_once(two
     on_a.ack(succeeded=[m.id for m in held_a[:4]])
     assert two_brokers[0].storage.reads.get_message(join).deps_left == 2
     # The last two, one through each broker, at the same instant.
-    start = threading.Barrier(2)
-
-    def finish(consumer, message):
-        start.wait()
-        consumer.ack(succeeded=[message.id])
-
-    threads = [threading.Thread(target=finish, args=(on_a, held_a[4])),
-               threading.Thread(target=finish, args=(on_b, held_b[0]))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    ack_at_once((on_a, held_a[4]), (on_b, held_b[0]))
     stored = two_brokers[0].storage.reads.get_message(join)
     assert (stored.status, stored.deps_left, len(_met(two_brokers[0], join))) == ("NEW", 0, 1)
     joins = BatchConsumer("deps.join", ttr=30, client=a)

@@ -10,6 +10,7 @@ import threading
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.integration.conftest import ack_at_once
 from tests.servers import wait_until
 from tidemq import Message, MessageType, Worker, batch, chain, sig
 from tidemq.consumer import ConsumerSpec
@@ -129,18 +130,7 @@ def test_the_last_two_steps_acked_at_once_through_two_brokers_end_the_workflow_o
     assert sorted(m.id for m in held_a + held_b) == sorted(ids) and len(held_b) == 1
     on_a.ack(succeeded=[m.id for m in held_a[:4]])
     succeeded_before = _finished("SUCCEEDED")
-    start = threading.Barrier(2)
-
-    def finish(consumer, message):
-        start.wait()
-        consumer.ack(succeeded=[message.id])
-
-    threads = [threading.Thread(target=finish, args=(on_a, held_a[4])),
-               threading.Thread(target=finish, args=(on_b, held_b[0]))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    ack_at_once((on_a, held_a[4]), (on_b, held_b[0]))
     row = two_brokers[0].storage.dependencies.workflow(root)
     assert (row.state, row.steps_left, row.finished_at is not None) == ("SUCCEEDED", 0, True)
     assert _finished("SUCCEEDED") == succeeded_before + 1  # one broker's transaction ended it
