@@ -11,15 +11,18 @@ So the broker whose ack released steps signals their topics through the coordina
 (``Coordinator.signal``: one ZooKeeper node per topic whose data it sets), from a thread of its
 own, so the Ack call does not wait for ZooKeeper; the topics released while a signal is on its
 way go together in the next round. Each broker watches the signal of every topic it has served
-a pull for, and wakes that topic's waiting pulls when it fires. A lost signal (ZooKeeper away)
-costs only the delay the earliest-due probe still bounds.
+a pull for, and wakes that topic's waiting pulls when it fires, unless the signal was its own
+(its ack woke them already; waking them again cost each a lock that found nothing). A broker
+that knows it is the only one (the coordinator's list of brokers) signals nothing: a signal is
+a ZooKeeper write and a watch's read, a fifth of a released step's broker CPU. A lost signal
+(ZooKeeper away) costs only the delay the earliest-due probe still bounds.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 from tidemq.coordinator import Coordinator
 from tidemq.errors import CoordinationError
@@ -32,22 +35,33 @@ log = logging.getLogger(__name__)
 class ReleaseSignals:
     """Signals the topics of released steps, and wakes this broker's pulls on others' signals.
 
-    ``wake(topic)`` wakes the pulls waiting on ``topic``.
+    ``wake(topic)`` wakes the pulls waiting on ``topic``; ``name`` names this broker in its
+    signals ("": none, and every signal wakes).
     """
 
-    def __init__(self, coordinator: Coordinator, wake: Callable[[str], None]) -> None:
+    def __init__(self, coordinator: Coordinator, wake: Callable[[str], None], name: str = "") -> None:
         self._coordinator = coordinator
         self._wake = wake
+        self._name = name
         self._lock = threading.Lock()
         self._pending_changed = threading.Condition(self._lock)
         self._pending: set[str] = set()
         self._watched: dict[str, Callable[[], None]] = {}
         self._stopped = False
         self._failing = False
+        self._others: Optional[bool] = None  # other brokers registered (None: not known, signal)
         self._thread = threading.Thread(target=self._send_forever, name="tidemq-release-signals", daemon=True)
 
     def start(self) -> None:
+        if self._name:
+            try:
+                self._coordinator.watch_brokers(self._brokers_changed)
+            except Exception as exc:  # ZooKeeper away: not known, so every release is signalled
+                log.debug("cannot watch the brokers: %r", exc)
         self._thread.start()
+
+    def _brokers_changed(self, brokers: list[str]) -> None:
+        self._others = any(broker != self._name for broker in brokers)
 
     def stop(self) -> None:
         with self._lock:
@@ -59,6 +73,8 @@ class ReleaseSignals:
 
     def released(self, topics: Iterable[str]) -> None:
         """Steps of ``topics`` were released by a commit of this broker: tell the others."""
+        if self._others is False:
+            return  # there are none
         with self._lock:
             before = len(self._pending)
             self._pending.update(topics)
@@ -75,7 +91,7 @@ class ReleaseSignals:
                 return
             self._watched[topic] = lambda: None  # claimed: a second pull does not watch again
         try:
-            stop_watch = self._coordinator.watch_signal(topic, lambda: self._wake(topic))
+            stop_watch = self._coordinator.watch_signal(topic, lambda sender: self._heard(topic, sender))
         except Exception as exc:  # ZooKeeper away (kazoo's errors too): the next pull tries again
             log.debug("cannot watch the release signal of %s: %r", topic, exc)
             with self._lock:
@@ -86,6 +102,10 @@ class ReleaseSignals:
                 stop_watch()
             else:
                 self._watched[topic] = stop_watch
+
+    def _heard(self, topic: str, sender: Optional[str]) -> None:
+        if not self._name or sender != self._name:
+            self._wake(topic)
 
     def _send_forever(self) -> None:
         while True:
@@ -100,7 +120,7 @@ class ReleaseSignals:
 
     def _send(self, topic: str) -> None:
         try:
-            self._coordinator.signal(topic)
+            self._coordinator.signal(topic, self._name)
         except CoordinationError as exc:
             # Said once per outage: the other brokers' probes still find the steps.
             if not self._failing:

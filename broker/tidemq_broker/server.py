@@ -106,7 +106,8 @@ class BrokerServer:
         self.hub = PullHub(self.storage.probes)
         self.results = ResultHub(self.storage.probes)
         self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit)
-        self.signals = ReleaseSignals(self.coordinator, lambda topic: self.hub.notify(topic, clock.now(), None))
+        self.signals = ReleaseSignals(self.coordinator, lambda topic: self.hub.notify(topic, clock.now(), None),
+                                      self.address)
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
                                      settings.max_data_bytes, self.results, self.signals)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)

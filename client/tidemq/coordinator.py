@@ -162,13 +162,17 @@ class Coordinator(abc.ABC):
 
     # -- signals -------------------------------------------------------------------------
     @abc.abstractmethod
-    def signal(self, topic: str) -> None:
+    def signal(self, topic: str, sender: str = "") -> None:
         """Tell every watcher of ``topic``'s signal that something changed there (brokers: a
-        step of the topic was released). Coalesced: watchers learn that it changed, not how often."""
+        step of the topic was released), naming the ``sender``. Coalesced: watchers learn that it
+        changed, not how often."""
 
     @abc.abstractmethod
-    def watch_signal(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` after each signal of ``topic`` (and possibly once at the start).
+    def watch_signal(self, topic: str, callback: Callable[[Optional[str]], None]) -> Callable[[], None]:
+        """Call ``callback(sender)`` after each signal of ``topic`` (and possibly once at the
+        start). ``sender`` names the sender of the one signal since the previous call, or is None
+        when that is not known (the first call, several signals heard as one, an implementation
+        that does not tell): a watcher may skip its own signals, never one of None.
 
         Returns a function that stops the watch.
         """

@@ -128,12 +128,14 @@ def test_broadcasts_keep_order_and_a_burst_loses_nothing(coordinators):
 def test_a_signal_reaches_the_watchers_of_its_topic_only_and_a_stopped_watch_hears_nothing(coordinators):
     sender, reader = coordinators(), coordinators()
     counts = {"t.sig": 0, "t.other": 0}
+    senders: list = []
     lock = threading.Lock()
 
     def counter(topic):
-        def heard():
+        def heard(sender):
             with lock:
                 counts[topic] += 1
+                senders.append(sender)
         return heard
 
     stop = reader.watch_signal("t.sig", counter("t.sig"))
@@ -142,8 +144,12 @@ def test_a_signal_reaches_the_watchers_of_its_topic_only_and_a_stopped_watch_hea
     wait_until(lambda: counts["t.sig"] >= 1 and counts["t.other"] >= 1, 10, what="the watches' first calls")
     with lock:
         before = dict(counts)
-    sender.signal("t.sig")
+    sender.signal("t.sig", "s1")
     wait_until(lambda: counts["t.sig"] > before["t.sig"], 10, what="the signal of t.sig")
+    # The sender is named, or not known (None): never another one.
+    assert set(senders) <= {None, "s1"}
+    if isinstance(reader, ZooKeeperCoordinator):  # one signal on a watched node: it is known
+        assert senders[-1] == "s1"
     sender.signal("t.sig")  # a second one on the node the first created
     wait_until(lambda: counts["t.sig"] > before["t.sig"] + 1, 10, what="a second signal")
     stop()

@@ -18,30 +18,38 @@ class FakeCoordinator:
         self.watches: dict[str, object] = {}
         self.lock = threading.Lock()
 
-    def signal(self, topic):
+    def signal(self, topic, sender=""):
         with self.lock:
             if self.failures:
                 self.failures -= 1
                 raise CoordinationError("ZooKeeper away")
-            self.signalled.append(topic)
+            self.signalled.append((topic, sender))
 
     def watch_signal(self, topic, callback):
         self.watches[topic] = callback
         return lambda: self.watches.pop(topic, None)
 
+    def watch_brokers(self, callback):
+        self.brokers = callback
+
 
 def test_released_topics_are_signalled_and_watched_topics_wake_their_pulls():
     coordinator, woken = FakeCoordinator(), []
-    signals = ReleaseSignals(coordinator, woken.append)
+    signals = ReleaseSignals(coordinator, woken.append, "b1")
     signals.start()
     try:
         signals.watch("t.a")
         signals.watch("t.a")  # a second pull of the topic: still one watch
         assert list(coordinator.watches) == ["t.a"]
-        coordinator.watches["t.a"]()  # another broker's signal
+        coordinator.watches["t.a"]("b2")  # another broker's signal
         assert woken == ["t.a"]
+        coordinator.watches["t.a"]("b1")  # its own: its ack woke its pulls already
+        assert woken == ["t.a"]
+        coordinator.watches["t.a"](None)  # a sender not known: it may be another's
+        assert woken == ["t.a", "t.a"]
         signals.released({"t.a": 1, "t.b": 2})
-        wait_until(lambda: sorted(coordinator.signalled) == ["t.a", "t.b"], 10, what="both topics signalled")
+        wait_until(lambda: sorted(coordinator.signalled) == [("t.a", "b1"), ("t.b", "b1")], 10,
+                   what="both topics signalled, naming the broker")
     finally:
         signals.stop()
     assert coordinator.watches == {}  # stopped with the broker
@@ -62,4 +70,21 @@ def test_an_outage_is_logged_once_and_its_end_once(caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert len([m for m in messages if m.startswith("cannot signal released steps")]) == 1
     assert len([m for m in messages if m.startswith("signalling released steps")]) == 1
-    assert coordinator.signalled == ["t.3"]
+    assert coordinator.signalled == [("t.3", "")]
+
+
+def test_a_broker_that_knows_it_is_alone_signals_nothing():
+    coordinator = FakeCoordinator()
+    signals = ReleaseSignals(coordinator, lambda topic: None, "b1")
+    signals.start()
+    try:
+        signals.released(["t.unknown"])  # the list of brokers not heard yet: signal
+        wait_until(lambda: coordinator.signalled == [("t.unknown", "b1")], 10, what="a signal")
+        coordinator.brokers(["b1"])
+        signals.released(["t.alone"])
+        coordinator.brokers(["b1", "b2"])  # another broker came: its pulls must hear releases
+        signals.released(["t.two"])
+        wait_until(lambda: ("t.two", "b1") in coordinator.signalled, 10, what="the signal with two brokers")
+        assert ("t.alone", "b1") not in coordinator.signalled
+    finally:
+        signals.stop()

@@ -241,11 +241,11 @@ class LocalCoordinator(Coordinator):
         return pruned
 
     # -- signals -----------------------------------------------------------------------------
-    def signal(self, topic: str) -> None:
+    def signal(self, topic: str, sender: str = "") -> None:
         self._changed("signal/" + topic)
 
-    def watch_signal(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
-        return self._watch("signal/" + topic, callback)
+    def watch_signal(self, topic: str, callback: Callable[[Optional[str]], None]) -> Callable[[], None]:
+        return self._watch("signal/" + topic, lambda: callback(None))  # coalesced notifications: never sure
 
     # -- leadership --------------------------------------------------------------------------
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType
+from kazoo.protocol.states import EventType, ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
@@ -302,11 +302,11 @@ class ZooKeeperCoordinator(Coordinator):
         return self._broadcasts.prune(older_than)
 
     # -- signals: <root>/signals/<topic>, one node per topic whose data each signal sets ----
-    def signal(self, topic: str) -> None:
+    def signal(self, topic: str, sender: str = "") -> None:
         path = self._path("signals", topic)
         try:
             try:
-                self._zk.set(path, b"")  # a new version: every DataWatch of it fires
+                self._zk.set(path, sender.encode())  # a new version: every DataWatch of it fires
             except NoNodeError:
                 self._zk.ensure_path(path)
         except KazooException as exc:
@@ -316,11 +316,17 @@ class ZooKeeperCoordinator(Coordinator):
         path = self._path("signals", topic)
         self._zk.ensure_path(path)
         stopped = threading.Event()
+        seen = [-1]  # the node's version at the previous call
 
-        def on_data(data: object, stat: object) -> bool:
+        def on_data(data: Optional[bytes], stat: Optional[ZnodeStat]) -> bool:
             if stopped.is_set():
                 return False  # returning False ends a kazoo DataWatch
-            callback()
+            # Each signal moves the version by one; a watch re-reads the node when it fires, so
+            # a jump of more than one means signals were heard as one: their senders unknown.
+            version = stat.version if stat is not None else -1
+            one = seen[0] >= 0 and version == seen[0] + 1
+            seen[0] = version
+            callback(data.decode(errors="replace") if one and data is not None else None)
             return True
 
         DataWatch(self._zk, path, on_data)
