@@ -72,6 +72,11 @@ class InsertWatch:
             self._own.update(ids)
 
     @property
+    def step(self) -> int:
+        """The server's id step as last read (1 before the first read): see ``pulls._holds``."""
+        return self._step
+
+    @property
     def gaps(self) -> int:
         """How many ids the watch is waiting to see committed."""
         return len(self._gaps)

@@ -12,6 +12,13 @@ commit elsewhere (another broker, a ``tidemq.enqueue`` transaction).
 A pull that may lease ahead (``ahead`` seconds, see ``long_poll``) takes what is due within that
 window and wakes half a window before the next due time, so its consumer always holds a message
 before the message's effect_time and starts it then, on its own clock.
+
+A consumer pulls again as soon as a pull brought it something. When that pull took less than
+it asked for (everything due in its shard) and nothing was notified for the topic since, the
+next pull of the same shard starts as if it had been waiting all along: it reads the next due
+time (which it would read after an empty lock anyway) and locks only if something is due by
+then. On an idle system that lock found nothing after every delivery, and ran beside the
+delivered message's ack, slowing it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from tidemq import clock
 from .errors import StorageUnavailableError
@@ -28,10 +35,22 @@ from .hints import Arrival, LockHints
 from .inserts import InsertWatch
 from .storage import LeasedMessage, Probes
 
-__all__ = ["PullHub", "Waiter"]
+__all__ = ["PullHub", "Waiter", "Quiet"]
 
 log = logging.getLogger(__name__)
 _FOREVER = datetime.max
+_MAX_QUIET = 10_000  # shards remembered at most; forgetting one costs only a lock that finds nothing
+
+
+class Quiet(NamedTuple):
+    """Which pulls may continue a previous one's wait: one shard of a topic (QUEUE, no flow
+    limits), pulled with the same ``ahead`` window, whose lock takes at most ``limit``."""
+
+    topic: str
+    rank: int
+    total: int
+    ahead: float
+    limit: int
 
 
 class Waiter:
@@ -41,16 +60,20 @@ class Waiter:
     it would reach the consumer less than the lead before its effect_time (or late).
     ``held``: it sleeps although messages may be due, held back by something a finished message
     frees (a serial topic's running head, a flow limit), so an ack wakes it.
+    ``shard``: the (rank, total) its locks read (None: the whole topic). ``foreign``: it was woken
+    only by messages of other shards (None: not by a notification naming messages).
     """
 
-    __slots__ = ("topic", "lead", "wake_at", "event", "held")
+    __slots__ = ("topic", "lead", "wake_at", "event", "held", "shard", "foreign")
 
-    def __init__(self, topic: str, lead: float = 0.0) -> None:
+    def __init__(self, topic: str, lead: float = 0.0, shard: Optional[tuple[int, int]] = None) -> None:
         self.topic = topic
         self.lead = lead
         self.wake_at = _FOREVER  # until it sets a time, any notification wakes it
         self.event = threading.Event()
         self.held = False
+        self.shard = shard
+        self.foreign: Optional[bool] = None
 
 
 class PullHub:
@@ -69,6 +92,11 @@ class PullHub:
         self._earliest: dict[str, datetime] = {}
         self._earliest_every = earliest_every
         self._next_probe = 0.0  # monotonic time before which the earliest-due probe waits
+        # A count per topic of what may have made its messages due, and the count each shard's
+        # last lock began at when it found everything due (see the module's docstring).
+        self._versions: dict[str, int] = {}
+        self._epoch = 0  # moves on when anything of any topic may have changed
+        self._quiet: dict[Quiet, tuple[int, int]] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True)
 
@@ -83,21 +111,53 @@ class PullHub:
     def stop(self) -> None:
         """Wake every waiter; pulls return what they have (nothing) at once."""
         self._stopped.set()
+        self._changed(None)
         self._wake(lambda w: True)
 
     def wake_all(self, topics: Optional[Sequence[str]] = None) -> None:
         """Wake every waiter to look again: messages of ``topics`` (None: of any) became NEW at
         times not known here (leases expired, something changed in bulk)."""
         self.hints.forget(topics)
+        self._changed(topics)
         self._wake(lambda w: True)
+
+    def version(self, topic: str) -> tuple[int, int]:
+        """What has been notified for ``topic`` so far, to compare with a later call."""
+        with self._lock:
+            return self._epoch, self._versions.get(topic, 0)
+
+    def locked(self, quiet: Quiet, version: tuple[int, int], taken: int) -> None:
+        """A lock of ``quiet``'s shard that began at ``version`` took ``taken`` messages."""
+        with self._lock:
+            if taken < quiet.limit:  # everything due by then: the shard is quiet until a change
+                if len(self._quiet) >= _MAX_QUIET:
+                    self._quiet.clear()
+                self._quiet[quiet] = version
+            else:
+                self._quiet.pop(quiet, None)
+
+    def still_quiet(self, quiet: Quiet) -> bool:
+        """Whether the last lock of ``quiet``'s shard took everything due and nothing was
+        notified for its topic since it began."""
+        with self._lock:
+            return self._quiet.get(quiet) == (self._epoch, self._versions.get(quiet.topic, 0))
+
+    def _changed(self, topics: Optional[Iterable[str]]) -> None:
+        with self._lock:
+            if topics is None:
+                self._epoch += 1
+            else:
+                for topic in topics:
+                    self._versions[topic] = self._versions.get(topic, 0) + 1
 
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
-    def register(self, topic: str, lead: float = 0.0) -> Waiter:
-        """A waiter for ``topic`` whose attempts take what is due within ``lead`` seconds."""
-        waiter = Waiter(topic, lead)
+    def register(self, topic: str, lead: float = 0.0, shard: Optional[tuple[int, int]] = None) -> Waiter:
+        """A waiter for ``topic`` whose attempts take what is due within ``lead`` seconds, in
+        ``shard`` (rank, total; None: the whole topic)."""
+        waiter = Waiter(topic, lead, shard)
         with self._lock:
             self._waiters.setdefault(topic, set()).add(waiter)
         return waiter
@@ -110,14 +170,24 @@ class PullHub:
                 if not group:
                     del self._waiters[waiter.topic]
 
-    def notify(self, topic: str, earliest: datetime, priorities: Optional[Iterable[int]] = None) -> None:
+    def notify(self, topic: str, earliest: datetime, priorities: Optional[Iterable[int]] = None,
+               ids: Optional[Sequence[int]] = None) -> None:
         """Messages of ``topic`` (of ``priorities``; None: not known) became NEW with the earliest
-        effect_time ``earliest``, or a serial topic's head was freed."""
+        effect_time ``earliest``, or a serial topic's head was freed. ``ids``: the messages, when
+        known (they may name other topics' too). A waiter whose shard holds none of them is still
+        woken, but begins with the next due time rather than a lock (see ``long_poll``): with
+        two consumers, every message's commit cost the other one a lock that found nothing."""
         self.hints.lower(topic, earliest, priorities)
         with self._lock:
+            self._versions[topic] = self._versions.get(topic, 0) + 1
             waiters = list(self._waiters.get(topic, ()))
+            step = self._inserts.step
         for waiter in waiters:
             if earliest <= waiter.wake_at:
+                if ids is None or waiter.shard is None or _holds(waiter.shard, ids, step):
+                    waiter.foreign = False
+                elif waiter.foreign is None:
+                    waiter.foreign = True
                 waiter.event.set()
 
     def notify_freed(self, topic: str) -> None:
@@ -134,7 +204,7 @@ class PullHub:
         priorities)} of what it stored."""
         self._inserts.committed_here(ids)
         for topic, (when, priorities) in arrived.items():
-            self.notify(topic, when, priorities)
+            self.notify(topic, when, priorities, ids)
 
     def sleep(self, waiter: Waiter, seconds: float) -> None:
         """Sleep up to ``seconds`` unless notified (or notified already since registering)."""
@@ -198,6 +268,7 @@ class PullHub:
         earliest = {topic: min(by_priority.values()) for topic, by_priority in found.items()}
         self._wake_sooner({topic: when for topic, when in earliest.items() if topic in waited})
         if stranded:  # other shards' messages wait past the grace: every consumer may take them
+            self._changed(stranded)
             self._wake(lambda w: w.topic in stranded)
 
     def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
@@ -210,7 +281,8 @@ class PullHub:
 
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],
               next_due: Callable[[], Optional[datetime]], topic: str, ahead: float = 0.0,
-              blocked: Optional[float] = None, serial: bool = False) -> list[LeasedMessage]:
+              blocked: Optional[float] = None, serial: bool = False,
+              alive: Callable[[], bool] = lambda: True, quiet: Optional[Quiet] = None) -> list[LeasedMessage]:
     """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
     (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline.
 
@@ -219,17 +291,36 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
     messages, and each reaches its consumer at least half a window before it is due.
     ``blocked``: the pause when messages were due yet none was taken (default: the hub's).
     ``serial``: a serial topic's pull, which a running head holds back (``next_due`` None).
+    ``alive``: False once the caller gave up (a consumer cancels its pull when its rank changes);
+    the pull then ends instead of waking on every commit of its topic until its deadline.
+    ``quiet``: the shard this pull locks in (None: serial or flow-limited, every pull locks
+    first). While the shard is still quiet (``PullHub.still_quiet``) the pull begins with the
+    next due time instead of a lock, and locks only when something is due by then.
     """
     lead = ahead / 2
+    skip = quiet is not None and hub.still_quiet(quiet)
+    shard = (quiet.rank, quiet.total) if quiet is not None and quiet.total > 1 else None
     while True:
-        waiter = hub.register(topic, lead)  # before the attempt, so no notification is missed
+        waiter = hub.register(topic, lead, shard)  # before the attempt, so no notification is missed
         try:
             attempted_at = clock.now()
-            found = attempt()
+            if skip:
+                found: list[LeasedMessage] = []  # the previous lock's wait goes on
+            else:
+                version = hub.version(topic)
+                found = attempt()
+                if quiet is not None:
+                    hub.locked(quiet, version, len(found))
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0 or hub.stopped:
+            if found or (remaining <= 0 and not skip) or hub.stopped or not alive():
                 return found
             due = next_due()
+            if skip and due is not None and due <= clock.after(attempted_at, ahead):
+                skip = False
+                continue  # due by now after all: lock (the read is what an empty lock reads next)
+            if remaining <= 0:
+                return found
+            skip = False
             if due is None:
                 pause = hub.recheck
                 waiter.held = serial  # the head runs (or nothing waits): its ack wakes this pull
@@ -242,5 +333,15 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
                 pause = hub.blocked_recheck if blocked is None else blocked
                 waiter.held = True
             hub.sleep(waiter, min(pause, remaining, hub.recheck))
+            # Woken only for other shards' messages: look at the next due time before locking.
+            skip = quiet is not None and waiter.foreign is True
         finally:
             hub.unregister(waiter)
+
+
+def _holds(shard: tuple[int, int], ids: Sequence[int], step: int) -> bool:
+    """Whether any of ``ids`` is in QUEUE shard ``shard`` (rank, total) by the storage's rule,
+    ``MOD(id DIV step, total) = rank``. With a ``step`` not (yet) current, a message may be
+    judged another shard's: its pull then reads the next due time first, which finds it."""
+    rank, total = shard
+    return any((id // step) % total == rank for id in ids)

@@ -186,7 +186,8 @@ class MessageResult:
 @dataclass(frozen=True)
 class LeasedMessage:
     """A message as a pull hands it out: what a consumer needs, without the trace.
-    ``depends_on``: the messages it waited on (ascending ids), read only for a workflow's."""
+    ``depends_on``: the messages it waited on (ascending ids), read only for a workflow's;
+    ``workflow_id``: the workflow it is a step of (None: none)."""
 
     id: int
     topic: str
@@ -201,6 +202,7 @@ class LeasedMessage:
     trace_context: Optional[str] = None
     priority: int = 0
     depends_on: tuple[int, ...] = ()
+    workflow_id: Optional[int] = None
 
 
 @dataclass

@@ -39,7 +39,8 @@ from .intake import (
     rows_from_request,
     steps_from_request,
 )
-from .pulls import PullHub, long_poll
+from .hints import arrivals
+from .pulls import PullHub, Quiet, long_poll
 from .release_signals import ReleaseSignals
 from .results import ResultHub
 from .schedules import check_schedule, next_tick
@@ -167,8 +168,11 @@ class BrokerService(pb_grpc.BrokerServicer):
                 return self.storage.probes.serial_head_due(topic)
             return self.storage.probes.next_due(shard())
 
+        limits = settings.limits
+        quiet = None if request.serial or (limits is not None and limits.any) \
+            else Quiet(topic, rank, total, ahead, request.max_messages)
         found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings),
-                          serial=request.serial)
+                          serial=request.serial, alive=context.is_active, quiet=quiet)
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
@@ -196,13 +200,13 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
         check_ids([item.id for item in request.items], "acks")
         self._authorize_messages("Ack", [item.id for item in request.items])
-        items = [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result), i.cancelled)
+        items = [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result), i.cancelled, i.workflow)
                  for i in request.items]
-        released: dict[str, int] = {}
+        released: dict[str, dict[int, int]] = {}
         outcomes = self.storage.acks.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
                                     self.topics.get, released)
-        for topic in released:  # steps whose last dependency just succeeded are due now
-            self.hub.notify(topic, clock.now(), None)
+        for topic, steps in released.items():  # steps whose last dependency just succeeded are due now
+            self.hub.notify(topic, clock.now(), set(steps.values()), list(steps))
         if released and self.signals is not None:
             self.signals.released(released)  # and pulls waiting on other brokers
         self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
@@ -348,8 +352,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         ids = self.storage.dependencies.insert_steps(steps, clock.now(), request_id, broker=self.name)
         for topic, n in Counter(step.row.topic for step in steps).items():  # not a group commit's rows
             metrics.PRODUCED.labels(topic).inc(n)
-        for topic in {step.row.topic for step in steps}:  # those due now: as after a group commit
-            self.hub.notify(topic, min(step.row.effect_time for step in steps if step.row.topic == topic), None)
+        # As after a group commit, for the steps that may be NEW now: a step waiting on another
+        # of the same submission is WAITING, and waking pulls for it cost each waiting consumer
+        # a lock that finds nothing (twice: the insert watch would report the ids again).
+        self.hub.notify_commit(arrivals((step.row.topic, step.row.priority, step.row.effect_time)
+                                        for step in steps if not step.after), ids)
         return ids
 
     def _authorize_messages(self, method: str, ids: list[int]) -> None:
@@ -373,4 +380,5 @@ def _delivery(msg: LeasedMessage) -> pb.Delivery:
         id=msg.id, topic=msg.topic, data=msg.data, effect_time_ms=clock.to_epoch_ms(msg.effect_time),
         retry_remaining=msg.retry_remaining, attempt=msg.attempt, lease_token=msg.lease_token or "",
         ttr_seconds=float(msg.ttr or 0), trace_context=msg.trace_context or "", depends_on=msg.depends_on,
+        workflow_id=msg.workflow_id or 0,
     )

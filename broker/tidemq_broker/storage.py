@@ -156,13 +156,13 @@ class Acking(Protocol):
     """Outcomes of leases."""
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings], released: Optional[dict[str, int]] = None) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None) -> list[AckOutcome]:
         """Apply many outcomes in one transaction, each guarded by status RUNNING and its token:
         ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL). An outcome that
         lease already recorded (a SUCCESS or FAIL under the same token: an ack sent again after
         its reply was lost) is answered APPLIED and changes nothing; any other is STALE. In the
-        same transaction a SUCCESS releases the dependents it was the last wait of (added per
-        topic to ``released``: the pulls to wake), a FAIL or CANCELLED stops the waiting ones."""
+        same transaction a SUCCESS releases the dependents it was the last wait of ({id: priority}
+        per topic added to ``released``: the pulls to wake), a FAIL or CANCELLED stops the rest."""
 
 
 class Probes(Protocol):

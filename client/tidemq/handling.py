@@ -47,11 +47,12 @@ class Run:
     outcome: Optional[HandlerOutcome] = None
     result: Optional[str] = None
     control: Optional[RunControl] = None
+    workflow: bool = False  # a workflow's step: its ack says so (``AckItem.workflow``)
 
     @classmethod
     def of(cls, delivery: Delivery) -> "Run":
         return cls(delivery.id, delivery.topic, delivery.attempt, delivery.trace_context, delivery.effect_time,
-                   delivery.retry_remaining)
+                   delivery.retry_remaining, workflow=delivery.workflow_id is not None)
 
     @property
     def error_text(self) -> str:
@@ -64,7 +65,7 @@ class Run:
         success = self.outcome is HandlerOutcome.SUCCESS
         result = self.result if success else error_result(self.error) if self.error is not None else None
         return AckItem(self.id, lease_token, success, self.error_text, result,
-                       self.outcome is HandlerOutcome.CANCELLED)
+                       self.outcome is HandlerOutcome.CANCELLED, self.workflow)
 
 
 Layer = Callable[[Run], ContextManager[Any]]

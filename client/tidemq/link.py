@@ -31,6 +31,7 @@ class Delivery:
     trace_context: str = ""  # the producer's W3C traceparent ("": none), see tidemq.tracing
     depends_on: tuple[int, ...] = ()  # the messages it waited on, ascending ids (see tidemq.inputs)
     broker: str = ""  # the address of the broker that leased it ("": not known); its inputs are read there
+    workflow_id: Optional[int] = None  # the workflow it is a step of (None: none)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class AckItem:
     error: str = ""
     result: Optional[str] = None
     cancelled: bool = False
+    #: The message is a workflow's step (its delivery said so): the broker takes the ack's exact
+    #: path for it at once instead of trying the fast one first. Only a hint: the broker checks.
+    workflow: bool = False
 
 
 class AckOutcome(str, enum.Enum):

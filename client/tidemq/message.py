@@ -61,6 +61,9 @@ class Message:
     #: The messages it waited on (produced with ``depends_on``, or a workflow's step), ascending
     #: ids: within one submission, the order the steps were declared in.
     depends_on: Sequence[int] = ()
+    #: The workflow it is a step of (its first step's id, as ``tidemq.workflow_handle`` takes it);
+    #: None when it belongs to none.
+    workflow_id: Optional[int] = None
     _touch: Optional[Callable[[float], bool]] = field(default=None, repr=False, compare=False)
     _control: Optional[RunControl] = field(default=None, repr=False, compare=False)
     _results: Optional[ReadResults] = field(default=None, repr=False, compare=False)

@@ -45,7 +45,8 @@ def delivery_to_message(d: Delivery, link: Optional[BrokerLink] = None,
         read = functools.partial(read, broker=d.broker)
     return Message.from_json(d.id, d.topic, d.data, effect_time=d.effect_time, retry_remaining=d.retry_remaining,
                              attempt=d.attempt, lease_token=d.lease_token, ttr=d.ttr,
-                             trace_context=d.trace_context, depends_on=d.depends_on, _touch=touch, _results=read)
+                             trace_context=d.trace_context, depends_on=d.depends_on, workflow_id=d.workflow_id,
+                             _touch=touch, _results=read)
 
 
 class QueueRunner:

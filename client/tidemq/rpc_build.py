@@ -218,7 +218,7 @@ def ack_request(topic: str, consumer: str, items: Sequence[AckItem]) -> pb.AckRe
         raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
     return pb.AckRequest(consumer=consumer, topic=topic, items=[
         pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error, result=i.result or "",
-                   cancelled=i.cancelled) for i in items])
+                   cancelled=i.cancelled, workflow=i.workflow) for i in items])
 
 
 def ack_outcomes(reply: pb.AckReply) -> list[AckOutcome]:
@@ -247,4 +247,4 @@ def delivery(d: pb.Delivery, broker: str = "") -> Delivery:
                     effect_time=datetime.fromtimestamp(d.effect_time_ms / 1000, tz=timezone.utc),
                     retry_remaining=d.retry_remaining, attempt=d.attempt, lease_token=d.lease_token,
                     ttr=d.ttr_seconds, trace_context=d.trace_context, depends_on=tuple(d.depends_on),
-                    broker=broker)
+                    broker=broker, workflow_id=d.workflow_id or None)

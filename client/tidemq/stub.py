@@ -215,7 +215,8 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
                     remaining = deadline - time.monotonic()
                     if leased or remaining <= 0:
                         record.outcome, record.ids = ("leased" if leased else "empty"), tuple(r[M.id] for r in leased)
-                        return [delivery_of(row, self._parents.get(row[M.id], ())) for row in leased]
+                        return [delivery_of(row, self._parents.get(row[M.id], ()), self._workflow_of.get(row[M.id]))
+                                for row in leased]
                     # Like the broker: wake half the ahead window before the next due time.
                     until = self._until_due(topic, rank, total, serial) - ahead / 2
                     self._cond.wait(max(min(remaining, until), 0.001))

@@ -95,10 +95,10 @@ def _seconds(moment: Optional[datetime]) -> float:
     return moment.replace(tzinfo=timezone.utc).timestamp() if moment is not None else 0.0
 
 
-def delivery_of(row: dict[str, Any], depends_on: tuple[int, ...] = ()) -> Delivery:
+def delivery_of(row: dict[str, Any], depends_on: tuple[int, ...] = (), workflow_id: Optional[int] = None) -> Delivery:
     """The leased message held as ``row``, as a pull hands it out (naming the messages it
-    waited on, ``depends_on``)."""
+    waited on, ``depends_on``, and its workflow, ``workflow_id``)."""
     return Delivery(id=row[M.id], topic=row[M.topic], data=row[M.data],
                     effect_time=row[M.effect_time].replace(tzinfo=timezone.utc), retry_remaining=row[M.retry_remaining],
                     attempt=row[M.attempt], lease_token=row[M.lease_token], ttr=float(row[M.ttr]),
-                    trace_context=row[M.trace_context] or "", depends_on=depends_on)
+                    trace_context=row[M.trace_context] or "", depends_on=depends_on, workflow_id=workflow_id)

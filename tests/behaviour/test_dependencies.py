@@ -33,6 +33,7 @@ def test_a_step_waits_for_its_dependency_and_receives_its_result(double):
     assert pull(double, "d.next") == []
     [d] = _succeed(double, "d.first", lambda d: json.loads(d.data) + 1)
     assert d.depends_on == ()
+    assert d.workflow_id == step  # a message waited on joins the workflow of what waits on it
     [leased] = pull(double, "d.next")
     assert (leased.id, leased.depends_on) == (step, (first,))
     message = delivery_to_message(leased, double.link)
@@ -58,6 +59,7 @@ def test_a_chord_callback_gets_the_members_results_in_order(double):
     assert leased.depends_on == tuple(members)
     message = delivery_to_message(leased, double.link)
     assert message.inputs == [0, 10, 20, 30]
+    assert {d.workflow_id for d in got} == {members[0]} and message.workflow_id == members[0]
     with pytest.raises(InputError, match="has 4 dependencies"):
         message.input
 

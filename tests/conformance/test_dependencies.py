@@ -81,12 +81,12 @@ def test_a_fan_in_of_five_is_released_once_after_the_last(storage):
         stored = storage.reads.get_message(child)
         assert (stored.status, stored.deps_left) == (S.WAITING.value, 4 - n)
     # The last one beside a failure of a stale lease: the ack's exact path releases too, and
-    # says which topics got messages due.
+    # says which messages of which topics are due.
     last, released = parents[4], {}
     items = [AckItem(last, batch[last].lease_token, True, result='"done"'), AckItem(parents[0], "0" * 32, False, "late")]
     assert storage.acks.ack(items, clock.now(), "c1", "b1", TopicSettings, released) == \
         [AckOutcome.APPLIED, AckOutcome.STALE]
-    assert released == {"t.fan": 1}
+    assert released == {"t.fan": {child: 0}}
     assert _status(storage, child) == S.NEW.value
     assert [e["dependency"] for e in _events(storage, child) if e["event"] == "DEPENDENCY_MET"] == [str(last)]
     assert [m.id for m in lock(storage, "t.fan")] == [child]
@@ -155,7 +155,7 @@ def test_a_fan_in_wider_than_max_dependencies_in_one_submission_is_released_once
     while len(leased) < n:
         leased += lock(storage, "t.wide", limit=500)
     assert sorted(m.id for m in leased) == ids[:-1]
-    released: dict[str, int] = {}
+    released: dict[str, dict[int, int]] = {}
     for start in range(0, n - 1, 300):
         batch = leased[start : min(start + 300, n - 1)]
         storage.acks.ack([AckItem(m.id, m.lease_token, True) for m in batch], clock.now(), "c1", "b1", TopicSettings,
@@ -163,7 +163,7 @@ def test_a_fan_in_wider_than_max_dependencies_in_one_submission_is_released_once
     assert (released, storage.reads.get_message(body).deps_left) == ({}, 1)
     storage.acks.ack([AckItem(leased[-1].id, leased[-1].lease_token, True)], clock.now(), "c1", "b1", TopicSettings,
                      released)
-    assert released == {"t.wide": 1} and _status(storage, body) == S.NEW.value
+    assert released == {"t.wide": {body: 0}} and _status(storage, body) == S.NEW.value
     [delivery] = lock(storage, "t.wide")
     assert delivery.id == body and delivery.depends_on == tuple(ids[:-1])
 
@@ -298,7 +298,7 @@ def test_policy_continue_runs_a_step_after_a_failed_dependency_and_counts_it(sto
     released = {}
     assert storage.acks.ack([AckItem(a, batch[a].lease_token, False, "boom")], clock.now(), "c1", "b1",
                             TopicSettings, released) == [AckOutcome.APPLIED]
-    assert released == {"t.cont": 1}  # e: its only dependency, d, was cancelled by a's failure
+    assert released == {"t.cont": {e: 0}}  # its only dependency, d, was cancelled by a's failure
     stored = {i: storage.reads.get_message(i) for i in (c, d, e)}
     assert (stored[c].status, stored[c].deps_left, stored[c].deps_failed) == (S.WAITING.value, 1, 1)
     assert stored[d].status == S.CANCELLED.value

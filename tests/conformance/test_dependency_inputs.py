@@ -73,3 +73,34 @@ def test_only_a_lease_with_workflow_rows_reads_the_edges_once(storage):
     assert not [s for s in plain_statements if "tidemq_dependency" in s]
     if plain_statements:  # a SQL storage: one read of the edges for the two steps
         assert len([s for s in statements if "tidemq_dependency" in s]) == 1
+
+
+def test_a_leased_step_names_its_workflow_and_a_plain_message_none(storage):
+    [plain] = insert(storage, "t.wf.id", 1)
+    first, second = _submit(storage, _steps("t.wf.id", (), (0,)))
+    batch = {m.id: m for m in lock(storage, "t.wf.id")}
+    assert sorted(batch) == sorted([plain, first])
+    assert (batch[plain].workflow_id, batch[first].workflow_id) == (None, first)
+
+
+@pytest.mark.parametrize("marked", ["right", "wrong", "none"])
+def test_an_ack_mixing_steps_and_plain_messages_releases_the_steps_dependents_however_marked(storage, marked):
+    # ``AckItem.workflow`` only routes an item (a step straight to the exact path): a mark on a
+    # plain message, or none on a step, must give the same outcomes and release the same steps.
+    plain = insert(storage, "t.wf.mark", 2)
+    first, second = _submit(storage, _steps("t.wf.mark", (), (0,)))
+    batch = {m.id: m for m in lock(storage, "t.wf.mark")}
+    assert sorted(batch) == sorted([*plain, first])
+
+    def mark(msg_id: int) -> bool:
+        step = batch[msg_id].workflow_id is not None
+        return {"right": step, "wrong": not step, "none": False}[marked]
+
+    items = [AckItem(i, batch[i].lease_token, True, workflow=mark(i)) for i in sorted(batch)]
+    stale = AckItem(plain[0], "not-its-token", True, workflow=mark(plain[0]))
+    assert ack(storage, [stale]) == [AckOutcome.STALE]
+    assert ack(storage, items) == [AckOutcome.APPLIED] * 3
+    assert ack(storage, items) == [AckOutcome.APPLIED] * 3  # a repeated ack (a lost reply) changes nothing
+    [released] = lock(storage, "t.wf.mark")
+    assert (released.id, released.depends_on, released.workflow_id) == (second, (first,), first)
+    assert storage.dependencies.workflow(first).steps_left == 1

@@ -12,7 +12,7 @@ from tests.background import InThread
 from tests.servers import wait_until
 from tidemq import clock
 from tidemq.errors import TidemqError
-from tidemq_broker.pulls import PullHub, long_poll
+from tidemq_broker.pulls import PullHub, Quiet, long_poll
 from tidemq_broker.storage import NewRow
 from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
@@ -198,6 +198,114 @@ def test_stopping_the_hub_ends_waiting_pulls_at_once_with_nothing(storage, store
     hub.stop()
     poller.join(30)
     assert not poller.is_alive() and result == [[]]
+
+
+def test_a_pull_its_caller_gave_up_ends_at_its_next_wake_instead_of_waiting_on(storage, store):
+    """A consumer cancels its pull when its rank changes; the broker's side must not stay
+    registered, waking (and reading its next due time) on every commit until its deadline."""
+    hub = _hub(storage)
+    attempts: list[datetime] = []
+    caller = {"alive": True}
+
+    def attempt():
+        attempts.append(clock.now())
+        return []
+
+    poller = InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, lambda: None, "t.gone",
+                                        alive=lambda: caller["alive"]))
+    try:
+        wait_until(lambda: hub._waiters.get("t.gone"), 10, what="the pull to wait")
+        hub.notify("t.gone", clock.now())
+        wait_until(lambda: len(attempts) == 2 and hub._waiters.get("t.gone"), 10, what="the pull to wait again")
+        caller["alive"] = False
+        hub.notify("t.gone", clock.now())
+        assert poller.value(30) == []
+        assert len(attempts) == 3 and not hub._waiters.get("t.gone")
+    finally:
+        hub.stop()
+        poller.join(10)
+
+
+def test_a_pull_after_one_that_took_everything_due_begins_with_the_next_due_time(storage, store):
+    """The re-pull a consumer makes after each delivery: its shard's last lock took all that was
+    due and nothing was notified since, so it reads the next due time instead of locking, and
+    locks only once something may be due."""
+    hub = _hub(storage)
+    quiet = Quiet("t.quiet", 0, 2, 0.0, 5)
+    calls = {"attempt": 0, "next_due": 0}
+    due: list = [None]
+    batches: list[list] = [["m1"]]
+
+    def attempt():
+        calls["attempt"] += 1
+        return batches.pop(0) if batches else []
+
+    def next_due():
+        calls["next_due"] += 1
+        return due[0]
+
+    def pull() -> InThread:
+        return InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.quiet", quiet=quiet))
+
+    try:
+        assert pull().value(10) == ["m1"] and calls == {"attempt": 1, "next_due": 0}  # 1 of 5: all due
+        second = pull()
+        wait_until(lambda: hub._waiters.get("t.quiet"), 10, what="the second pull to wait")
+        assert calls == {"attempt": 1, "next_due": 1}  # no lock: nothing is due
+        batches.append(["m2"] * 5)
+        hub.notify("t.quiet", clock.now())  # a commit: the waiting pull locks
+        assert second.value(10) == ["m2"] * 5 and calls["attempt"] == 2
+        batches.append(["m3"])
+        assert pull().value(10) == ["m3"] and calls["attempt"] == 3  # the last lock was full: lock first
+        due[0] = clock.after(clock.now(), -1)  # due already (a delay ran out): it locks at once
+        batches.append(["m4"])
+        assert pull().value(10) == ["m4"] and calls["attempt"] == 4
+        due[0] = None
+        hub.notify("t.quiet", clock.now())  # notified since the last lock: lock first
+        batches.append(["m5"])
+        assert pull().value(10) == ["m5"] and calls["attempt"] == 5
+        other = Quiet("t.quiet", 1, 2, 0.0, 5)  # another shard was never locked: it locks first
+        batches.append(["m6"])
+        assert InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.quiet",
+                                          quiet=other)).value(10) == ["m6"] and calls["attempt"] == 6
+    finally:
+        hub.stop()
+
+
+def test_a_commit_wakes_the_pull_of_its_shard_to_lock_and_the_others_to_read_the_next_due_time(storage, store):
+    hub = _hub(storage)
+    calls = {0: {"attempt": 0, "next_due": 0}, 1: {"attempt": 0, "next_due": 0}}
+    due: dict = {0: None, 1: None}
+
+    def pull(rank: int) -> InThread:
+        def attempt():
+            calls[rank]["attempt"] += 1
+            return ["m"] if calls[rank]["attempt"] > 1 and due[rank] is not None else []
+
+        def next_due():
+            calls[rank]["next_due"] += 1
+            return due[rank]
+
+        quiet = Quiet("t.shards", rank, 2, 0.0, 5)
+        return InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.shards", quiet=quiet))
+
+    pulls = {rank: pull(rank) for rank in (0, 1)}
+    try:
+        wait_until(lambda: len(hub._waiters.get("t.shards", ())) == 2
+                   and all(c == {"attempt": 1, "next_due": 1} for c in calls.values()), 10, what="both pulls asleep")
+        due[0] = clock.now()
+        hub.notify("t.shards", clock.now(), None, [4])  # id 4 is shard 0's (4 mod 2; step 1)
+        assert pulls[0].value(10) == ["m"] and calls[0]["attempt"] == 2
+        wait_until(lambda: calls[1]["next_due"] == 2 and hub._waiters.get("t.shards"), 10,
+                   what="the other shard's pull to look and sleep again")
+        assert calls[1]["attempt"] == 1  # it read the next due time only
+        due[1] = clock.now()  # one of its own after all (a step not current, a retry): it locks
+        hub.notify("t.shards", clock.now(), None, [6])
+        assert pulls[1].value(10) == ["m"] and calls[1] == {"attempt": 2, "next_due": 3}
+    finally:
+        hub.stop()
+        for p in pulls.values():
+            p.join(10)
 
 
 def test_a_pull_sleeps_until_the_next_due_time_of_its_shard(storage, store):

@@ -132,5 +132,5 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     parents = parents_of(conn, [row.id for row in rows if row.workflow_id is not None])
     return [LeasedMessage(row.id, topic, row.data, change.target.value if change.target else _NEW, row.effect_time,
                           row.retry_remaining, row.attempt + change.attempt_delta, sets["ttr"], sets["lease_token"],
-                          sets["consumer"], row.trace_context, row.priority, parents.get(row.id, ()))
+                          sets["consumer"], row.trace_context, row.priority, parents.get(row.id, ()), row.workflow_id)
             for row in rows]

@@ -65,7 +65,7 @@ def leased(row: Mapping[str, Any], topic: str, depends_on: tuple[int, ...] = ())
     applied to it (``Change.apply_to``), naming the messages it waited on (``depends_on``)."""
     return LeasedMessage(row[M.id], topic, row[M.data], row[M.status], row[M.effect_time], row[M.retry_remaining],
                          row[M.attempt], row[M.ttr], row[M.lease_token], row[M.consumer], row[M.trace_context],
-                         row[M.priority], depends_on)
+                         row[M.priority], depends_on, row.get(M.workflow_id))
 
 
 def to_message(row: Mapping[str, Any]) -> StoredMessage:

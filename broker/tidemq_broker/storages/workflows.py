@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable, Mapping, Optional, Sequence
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import BigInteger, Connection, Integer, bindparam, func, insert, select, update
 
 from tidemq.dependencies import WorkflowState
 from tidemq.lifecycle import MessageStatus
@@ -27,6 +27,13 @@ __all__ = ["create_workflow", "settle", "SqlWorkflows"]
 
 _OPEN = (MessageStatus.NEW.value, MessageStatus.WAITING.value, MessageStatus.RUNNING.value)
 
+
+# settle's statements, built once (they run in every ack of a workflow's steps).
+_COUNT_ENDS = update(w).where(w.c.id == bindparam("wid", type_=BigInteger)).values(
+    steps_left=w.c.steps_left - bindparam("ended", type_=Integer),
+    steps_failed=w.c.steps_failed + bindparam("failed", type_=Integer))
+_LIVE_ROW = select(w.c.state, w.c.steps_left, w.c.steps_failed) \
+    .where(w.c.id == bindparam("wid", type_=BigInteger), w.c.finished_at.is_(None)).with_for_update()
 
 def create_workflow(conn: Connection, workflow_id: int, policy: str, total: int, stopped: int, failed: int,
                     now: datetime) -> dict[int, str]:
@@ -47,11 +54,9 @@ def settle(conn: Connection, tally: Tally, now: datetime) -> dict[int, str]:
     finished: dict[int, str] = {}
     for workflow_id in sorted(tally.counts):
         ended, failed = tally.counts[workflow_id]
-        if not conn.execute(update(w).where(w.c.id == workflow_id).values(
-                steps_left=w.c.steps_left - ended, steps_failed=w.c.steps_failed + failed)).rowcount:
+        if not conn.execute(_COUNT_ENDS, {"wid": workflow_id, "ended": ended, "failed": failed}).rowcount:
             continue
-        row = conn.execute(select(w.c.state, w.c.steps_left, w.c.steps_failed)
-                           .where(w.c.id == workflow_id, w.c.finished_at.is_(None)).with_for_update()).first()
+        row = conn.execute(_LIVE_ROW, {"wid": workflow_id}).first()
         if row is not None and row.steps_left <= 0:
             state = final_state(row.state, row.steps_failed)
             conn.execute(update(w).where(w.c.id == workflow_id, w.c.finished_at.is_(None))

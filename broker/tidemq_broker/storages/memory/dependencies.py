@@ -104,11 +104,12 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
 
 
 def release_after(state: MemoryState, parents: Sequence[int], now: datetime, broker: str,
-                  tally: Optional[Tally] = None) -> dict[int, str]:
+                  tally: Optional[Tally] = None) -> dict[int, tuple[str, int]]:
     """Under the state's lock, in the ack that recorded the SUCCESS of ``parents``: lower
     ``deps_left`` of their waiting children, release those at 0 (or cancel, as not needed, one
-    waiting after failure with none failed, and walk on from it); returns {id: topic} released."""
-    released: dict[int, str] = {}
+    waiting after failure with none failed, and walk on from it); returns {id: (topic,
+    priority)} released."""
+    released: dict[int, tuple[str, int]] = {}
     unneeded: dict[int, str] = {}
     for parent in sorted(set(parents)):
         for child in sorted(state.children.get(parent, ())):
@@ -124,19 +125,19 @@ def release_after(state: MemoryState, parents: Sequence[int], now: datetime, bro
                         tally.end(row[M.workflow_id], _CANCELLED, failed=False)
                 else:
                     apply(state, deps.released(now, row[M.effect_time], parent, broker), [row])
-                    released[child] = row[M.topic]
+                    released[child] = (row[M.topic], row[M.priority])
     if unneeded:
         released.update(stop_after(state, unneeded, now, broker, tally))
     return released
 
 
 def stop_after(state: MemoryState, parents: Mapping[int, str], now: datetime, broker: str,
-               tally: Optional[Tally] = None) -> dict[int, str]:
+               tally: Optional[Tally] = None) -> dict[int, tuple[str, int]]:
     """Under the state's lock, in the operation that recorded the FAIL or CANCELLED of
     ``parents`` ({id: status}): cancel their waiting children that wait after success, and
     theirs in turn; count the failure as ended for the others, releasing those with nothing
-    left. Returns {id: topic} of the messages released."""
-    released: dict[int, str] = {}
+    left. Returns {id: (topic, priority)} of the messages released."""
+    released: dict[int, tuple[str, int]] = {}
     frontier = dict(parents)
     while frontier:
         after: dict[int, str] = {}
@@ -155,6 +156,6 @@ def stop_after(state: MemoryState, parents: Mapping[int, str], now: datetime, br
                 row[M.deps_failed] += 1
                 if row[M.deps_left] == 0:
                     apply(state, deps.released(now, row[M.effect_time], parent, broker), [row])
-                    released[child] = row[M.topic]
+                    released[child] = (row[M.topic], row[M.priority])
         frontier = after
     return released

@@ -215,7 +215,7 @@ class MemoryAcks:
         self._state = state
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings], released: Optional[dict[str, int]] = None) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None) -> list[AckOutcome]:
         state = self._state
         with state.lock:
             # Judged on the rows as they were before this batch, as the SQL storage reads them.
@@ -243,8 +243,8 @@ class MemoryAcks:
             freed = release_after(state, [item.id for item in succeeded], now, broker, tally)
             freed.update(stop_after(state, ended, now, broker, tally))
             if released is not None:
-                for topic in freed.values():
-                    _tally(released, topic, 1)
+                for id, (topic, priority) in sorted(freed.items()):
+                    released.setdefault(topic, {})[id] = priority
             finished = settle(state, tally, now)
         state.outcomes.ended(finished)
         return outcomes
