@@ -14,8 +14,8 @@ way go together in the next round. Each broker watches the signal of every topic
 a pull for, and wakes that topic's waiting pulls when it fires, unless the signal was its own
 (its ack woke them already; waking them again cost each a lock that found nothing). A broker
 that knows it is the only one (the coordinator's list of brokers) signals nothing: a signal is
-a ZooKeeper write and a watch's read, a fifth of a released step's broker CPU. A lost signal
-(ZooKeeper away) costs only the delay the earliest-due probe still bounds.
+a ZooKeeper write, and a read by every watch it fires. A lost signal (ZooKeeper away) costs only
+the delay the earliest-due probe still bounds.
 """
 
 from __future__ import annotations
