@@ -49,7 +49,7 @@ class Acks:
         finished: dict[int, str] = {}  # likewise: the workflows this ack ended
         # Successes the consumer did not mark as workflow steps take the fast path; the marked
         # ones go straight to the exact path, in the same transaction (trying them on the fast
-        # path first cost a rolled-back statement per ack of a step: most of a chord's overhead).
+        # path first cost every ack of a step a statement and a rollback).
         plain = [item for item in items if item.success and not item.cancelled and not item.workflow]
         if plain and all(item.success and not item.cancelled for item in items) \
                 and len({item.id for item in items}) == len(items):
@@ -73,7 +73,8 @@ class Acks:
 
     def _ended(self, outcomes: list[AckOutcome], freed: dict[int, tuple[str, int]], finished: dict[int, str],
                released: Optional[dict[str, dict[int, int]]]) -> list[AckOutcome]:
-        """After the commit: count the workflows that ended, name the topics of released steps."""
+        """After the commit: count the workflows that ended, and add the released steps to
+        ``released`` ({topic: {id: priority}})."""
         self._db.workflow_outcomes.ended(finished)
         if released is not None:
             for id, (topic, priority) in sorted(freed.items()):
