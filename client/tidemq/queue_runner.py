@@ -30,6 +30,10 @@ __all__ = ["QueueRunner", "delivery_to_message"]
 
 log = logging.getLogger(__name__)
 _PULL_RETRY_MOST = 1.0  # seconds between pulls that fail, at most: the pace returns soon after an outage
+# Seconds a give-back may wait for a broker. It only spares its messages the wait for their lease
+# to expire, and when a whole stack stops no broker will ever answer it: a stopping worker spent
+# its whole drain timeout retrying it.
+_GIVE_BACK_MOST = 2.0
 
 
 def delivery_to_message(d: Delivery, link: Optional[BrokerLink] = None,
@@ -285,8 +289,10 @@ class QueueRunner:
     def _give_back(self, token: str) -> None:
         """Release what an abandoned pull may have locked; if no broker answers, the lease
         simply expires and the messages are delivered again then."""
+        timeout = self._drain.call_timeout()
+        timeout = _GIVE_BACK_MOST if timeout is None else min(timeout, _GIVE_BACK_MOST)
         try:
-            released = self.link.release(token, self._consumer, timeout=self._drain.call_timeout())
+            released = self.link.release(token, self._consumer, timeout=timeout)
             if released:
                 log.info("gave back %d message(s) of an abandoned pull of %s", released, self.spec.topic)
         except TidemqError as exc:

@@ -9,12 +9,14 @@ import logging
 import threading
 import time
 import uuid
+from typing import Optional
 
 import pytest
 
 from tests.servers import wait_until
 from tidemq import Worker
 from tidemq.consumer import ConsumerSpec
+from tidemq.errors import BrokerUnavailableError
 from tidemq.coordinators.local import LocalCoordinator
 from tidemq.link import LeaseRef
 from tidemq.message import MessageType
@@ -111,3 +113,31 @@ def test_consumption_goes_on_while_the_coordinator_is_disconnected(stub, coordin
         assert stub.pulls[-1].rank == 0 and stub.pulls[-1].total == 1
     finally:
         worker.stop()
+
+
+class _ReleaseNeverAnswered(StubBroker):
+    """Every broker gone for good (a whole stack stopped): a Release retries until its timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release_timeouts: list[Optional[float]] = []
+
+    def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
+        self.release_timeouts.append(timeout)
+        time.sleep(timeout if timeout is not None else 10.0)
+        raise BrokerUnavailableError(f"no broker answered Release within {timeout} s")
+
+
+def test_a_stopping_worker_does_not_spend_its_drain_giving_back_a_pull(coordinator):
+    topic = "t.stack"
+    stub = _ReleaseNeverAnswered()
+    worker = Worker([ConsumerSpec(topic, MessageType.QUEUE, lambda m: None, threads=2, ttr=TTR)],
+                    link=stub, coordinator=coordinator, instance="w1", drain_timeout=30.0).start()
+    wait_until(lambda: stub.calls["pull"] >= 1, 5, what="a pull waiting")
+    started = time.monotonic()
+    worker.stop()  # cancels the waiting pull, whose lease token is then given back
+    took = time.monotonic() - started
+    assert stub.release_timeouts, "the abandoned pull was not given back"
+    # The give-back is bounded on its own: its messages only wait for their lease otherwise.
+    assert all(t is not None and t <= 2.0 for t in stub.release_timeouts), stub.release_timeouts
+    assert took < 15.0, f"stop took {took:.1f} s: the 30 s drain was spent on a give-back"
