@@ -97,16 +97,25 @@ class InsertWatch:
             return self._restart(probe.top)
         found: list[tuple[str, int, datetime]] = []
         fresh: list[int] = []
+        read = 0
         with self._lock:
-            for id, topic, when, priority in probe.rows:
-                self._gaps.pop(id, None)
-                if id > self._mark:
-                    fresh.append(id)
-                if id in self._own:
-                    self._own.discard(id)
-                else:
+            for topic, priority, when, ids in probe.groups:
+                read += len(ids)
+                elsewhere = False
+                for id in ids:
+                    self._gaps.pop(id, None)
+                    if id > self._mark:
+                        fresh.append(id)
+                    if id in self._own:
+                        self._own.discard(id)
+                    else:
+                        elsewhere = True
+                if elsewhere:
+                    # The group's earliest time may be of a row committed here: at worst its
+                    # waiters lock once more than they had to.
                     found.append((topic, priority, when))
-        if len(probe.rows) >= self._limit:
+        fresh.sort()
+        if read >= self._limit:
             # Rows arrive faster than one look reads: wake everyone and move on to the newest.
             self._mark = max([self._mark, probe.top, *fresh])
             self._forget(now)

@@ -115,10 +115,10 @@ class LockRequest:
 
 
 class RecentInserts(NamedTuple):
-    """What ``Storage.recent_inserts`` read: the rows ``(id, topic, effect_time, priority)``, and
-    the highest id in the table then."""
+    """What ``Storage.recent_inserts`` read: the rows by topic and priority, as ``(topic,
+    priority, earliest effect_time, ascending ids)``, and the highest id in the table then."""
 
-    rows: list[tuple[int, str, datetime, int]]
+    groups: list[tuple[str, int, datetime, list[int]]]
     top: int
 
 

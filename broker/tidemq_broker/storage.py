@@ -194,9 +194,9 @@ class Probes(Protocol):
         (a Galera cluster of n nodes sets n), 1 elsewhere."""
 
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> RecentInserts:
-        """``(id, topic, effect_time, priority)`` of the stored messages whose id is above ``after``
-        or in ``missing``, in id order, at most ``limit``, and the highest id stored: the pull
-        hub's probe of messages committed elsewhere (``tidemq_broker.inserts``)."""
+        """The first ``limit`` stored messages, in id order, whose id is above ``after`` or in
+        ``missing``, grouped by topic and priority (see RecentInserts), and the highest id
+        stored: the pull hub's probe of messages committed elsewhere (``tidemq_broker.inserts``)."""
 
 
 class TopicStore(Protocol):

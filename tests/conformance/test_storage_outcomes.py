@@ -201,12 +201,30 @@ def test_recent_inserts_reads_above_the_mark_and_the_missing_ids(storage):
     ids = insert(storage, "t.recent", 5, delay=7)
     assert storage.probes.recent_inserts(max(ids), [], 10) == ([], max(ids))
     got = storage.probes.recent_inserts(ids[1], [ids[0], 10**12], 10)
-    assert [row[0] for row in got.rows] == [ids[0]] + ids[2:] and got.top == max(ids)
-    assert {row[1] for row in got.rows} == {"t.recent"} and all(row[2] > clock.now() for row in got.rows)
-    assert {row[3] for row in got.rows} == {0}  # the priority
-    assert [row[0] for row in storage.probes.recent_inserts(0, [], 2).rows] == ids[:2]
+    [(topic, priority, when, found)] = got.groups
+    assert found == [ids[0]] + ids[2:] and got.top == max(ids)
+    assert (topic, priority) == ("t.recent", 0) and when > clock.now()
+    assert storage.probes.recent_inserts(0, [], 2).groups[0][3] == ids[:2]
     # The highest id comes with every look, also one above it: how the watch sees ids go back.
     assert storage.probes.recent_inserts(max(ids) + 1000, [], 10) == ([], max(ids))
+
+
+def test_recent_inserts_groups_by_topic_and_priority_with_the_earliest_time(storage):
+    later = insert(storage, "t.grp.a", 2, delay=60)
+    sooner = insert(storage, "t.grp.a", 1, delay=5)
+    urgent = storage.messages.insert_messages([NewRow("t.grp.a", '"u"', clock.after(clock.now(), 30), 0, priority=7)],
+                                              clock.now())
+    other = insert(storage, "t.grp.b", 1)
+    beyond = insert(storage, "t.grp.b", 3)  # past the limit below
+    got = storage.probes.recent_inserts(min(later) - 1, [], 5)
+    assert got.top == max(beyond)
+    by_key = {(topic, priority): (when, found) for topic, priority, when, found in got.groups}
+    assert set(by_key) == {("t.grp.a", 0), ("t.grp.a", 7), ("t.grp.b", 0)}
+    assert by_key[("t.grp.a", 0)][1] == later + sooner
+    assert by_key[("t.grp.a", 7)][1] == list(urgent) and by_key[("t.grp.b", 0)][1] == other
+    when = by_key[("t.grp.a", 0)][0]
+    assert clock.now() < when < clock.after(clock.now(), 10)  # the group's earliest: the 5 s one
+    assert by_key[("t.grp.b", 0)][0] <= clock.now()
 
 
 def test_retention_deletes_old_successes_only(storage):

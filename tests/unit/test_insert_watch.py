@@ -31,7 +31,12 @@ class Table:
     def recent_inserts(self, after, missing, limit):
         self.reads.append((after, list(missing)))
         found = sorted(id for id in self.rows if id > after or id in missing)[:limit]
-        return RecentInserts([(id, *self.rows[id]) for id in found], self.max_id())
+        groups: dict[tuple[str, int], tuple[datetime, list[int]]] = {}
+        for id in found:
+            topic, when, priority = self.rows[id]
+            earliest, ids = groups.get((topic, priority), (when, []))
+            groups[(topic, priority)] = (min(earliest, when), ids + [id])
+        return RecentInserts([(t, p, when, ids) for (t, p), (when, ids) in groups.items()], self.max_id())
 
 
 def test_the_first_look_wakes_everyone_then_only_new_commits_count():

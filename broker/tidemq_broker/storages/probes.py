@@ -10,7 +10,7 @@ import functools
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, Integer, Select, bindparam, func, literal, not_, null, or_, select, union_all
+from sqlalchemy import Connection, Integer, Select, String, bindparam, func, literal, not_, null, or_, select, union_all
 
 from tidemq import clock
 from tidemq.lifecycle import MessageStatus
@@ -96,17 +96,19 @@ class PullProbes:
         # same statement (one more index dive, no round trip): when it is below ``after`` the ids
         # went backwards (a TRUNCATE, a restore) and the watch must start again from it. It runs
         # every 20 ms while pulls wait, so it skips the transaction around it (``autocommit_read``).
+        # The rows come grouped by topic and priority, each group's ids in one string: under load
+        # a look finds every row committed in the last 20 ms, and decoding them one by one (a
+        # datetime each) was a fifth of a busy broker's CPU.
         params: dict[str, Any] = {"after": after, "limit": limit}
         if missing:
             params["missing"] = [int(id) for id in missing]
-        rows, top = [], 0
-        for row in self._db.autocommit_read(_RECENT_INSERTS[bool(missing)], params):
-            if row[1] is None:  # the MAX row: a topic is never NULL
-                top = row[0] or 0
+        groups, top = [], 0
+        for topic, priority, when, ids in self._db.autocommit_read(_RECENT_INSERTS[bool(missing)], params):
+            if topic is None:  # the MAX row: a topic is never NULL
+                top = int(ids or 0)
             else:
-                rows.append((row[0], row[1], row[2], row[3]))
-        rows.sort()
-        return RecentInserts(rows, top)
+                groups.append((topic, priority, when, sorted(int(id) for id in ids.split(","))))
+        return RecentInserts(groups, top)
 
 
 def _recent_inserts(missing: bool) -> Any:
@@ -117,8 +119,11 @@ def _recent_inserts(missing: bool) -> Any:
         where = or_(where, m.c.id.in_(bindparam("missing", expanding=True, literal_execute=True)))
     fresh = (select(m.c.id, m.c.topic, m.c.effect_time, m.c.priority).where(where).order_by(m.c.id)
              .limit(bindparam("limit", type_=Integer)).subquery())
-    return union_all(select(fresh.c.id, fresh.c.topic, fresh.c.effect_time, fresh.c.priority),
-                     select(func.max(m.c.id), null(), null(), null()))
+    ids = func.group_concat(fresh.c.id).cast(String)  # MySQL and SQLite both: comma separated
+    return union_all(
+        select(fresh.c.topic, fresh.c.priority, func.min(fresh.c.effect_time), ids)
+        .group_by(fresh.c.topic, fresh.c.priority),
+        select(null(), null(), null(), func.max(m.c.id).cast(String)))
 
 
 _RECENT_INSERTS = {False: _recent_inserts(False), True: _recent_inserts(True)}

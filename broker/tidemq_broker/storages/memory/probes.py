@@ -73,6 +73,12 @@ class MemoryProbes:
     def recent_inserts(self, after: int, missing: Sequence[int], limit: int) -> RecentInserts:
         gaps = set(missing)
         with self._state.lock:
-            rows = [(row[M.id], row[M.topic], row[M.effect_time], row[M.priority]) for id, row in
-                    sorted(self._state.messages.items()) if id > after or id in gaps][:limit]
-            return RecentInserts(rows, max(self._state.messages, default=0))
+            rows = [row for id, row in sorted(self._state.messages.items()) if id > after or id in gaps][:limit]
+            top = max(self._state.messages, default=0)
+        groups: dict[tuple[str, int], tuple[datetime, list[int]]] = {}
+        for row in rows:
+            key = (row[M.topic], row[M.priority])
+            when, ids = groups.get(key, (row[M.effect_time], []))
+            ids.append(row[M.id])
+            groups[key] = (min(when, row[M.effect_time]), ids)
+        return RecentInserts([(topic, priority, when, ids) for (topic, priority), (when, ids) in groups.items()], top)
