@@ -89,3 +89,33 @@ def test_a_chord_of_a_whole_batch_is_one_submission_and_wider_shapes_are_refused
         chord(group(sig("w.wider", n) for n in range(MAX_WORKFLOW_STEPS)), sig("w.done")).produce(stub)
     with pytest.raises(MalformedRequestError, match="MAX_DEPENDENCIES"):
         stub.produce("w.done", None, depends_on=ids[: MAX_DEPENDENCIES + 1])
+
+
+class _RecordingAcks(StubBroker):
+    def __init__(self) -> None:
+        super().__init__()
+        self.acked: list = []
+
+    def ack(self, topic, consumer, items, timeout=None):
+        self.acked.extend(items)
+        return super().ack(topic, consumer, items, timeout)
+
+
+@pytest.mark.parametrize("how", ["succeeded", "failed"])
+def test_a_batch_consumers_ack_of_a_step_names_it_a_step_and_a_plain_message_not(how):
+    from tidemq import BatchConsumer
+
+    stub = _RecordingAcks()
+    first, second = chain(sig("w.batch", 1), sig("w.batch", 2)).produce(stub)
+    plain = stub.produce("w.batch", 3)
+    consumer = BatchConsumer("w.batch", ttr=30, client=stub)
+    pulled = consumer.pull(max_messages=10, wait=0)
+    assert sorted(m.id for m in pulled) == sorted([first, plain])  # the second step waits
+    done = consumer.ack(**{how: [first, plain]})
+    assert sorted(done.applied) == sorted([first, plain])
+    assert {item.id: item.workflow for item in stub.acked} == {first: True, plain: False}
+    if how == "succeeded":  # the step's SUCCESS released the next one, which is a step too
+        [step] = consumer.pull(max_messages=10, wait=0)
+        assert step.id == second
+        consumer.ack(succeeded=[second])
+        assert stub.acked[-1].workflow is True
