@@ -196,6 +196,14 @@ class BrokerService(pb_grpc.BrokerServicer):
             return min(self.hub.blocked_recheck, max(0.02, 1.0 / rate))
         return self.hub.blocked_recheck
 
+    def _wake_released(self, released: dict[str, dict[int, int]]) -> None:
+        """Steps released by a commit of this broker ({topic: {id: priority}}) are due now: wake
+        the pulls waiting for them here, and signal the other brokers'."""
+        for topic, steps in released.items():
+            self.hub.notify(topic, clock.now(), set(steps.values()), list(steps))
+        if released and self.signals is not None:
+            self.signals.released(released)
+
     @_rpc
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
         check_ids([item.id for item in request.items], "acks")
@@ -205,10 +213,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         released: dict[str, dict[int, int]] = {}
         outcomes = self.storage.acks.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
                                     self.topics.get, released)
-        for topic, steps in released.items():  # steps whose last dependency just succeeded are due now
-            self.hub.notify(topic, clock.now(), set(steps.values()), list(steps))
-        if released and self.signals is not None:
-            self.signals.released(released)  # and pulls waiting on other brokers
+        self._wake_released(released)
         self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
         metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
@@ -268,7 +273,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             counts = self.storage.dependencies.cancel_workflows(ids, request.running, clock.now(), self.name)
             return pb.CancelReply(cancelled=[True] * sum(counts))
         self._authorize_messages("Cancel", ids)
-        cancelled = self.storage.messages.cancel(ids)
+        released: dict[str, dict[int, int]] = {}
+        cancelled = self.storage.messages.cancel(ids, released)
+        self._wake_released(released)  # steps that waited for the cancelled ones to end, whatever the outcome
         self.results.notify(id for id, gone in zip(ids, cancelled) if gone)
         if request.running:
             rest = [id for id, gone in zip(ids, cancelled) if not gone]

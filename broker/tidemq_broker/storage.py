@@ -68,8 +68,8 @@ class MessageWrites(Protocol):
     def delete_produce_requests(self, before: datetime, limit: int) -> int:
         """Forget up to ``limit`` request ids stored before ``before``; returns how many."""
 
-    def cancel(self, ids: Sequence[int]) -> list[bool]:
-        """Delete the messages that are still NEW; True for each one deleted."""
+    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
+        """Delete the messages still NEW; True for each one deleted. ``released``: as ``ack``'s."""
 
     def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
         """Mark the RUNNING messages among ``ids`` ``cancel_requested`` (``lifecycle.request_cancel``;

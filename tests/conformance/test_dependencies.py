@@ -288,6 +288,19 @@ def _fail(storage, topic, expected):
         [AckOutcome.APPLIED] * len(batch)
 
 
+def test_cancelling_a_dependency_names_the_steps_it_released(storage):
+    # The broker wakes the pulls of what a cancel released, as it does for an ack's.
+    [parent] = insert(storage, "t.cancel.free", 1)
+    after_complete, after_success = _submit(storage, _steps("t.cancel.free", (), (), depends_on={0: [parent], 1: [parent]},
+                                                            modes={0: WaitMode.AFTER_COMPLETE}))
+    released = {}
+    assert storage.messages.cancel([parent], released) == [True]
+    assert released == {"t.cancel.free": {after_complete: 0}}
+    assert (_status(storage, after_complete), _status(storage, after_success)) == (S.NEW.value, S.CANCELLED.value)
+    assert storage.messages.cancel([after_success], released) == [False]  # ended already: nothing more
+    assert released == {"t.cancel.free": {after_complete: 0}}
+
+
 def test_policy_continue_runs_a_step_after_a_failed_dependency_and_counts_it(storage):
     # a fails, b succeeds; c waits after complete on both, d after success on a (policy stop),
     # e after complete on d, which is cancelled by a's failure.

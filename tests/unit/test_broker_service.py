@@ -15,6 +15,7 @@ import pytest
 from tests.background import InThread
 from tests.servers import wait_until
 from tidemq import clock
+from tidemq.dependencies import WaitMode
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq_broker.auth import CALLER
 from tidemq_broker.errors import StorageUnavailableError
@@ -289,3 +290,18 @@ def test_a_produce_whose_messages_wait_on_each_other_is_a_workflow_and_a_cycle_i
     assert (refused.value.code, refused.value.error) == (grpc.StatusCode.INVALID_ARGUMENT, "DependencyCycleError")
     assert "step 0 -> step 1 -> step 0" in refused.value.details
     assert broker.storage.counts.count_by_status("s.flow") == {"s.flow": {"NEW": 1, "WAITING": 2}}
+
+
+def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of_its_topic(broker, monkeypatch):
+    [parent] = produce(broker, "s.gone", "1")
+    now = clock.now()
+    [child] = broker.storage.dependencies.insert_steps(
+        [WorkflowStep(NewRow("s.gone.after", "2", now, 0), (parent,), wait_mode=WaitMode.AFTER_COMPLETE)], now)
+    waiting = InThread(pull, broker, "s.gone.after", 30.0)
+    wait_until(lambda: broker.hub._waiters.get("s.gone.after"), 10, what="the pull to wait")
+    woken, notify = [], broker.hub.notify
+    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
+    assert list(broker.Cancel(pb.CancelRequest(ids=[parent]), Context()).cancelled) == [True]
+    assert woken == ["s.gone.after"]  # the probes would find it too, but only up to a second later
+    [released] = waiting.value(10)
+    assert (released.id, stored(broker, child).status) == (child, "RUNNING")

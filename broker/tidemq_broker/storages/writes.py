@@ -101,12 +101,14 @@ class Writes:
 
         return self._db.tx(work)
 
-    def cancel(self, ids: Sequence[int]) -> list[bool]:
+    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
         change = lifecycle.cancel()
         finished: dict[int, str] = {}
+        freed: dict[int, tuple[str, int]] = {}
 
         def work(conn: Connection) -> list[bool]:
             finished.clear()
+            freed.clear()
             wanted = sorted(set(ids))
             found = conn.execute(select(m.c.id, m.c.workflow_id).where(m.c.id.in_(wanted), guard(change))
                                  .with_for_update()).all()
@@ -116,11 +118,15 @@ class Writes:
             # A message waited on is gone: what waits on it would otherwise wait for ever.
             waited = {row.id: _CANCELLED for row in found if row.workflow_id is not None}
             if waited:
-                _ended(conn, {row.id: row.workflow_id for row in found if row.workflow_id is not None}, finished)
+                freed.update(_ended(conn, {row.id: row.workflow_id for row in found if row.workflow_id is not None},
+                                    finished))
             return [i in pending for i in ids]
 
         cancelled = self._db.tx(work)
         self._db.workflow_outcomes.ended(finished)
+        if released is not None:
+            for id, (topic, priority) in sorted(freed.items()):
+                released.setdefault(topic, {})[id] = priority
         return cancelled
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
@@ -251,11 +257,14 @@ def _ids_by_unique_key(conn: Connection, keys: list[tuple[str, str]]) -> dict[tu
     return found
 
 
-def _ended(conn: Connection, gone: dict[int, int], finished: dict[int, str]) -> None:
+def _ended(conn: Connection, gone: dict[int, int], finished: dict[int, str]) -> dict[int, tuple[str, int]]:
     """Messages of workflows ({id: workflow id}) removed before they ran: what waits on them
-    learns they ended CANCELLED, and their workflows count them ended, failed."""
+    learns they ended CANCELLED, and their workflows count them ended, failed. Returns {id:
+    (topic, priority)} of the steps this released (those waiting for their dependencies to end,
+    whatever the outcome)."""
     now = clock.now()
     tally = Tally()
     tally.end_many((workflow_id, _CANCELLED) for workflow_id in gone.values())
-    stop_after(conn, {id: _CANCELLED for id in gone}, now, "", tally)
+    released = stop_after(conn, {id: _CANCELLED for id in gone}, now, "", tally)
     finished.update(settle(conn, tally, now))
+    return released

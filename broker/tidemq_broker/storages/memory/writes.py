@@ -77,7 +77,7 @@ class MemoryWrites:
                 del self._state.requests[name]
             return len(old)
 
-    def cancel(self, ids: Sequence[int]) -> list[bool]:
+    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
         change = lifecycle.cancel()
         state = self._state
         with state.lock:
@@ -85,8 +85,12 @@ class MemoryWrites:
             waited = {i: state.messages[i][M.workflow_id] for i in pending if state.messages[i][M.workflow_id] is not None}
             apply(state, change, [state.messages[i] for i in pending])
             # A message waited on is gone: what waits on it would otherwise wait for ever.
-            finished = _ended(state, waited)
+            freed: dict[int, tuple[str, int]] = {}
+            finished = _ended(state, waited, freed)
         state.outcomes.ended(finished)
+        if released is not None:
+            for id, (topic, priority) in sorted(freed.items()):
+                released.setdefault(topic, {})[id] = priority
         return [i in pending for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
@@ -157,10 +161,14 @@ class MemoryWrites:
             return apply(self._state, change, old[:limit])
 
 
-def _ended(state: MemoryState, gone: dict[int, int]) -> dict[int, str]:
+def _ended(state: MemoryState, gone: dict[int, int],
+           freed: Optional[dict[int, tuple[str, int]]] = None) -> dict[int, str]:
     """Under the state's lock: messages of workflows ({id: workflow id}) removed before they
-    ran. What waits on them learns they ended CANCELLED, their workflows count them ended."""
+    ran. What waits on them learns they ended CANCELLED, their workflows count them ended;
+    ``freed`` gets {id: (topic, priority)} of the steps this released."""
     now, tally = clock.now(), Tally()
     tally.end_many((workflow_id, lifecycle.CANCELLED.value) for workflow_id in gone.values())
-    stop_after(state, {id: lifecycle.CANCELLED.value for id in gone}, now, "", tally)
+    released = stop_after(state, {id: lifecycle.CANCELLED.value for id in gone}, now, "", tally)
+    if freed is not None:
+        freed.update(released)
     return settle(state, tally, now)
