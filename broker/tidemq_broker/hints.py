@@ -31,7 +31,8 @@ They must never hide a NEW message for long:
   releases, lease expiries, a look of the insert watch that could not read every insert), the
   hint is **forgotten** until the next probe: the locks read every range from the start.
 - A probe that began before a lowering must not raise over it: each lowering moves the topic's
-  version on, and a probe's result is kept only if the version did not move while it ran.
+  version on, and a probe across lowerings keeps its result only widened by them (the earliest
+  time and every priority they named); across anything not known it keeps nothing.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def arrivals(rows: Iterable[tuple[str, int, datetime]]) -> dict[str, Arrival]:
 
 
 class _Topic:
-    __slots__ = ("floor", "priorities", "stranded", "version", "pulled")
+    __slots__ = ("floor", "priorities", "stranded", "version", "pulled", "lowered", "lowered_priorities")
 
     def __init__(self) -> None:
         self.floor: Optional[datetime] = None
@@ -93,6 +94,10 @@ class _Topic:
         self.stranded = True  # until a probe says otherwise
         self.version = 0
         self.pulled = time.monotonic()
+        # What was lowered since the running probe began (``versions``): the earliest time and
+        # the priorities, None when something not known happened (a forget, a retry).
+        self.lowered: Optional[datetime] = None
+        self.lowered_priorities: Optional[frozenset[int]] = frozenset()
 
 
 class LockHints:
@@ -130,10 +135,15 @@ class LockHints:
             state.version += 1
             if state.floor is not None and when < state.floor:
                 state.floor = when
+            if state.lowered is None or when < state.lowered:
+                state.lowered = when
             if priorities is None:
-                state.priorities = None
-            elif state.priorities is not None:
-                state.priorities = state.priorities | frozenset(priorities)
+                state.priorities = state.lowered_priorities = None
+            else:
+                if state.priorities is not None:
+                    state.priorities = state.priorities | frozenset(priorities)
+                if state.lowered_priorities is not None:
+                    state.lowered_priorities = state.lowered_priorities | frozenset(priorities)
 
     def forget(self, topics: Optional[Sequence[str]] = None) -> None:
         """Messages of ``topics`` (None: of any topic) became NEW at times and priorities not
@@ -144,10 +154,15 @@ class LockHints:
                 if state is not None:
                     state.version += 1
                     state.floor, state.priorities, state.stranded = None, None, True
+                    state.lowered_priorities = None
 
     def versions(self, topics: Sequence[str]) -> dict[str, int]:
         """Each topic's version, read before a probe: see ``learn``."""
         with self._lock:
+            for topic in topics:
+                state = self._topics.get(topic)
+                if state is not None:
+                    state.lowered, state.lowered_priorities = None, frozenset()
             return {t: self._topics[t].version for t in topics if t in self._topics}
 
     def learn(self, versions: dict[str, int], earliest: dict[str, dict[int, datetime]],
@@ -170,13 +185,21 @@ class LockHints:
                 stranded = first is not None and first <= stale
                 if stranded and not state.stranded:
                     became.add(topic)
+                low = probed_at if first is None or first > probed_at else first
                 if state.version != version:
                     # Under steady production a commit lands during nearly every probe: taking
                     # nothing from such a probe left a dead consumer's shard unseen for as long
-                    # as production went on.
+                    # as production went on, and a hint once forgotten was never learnt again:
+                    # every lock read all ten ranges from the start of the index. When all
+                    # that happened meanwhile is known (lowerings with their priorities), the
+                    # probe's answer widened by it is as exact as a probe across no change.
                     state.stranded = state.stranded or stranded
+                    if state.lowered_priorities is None:
+                        continue  # something not known: only the next probe can tell
+                    floor = clock.after(low, -MARGIN)
+                    state.floor = floor if state.lowered is None or floor < state.lowered else state.lowered
+                    state.priorities = frozenset(found) | state.lowered_priorities
                     continue
-                low = probed_at if first is None or first > probed_at else first
                 state.floor = clock.after(low, -MARGIN)
                 state.priorities = frozenset(found)
                 state.stranded = stranded

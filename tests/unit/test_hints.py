@@ -113,3 +113,35 @@ def test_topics_not_pulled_for_a_while_are_dropped(monkeypatch):
     monkeypatch.setattr(module.time, "monotonic", lambda: real() + 60)
     assert hints.active() == []
     assert hints.versions(["old"]) == {}
+
+
+def test_a_probe_across_known_lowerings_learns_the_hint_widened_by_them():
+    # Under steady production a commit lands during every probe: the hint must still be learnt.
+    hints = LockHints(stranded_after=1.0)
+    hints.get("t")
+    now = clock.now()
+    versions = hints.versions(["t"])
+    hints.lower("t", clock.after(now, 5), {2})  # a delayed message committed during the probe
+    hints.lower("t", clock.after(now, -2), {0})  # a due one: the earliest lowering
+    hints.learn(versions, {"t": {0: clock.after(now, -0.5), 7: clock.after(now, 60)}}, now)
+    assert hints.get("t").floor == clock.after(now, -2)  # below the probe's own floor
+    assert hints.get("t").priorities == {0, 2, 7}
+    versions = hints.versions(["t"])
+    hints.lower("t", clock.after(now, 1), {0})
+    hints.learn(versions, {"t": {0: now}}, now)
+    # The probe's floor is below the lowering now; the priorities no longer pending are dropped.
+    assert (hints.get("t").floor, hints.get("t").priorities) == (clock.after(now, -MARGIN), {0})
+
+
+def test_a_probe_across_something_not_known_learns_nothing():
+    hints = LockHints()
+    hints.get("t")
+    now = clock.now()
+    for unknown in (lambda: hints.lower("t", now, None), lambda: hints.forget(["t"])):
+        versions = hints.versions(["t"])
+        hints.lower("t", now, {0})
+        unknown()  # a retry of a priority not known here, or a change in bulk
+        hints.learn(versions, {"t": {0: now}}, now)
+        assert hints.get("t").floor is None and hints.get("t").priorities is None
+    _probe(hints, {"t": {0: now}}, now)  # the next probe across no change learns it
+    assert hints.get("t").priorities == {0}
