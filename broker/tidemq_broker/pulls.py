@@ -44,13 +44,20 @@ _MAX_QUIET = 10_000  # shards remembered at most; forgetting one costs only a lo
 
 class Quiet(NamedTuple):
     """Which pulls may continue a previous one's wait: one shard of a topic (QUEUE, no flow
-    limits), pulled with the same ``ahead`` window, whose lock takes at most ``limit``."""
+    limits), pulled with the same ``ahead`` window. ``limit``: what this pull's lock takes at
+    most. It is not part of the shard: a lock that took fewer than it asked for took everything
+    due, whatever size the next pull asks for (a worker asks for what its prefetch has room for,
+    which changes with nearly every pull)."""
 
     topic: str
     rank: int
     total: int
     ahead: float
     limit: int
+
+    @property
+    def shard(self) -> tuple[str, int, int, float]:
+        return self.topic, self.rank, self.total, self.ahead
 
 
 class Waiter:
@@ -96,7 +103,7 @@ class PullHub:
         # last lock began at when it found everything due (see the module's docstring).
         self._versions: dict[str, int] = {}
         self._epoch = 0  # moves on when anything of any topic may have changed
-        self._quiet: dict[Quiet, tuple[int, int]] = {}
+        self._quiet: dict[tuple[str, int, int, float], tuple[int, int]] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True)
 
@@ -132,15 +139,15 @@ class PullHub:
             if taken < quiet.limit:  # everything due by then: the shard is quiet until a change
                 if len(self._quiet) >= _MAX_QUIET:
                     self._quiet.clear()
-                self._quiet[quiet] = version
+                self._quiet[quiet.shard] = version
             else:
-                self._quiet.pop(quiet, None)
+                self._quiet.pop(quiet.shard, None)
 
     def still_quiet(self, quiet: Quiet) -> bool:
         """Whether the last lock of ``quiet``'s shard took everything due and nothing was
         notified for its topic since it began."""
         with self._lock:
-            return self._quiet.get(quiet) == (self._epoch, self._versions.get(quiet.topic, 0))
+            return self._quiet.get(quiet.shard) == (self._epoch, self._versions.get(quiet.topic, 0))
 
     def _changed(self, topics: Optional[Iterable[str]]) -> None:
         with self._lock:

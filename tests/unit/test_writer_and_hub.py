@@ -264,10 +264,18 @@ def test_a_pull_after_one_that_took_everything_due_begins_with_the_next_due_time
         hub.notify("t.quiet", clock.now())  # notified since the last lock: lock first
         batches.append(["m5"])
         assert pull().value(10) == ["m5"] and calls["attempt"] == 5
+        # That lock of 5 took 1: the shard is quiet, whatever size the next pull asks for.
+        wider = InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.quiet",
+                                           quiet=quiet._replace(limit=7)))
+        wait_until(lambda: hub._waiters.get("t.quiet"), 10, what="the wider pull to wait")
+        assert calls["attempt"] == 5  # no lock: nothing is due
+        batches.append(["m5b"])
+        hub.notify("t.quiet", clock.now())
+        assert wider.value(10) == ["m5b"] and calls["attempt"] == 6
         other = Quiet("t.quiet", 1, 2, 0.0, 5)  # another shard was never locked: it locks first
         batches.append(["m6"])
         assert InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.quiet",
-                                          quiet=other)).value(10) == ["m6"] and calls["attempt"] == 6
+                                          quiet=other)).value(10) == ["m6"] and calls["attempt"] == 7
     finally:
         hub.stop()
 
