@@ -227,6 +227,12 @@ def test_recent_inserts_groups_by_topic_and_priority_with_the_earliest_time(stor
     assert by_key[("t.grp.b", 0)][0] <= clock.now()
 
 
+def test_recent_inserts_reads_a_whole_look_of_ids(storage):
+    ids = insert(storage, "t.grp.many", 500)  # one look's limit, in one group: nothing cut
+    got = storage.probes.recent_inserts(min(ids) - 1, [], 500)
+    assert [(topic, found) for topic, _, _, found in got.groups] == [("t.grp.many", ids)]
+
+
 def test_retention_deletes_old_successes_only(storage):
     ids = insert(storage, "t.ret", 3, retry=0)
     got = lock(storage, "t.ret", limit=2)
