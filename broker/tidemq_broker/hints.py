@@ -157,7 +157,9 @@ class LockHints:
                     state.lowered_priorities = None
 
     def versions(self, topics: Sequence[str]) -> dict[str, int]:
-        """Each topic's version, read before a probe: see ``learn``."""
+        """Each topic's version, read as a probe begins (see ``learn``). Not a plain read: it
+        also starts the record of what is lowered from now on, so there is one probe at a time
+        (the pull hub's probe thread)."""
         with self._lock:
             for topic in topics:
                 state = self._topics.get(topic)
