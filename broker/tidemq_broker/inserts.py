@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Optional, Sequence
 
 from .hints import Arrival, arrivals
-from .storage import Probes
+from .storage import Probes, RecentInserts
 
 __all__ = ["InsertWatch"]
 
@@ -49,9 +49,10 @@ class InsertWatch:
     """Reads the messages committed since the last look and the ids that were missing then."""
 
     def __init__(self, probes: Probes, limit: int = 500, gap_ttl: float = 30.0, max_gaps: int = 512,
-                 residue_ttl: float = 60.0, step_every: float = 10.0) -> None:
+                 residue_ttl: float = 60.0, step_every: float = 10.0, pages: int = 20) -> None:
         self._probes = probes
         self._limit = limit
+        self._pages = pages
         self._gap_ttl = gap_ttl
         self._max_gaps = max_gaps
         self._residue_ttl = residue_ttl
@@ -84,18 +85,34 @@ class InsertWatch:
     def look(self) -> Optional[dict[str, Arrival]]:
         """{topic: Arrival} of the messages committed elsewhere since the last look.
 
-        None means "assume anything": the first look, more rows arrived than one look reads
+        A look reads ``limit`` rows a statement, and reads on while a statement comes back full
+        (up to ``pages`` statements): a look that came late (while the earliest-due probe ran
+        long, or while no pull waited) reads what piled up instead of giving up on it.
+
+        None means "assume anything": the first look, more rows arrived than ``pages`` reads
         (the watch then skips to the newest id), or the ids went backwards. The caller wakes
-        every waiting pull then.
+        every waiting pull then, and forgets what its locks know of every topic.
         """
         if self._mark is None:
             self._mark = self._probes.max_id()
             return None
-        probe = self._probes.recent_inserts(self._mark, sorted(self._gaps), self._limit)
-        now = time.monotonic()
-        if probe.top < self._mark:
-            return self._restart(probe.top)
         found: list[tuple[str, int, datetime]] = []
+        now = time.monotonic()
+        for _ in range(self._pages):
+            probe = self._probes.recent_inserts(self._mark, sorted(self._gaps), self._limit)
+            if probe.top < self._mark:
+                return self._restart(probe.top)
+            if self._take(probe, found, now) < self._limit:
+                self._forget(now)
+                return arrivals(found)
+        # Rows arrive faster than the looks read: wake everyone and move on to the newest.
+        self._mark = max(self._mark, probe.top)
+        self._forget(now)
+        return None
+
+    def _take(self, probe: RecentInserts, found: list[tuple[str, int, datetime]], now: float) -> int:
+        """Add the rows of one statement committed elsewhere to ``found``, record the ids it
+        skipped as gaps and move the mark to the highest id read. Returns how many it read."""
         fresh: list[int] = []
         read = 0
         with self._lock:
@@ -115,11 +132,6 @@ class InsertWatch:
                     # waiters lock once more than they had to.
                     found.append((topic, priority, when))
         fresh.sort()
-        if read >= self._limit:
-            # Rows arrive faster than one look reads: wake everyone and move on to the newest.
-            self._mark = max([self._mark, probe.top, *fresh])
-            self._forget(now)
-            return None
         if now - self._step_read > self._step_every:
             self._step, self._step_read = max(1, self._probes.id_step()), now
         for id in fresh:
@@ -128,9 +140,10 @@ class InsertWatch:
         for id in fresh:  # in id order: each id skipped since the previous one may be a gap
             self._miss(range(max(previous + 1, id - self._max_gaps * self._step), id), now)
             previous = id
+        # A full statement read the lowest ids above the mark: the ids above the last one read
+        # are not gaps, only not read yet.
         self._mark = previous
-        self._forget(now)
-        return arrivals(found)
+        return read
 
     def _restart(self, top: int) -> None:
         """The table's highest id fell below the mark: ids went backwards (a TRUNCATE reset the

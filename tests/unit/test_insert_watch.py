@@ -81,9 +81,23 @@ def test_own_commits_wake_nobody_and_old_gaps_are_forgotten():
     assert watch.look() == {}  # too late for the watch; the hub's earliest-due probe covers it
 
 
-def test_a_burst_larger_than_one_look_wakes_everyone_and_skips_to_the_newest():
+def test_a_burst_larger_than_one_statement_is_read_in_several():
     table = Table()
     watch = InsertWatch(table, limit=10)
+    watch.look()
+    first = clock.now()
+    for id in range(1, 26):
+        table.commit(id, "t.burst", clock.after(first, id), priority=id % 3)
+    assert watch.look() == {"t.burst": Arrival(clock.after(first, 1), frozenset({0, 1, 2}))}
+    assert [after for after, _ in table.reads[-3:]] == [0, 10, 20]
+    assert watch.gaps == 0  # the ids above a full statement's last one were read next, not missed
+    assert watch.look() == {}
+    assert table.reads[-1] == (25, [])
+
+
+def test_a_burst_larger_than_a_look_reads_wakes_everyone_and_skips_to_the_newest():
+    table = Table()
+    watch = InsertWatch(table, limit=10, pages=2)
     watch.look()
     for id in range(1, 26):
         table.commit(id)
