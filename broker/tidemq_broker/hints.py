@@ -15,6 +15,11 @@ by this broker, make each lock read only what can be due:
   read (an empty range costs the walk to the next live entry, past every consumed one).
 - **stranded**: whether another shard's messages have waited past the grace
   (``STRANDED_AFTER``); only then does a lock read the other shards' ranges too.
+- **cursors**: per shard (rank, total) and priority, where the shard's previous lock left its
+  own range (``LeasedBatch.reached``): the next lock starts there. The floor is the topic's,
+  below its earliest pending message of any shard less a margin, and the entries between are
+  what a lock pays for most: they sit on pages written a moment ago, where a non-locking read
+  fetches each entry's row to learn whether it is visible.
 
 They must never hide a NEW message for long:
 
@@ -33,12 +38,18 @@ They must never hide a NEW message for long:
 - A probe that began before a lowering must not raise over it: each lowering moves the topic's
   version on, and a probe across lowerings keeps its result only widened by them (the earliest
   time and every priority they named); across anything not known it keeps nothing.
+- Cursors follow the same rules: every lowering lowers them, a forget drops them, a lock that
+  ran across lowerings is capped by them (the last ``_LOG`` are remembered), and the probe
+  lowers every cursor above the earliest NEW message it finds of each priority (its audit of
+  what this broker could not see), as a lowering, so that no lock running meanwhile raises it
+  back.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from datetime import datetime
 from typing import Iterable, NamedTuple, Optional, Sequence
 
@@ -65,6 +76,11 @@ DUTY = 0.05
 #: ... but at least this often: stranded messages and messages made NEW elsewhere wait for it.
 PROBE_AT_LEAST = 2.0
 _ACTIVE = 30.0  # seconds a topic stays probed after its last pull
+#: Lowerings remembered per topic: a lock across more leaves its shard's cursor where it was. A
+#: busy topic is lowered by every group commit and every look of the insert watch (a hundred
+#: and more a second), and a lock under a long read view can take a second.
+_LOG = 1024
+_MAX_SHARDS = 64  # cursors per topic
 
 
 class Arrival(NamedTuple):
@@ -86,7 +102,8 @@ def arrivals(rows: Iterable[tuple[str, int, datetime]]) -> dict[str, Arrival]:
 
 
 class _Topic:
-    __slots__ = ("floor", "priorities", "stranded", "version", "pulled", "lowered", "lowered_priorities")
+    __slots__ = ("floor", "priorities", "stranded", "version", "pulled", "lowered", "lowered_priorities", "cursors",
+                 "log")
 
     def __init__(self) -> None:
         self.floor: Optional[datetime] = None
@@ -98,6 +115,23 @@ class _Topic:
         # the priorities, None when something not known happened (a forget, a retry).
         self.lowered: Optional[datetime] = None
         self.lowered_priorities: Optional[frozenset[int]] = frozenset()
+        # Each shard's cursor, {(rank, total): {priority: time}}, and the last lowerings as
+        # (version, earliest time or None for a forget, priorities or None for any).
+        self.cursors: dict[tuple[int, int], dict[int, datetime]] = {}
+        self.log: deque[tuple[int, Optional[datetime], Optional[frozenset[int]]]] = deque(maxlen=_LOG)
+
+    def moved(self, when: Optional[datetime], priorities: Optional[frozenset[int]]) -> None:
+        """Something of ``priorities`` (None: any) became NEW from ``when`` on (None: at times
+        not known): the version moves on, and no cursor stays above it."""
+        self.version += 1
+        self.log.append((self.version, when, priorities))
+        if when is None:
+            self.cursors.clear()
+            return
+        for cursor in self.cursors.values():
+            for priority in (cursor if priorities is None else priorities):
+                if priority in cursor and when < cursor[priority]:
+                    cursor[priority] = when
 
 
 class LockHints:
@@ -108,14 +142,52 @@ class LockHints:
         self._topics: dict[str, _Topic] = {}
         self.stranded_after = stranded_after
 
-    def get(self, topic: str) -> LockHint:
-        """The hint for a lock of ``topic`` (and marks the topic as pulled)."""
+    def get(self, topic: str, shard: tuple[int, int] = (0, 1)) -> LockHint:
+        """The hint for a lock of ``shard`` (rank, total) of ``topic`` (and marks the topic as
+        pulled): the topic's floor and priorities, and where the shard's own ranges start."""
         with self._lock:
             state = self._topics.get(topic)
             if state is None:
                 state = self._topics[topic] = _Topic()
             state.pulled = time.monotonic()
-            return LockHint(state.floor, state.priorities, self.stranded_after if state.stranded else 0.0)
+            floor = state.floor
+            floors = tuple(sorted((priority, when) for priority, when in state.cursors.get(shard, {}).items()
+                                  if floor is None or when > floor))
+            return LockHint(floor, state.priorities, self.stranded_after if state.stranded else 0.0, floors,
+                            state.version)
+
+    def reached(self, topic: str, shard: tuple[int, int], hint: LockHint, reached: dict[int, datetime]) -> None:
+        """A lock of ``shard`` of ``topic``, given ``hint``, left its own ranges at ``reached``
+        ({priority: time}, ``LeasedBatch.reached``): move the shard's cursor there. What became
+        NEW since the hint was given (the lock may not have seen it) keeps the cursor below it;
+        across a forget, or more lowerings than are remembered, the cursor stays."""
+        with self._lock:
+            state = self._topics.get(topic)
+            if state is None or not reached:
+                return
+            caps: dict[Optional[int], datetime] = {}  # the key None: every priority
+            if state.version != hint.version:
+                if not state.log or state.log[0][0] > hint.version + 1:
+                    return  # more lowerings than are remembered
+                for version, when, priorities in reversed(state.log):  # newest first, only those since
+                    if version <= hint.version:
+                        break
+                    if when is None:
+                        return  # a forget
+                    for priority in (priorities if priorities is not None else (None,)):
+                        if priority not in caps or when < caps[priority]:
+                            caps[priority] = when
+            cursor = state.cursors.get(shard)
+            if cursor is None:
+                if len(state.cursors) >= _MAX_SHARDS:  # ranks of old totals
+                    state.cursors.clear()
+                cursor = state.cursors[shard] = {}
+            for priority, when in reached.items():
+                for cap in (caps.get(priority), caps.get(None)):
+                    if cap is not None and cap < when:
+                        when = cap
+                if priority not in cursor or when > cursor[priority]:
+                    cursor[priority] = when
 
     def active(self) -> list[str]:
         """The topics pulled in the last 30 s: those the probe keeps hints for."""
@@ -125,6 +197,12 @@ class LockHints:
                 del self._topics[topic]
             return sorted(self._topics)
 
+    def pulled(self) -> bool:
+        """Whether any topic was pulled in the last 30 s (``active`` would name one)."""
+        now = time.monotonic()
+        with self._lock:
+            return any(now - state.pulled <= _ACTIVE for state in self._topics.values())
+
     def lower(self, topic: str, when: datetime, priorities: Optional[Iterable[int]] = ()) -> None:
         """Messages of ``topic`` with ``priorities`` (None: not known) became NEW, the earliest
         due at ``when``."""
@@ -132,7 +210,7 @@ class LockHints:
             state = self._topics.get(topic)
             if state is None:
                 return
-            state.version += 1
+            state.moved(when, None if priorities is None else frozenset(priorities))
             if state.floor is not None and when < state.floor:
                 state.floor = when
             if state.lowered is None or when < state.lowered:
@@ -152,7 +230,7 @@ class LockHints:
             for topic in (list(self._topics) if topics is None else topics):
                 state = self._topics.get(topic)
                 if state is not None:
-                    state.version += 1
+                    state.moved(None, None)
                     state.floor, state.priorities, state.stranded = None, None, True
                     state.lowered_priorities = None
 
@@ -183,12 +261,20 @@ class LockHints:
                 if state is None:
                     continue
                 found = earliest.get(topic, {})
+                moved = state.version != version
+                for priority, when in found.items():
+                    # The audit of the cursors: a NEW message below one may be the shard's own,
+                    # made NEW where this broker did not see it (another broker's retry, a
+                    # lease expiry, the console): that shard's next lock starts there. As a
+                    # lowering, so that a lock running now cannot raise the cursor over it.
+                    if any(when < cursor.get(priority, when) for cursor in state.cursors.values()):
+                        state.moved(when, frozenset((priority,)))
                 first = min(found.values(), default=None)
                 stranded = first is not None and first <= stale
                 if stranded and not state.stranded:
                     became.add(topic)
                 low = probed_at if first is None or first > probed_at else first
-                if state.version != version:
+                if moved:
                     # Under steady production a commit lands during nearly every probe: taking
                     # nothing from such a probe left a dead consumer's shard unseen for as long
                     # as production went on, and a hint once forgotten was never learnt again:

@@ -105,10 +105,12 @@ class PullHub:
         self._epoch = 0  # moves on when anything of any topic may have changed
         self._quiet: dict[tuple[str, int, int, float], tuple[int, int]] = {}
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True)
+        self._threads = [threading.Thread(target=self._probe_forever, name="tidemq-pull-probe", daemon=True),
+                         threading.Thread(target=self._audit_forever, name="tidemq-pull-audit", daemon=True)]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def waiting(self, topic: str) -> int:
         """How many pulls of ``topic`` are waiting now."""
@@ -234,35 +236,53 @@ class PullHub:
         # transactions; retries, lease expiry and requeues by other brokers or the console) are
         # found by two shared probes, whatever the number of waiters: the inserts committed
         # since the last tick, every tick, and the earliest NEW effect_time of each waited-on
-        # topic every few ticks. A waiter is woken only when its topic got something due sooner
-        # than before.
-        # The earliest-due probe also audits the topics' lock hints (``hints.py``), for every
-        # topic pulled lately, waited on or not: a busy consumer's locks need them most. Its
-        # period grows with its own cost (it reads what the hints let the locks skip).
-        tick, warned = 0, float("-inf")
+        # topic every few ticks (``_audit_forever``). A waiter is woken only when its topic got
+        # something due sooner than before.
+        # The watch also runs while no pull waits but topics are pulled (busy consumers pull
+        # again at once): its lowerings keep their locks' hints exact, and a watch that fell
+        # behind would have to forget them.
+        warned = [float("-inf")]
+        while not self._stopped.wait(self._probe_interval):
+            with self._lock:
+                waited = bool(self._waiters)
+            if waited or self.hints.pulled():
+                self._guarded(self._look, warned)
+
+    def _look(self) -> None:
+        inserted = self._inserts.look()
+        if inserted is None:
+            self.wake_all()
+        else:
+            for topic, (when, priorities) in inserted.items():
+                self.notify(topic, when, priorities)
+
+    def _audit_forever(self) -> None:
+        # The earliest-due probe audits the topics' lock hints (``hints.py``), for every topic
+        # pulled lately, waited on or not: a busy consumer's locks need them most. Its period
+        # grows with its own cost (it reads what the hints let the locks skip), and it has its
+        # own thread: under a long read view it can take a second, and the insert watch must
+        # not wait for it (a late look reads more, and wakes its pulls late).
+        tick, warned = 0, [float("-inf")]
         while not self._stopped.wait(self._probe_interval):
             tick += 1
-            with self._lock:
-                topics = sorted(self._waiters)
-            try:
-                if topics:
-                    inserted = self._inserts.look()
-                    if inserted is None:
-                        self.wake_all()
-                    else:
-                        for topic, (when, priorities) in inserted.items():
-                            self.notify(topic, when, priorities)
-                if tick % self._earliest_every == 0 and time.monotonic() >= self._next_probe:
-                    began = time.monotonic()
-                    self._probe_earliest(topics)
-                    self._next_probe = began + self.hints.next_probe(time.monotonic() - began)
-            except StorageUnavailableError:
-                pass  # the database logs its outage once; waiting pulls still wake on their own timers
-            except Exception:
-                # A failing probe fails every tick: say so once a minute, not 50 times a second.
-                if time.monotonic() - warned > 60:
-                    warned = time.monotonic()
-                    log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)
+            if tick % self._earliest_every == 0 and time.monotonic() >= self._next_probe:
+                with self._lock:
+                    topics = sorted(self._waiters)
+                began = time.monotonic()
+                self._guarded(lambda: self._probe_earliest(topics), warned)
+                self._next_probe = began + self.hints.next_probe(time.monotonic() - began)
+
+    @staticmethod
+    def _guarded(probe: Callable[[], None], warned: list[float]) -> None:
+        try:
+            probe()
+        except StorageUnavailableError:
+            pass  # the database logs its outage once; waiting pulls still wake on their own timers
+        except Exception:
+            # A failing probe fails every tick: say so once a minute, not 50 times a second.
+            if time.monotonic() - warned[0] > 60:
+                warned[0] = time.monotonic()
+                log.warning("pull probe failed (waiting pulls still wake on their own timers)", exc_info=True)
 
     def _probe_earliest(self, waited: list[str]) -> None:
         hinted = self.hints.active()
@@ -272,18 +292,21 @@ class PullHub:
         versions, probed_at = self.hints.versions(hinted), clock.now()
         found = self._probes.earliest_new(topics)
         stranded = self.hints.learn(versions, found, probed_at)
-        earliest = {topic: min(by_priority.values()) for topic, by_priority in found.items()}
-        self._wake_sooner({topic: when for topic, when in earliest.items() if topic in waited})
+        self._wake_sooner({topic: by_priority for topic, by_priority in found.items() if topic in waited})
         if stranded:  # other shards' messages wait past the grace: every consumer may take them
             self._changed(stranded)
             self._wake(lambda w: w.topic in stranded)
 
-    def _wake_sooner(self, earliest: dict[str, datetime]) -> None:
+    def _wake_sooner(self, found: dict[str, dict[int, datetime]]) -> None:
+        """Wake the waiters of each topic whose earliest NEW message (``found``: {topic:
+        {priority: time}}) is sooner than the previous probe found. With the priorities found:
+        a notification of unknown priorities would make every lock read all ten ranges."""
+        earliest = {topic: min(by_priority.values()) for topic, by_priority in found.items()}
         with self._lock:
             previous, self._earliest = self._earliest, earliest
         for topic, when in earliest.items():
             if topic not in previous or when < previous[topic]:
-                self.notify(topic, when)
+                self.notify(topic, when, found[topic])
 
 
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],

@@ -13,8 +13,11 @@ from typing import NamedTuple, Optional
 
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, DEFAULT_RETENTION_DAYS
 
+from .lock_records import FlowLimits, LeasedBatch, LeasedMessage, LockHint, LockRequest, Shard
+
 __all__ = [
     "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
+    "LeasedBatch",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
     "COUNTED_FROM", "hours_ago", "WorkflowStep", "WorkflowRecord",
@@ -63,55 +66,6 @@ class WorkflowRecord:
     steps_failed: int
     created_at: datetime
     finished_at: Optional[datetime]
-
-
-@dataclass(frozen=True)
-class LockHint:
-    """What the broker knows of a topic that lets a lock read less (``tidemq_broker.hints``).
-
-    ``floor``: no NEW message of the topic is due before it. ``priorities``: the priorities its
-    NEW messages have (None: any). ``stranded`` > 0: also take other shards' messages due for
-    longer than that many seconds, once the shard's own are taken. The default reads everything.
-    """
-
-    floor: Optional[datetime] = None
-    priorities: Optional[frozenset[int]] = None
-    stranded: float = 0.0
-
-
-@dataclass(frozen=True)
-class Shard:
-    """The messages of ``topic`` one consumer's locks read: QUEUE shard ``rank`` of ``total``
-    (``MOD(id DIV step, total) = rank``, see ``Probes.id_step``), where ``hint`` says they can be."""
-
-    topic: str
-    rank: int = 0
-    total: int = 1
-    hint: LockHint = LockHint()
-
-
-@dataclass(frozen=True)
-class LockRequest:
-    """One lock of a pull: which messages (``shard``, at most ``limit``, due by ``now + ahead``)
-    and the lease they get (``ttr`` seconds from their due time at the latest, held by
-    ``consumer`` under ``lease_token``, or a fresh token when None; ``broker`` goes to the trace).
-
-    ``limits``: the topic's flow limits as the caller last read them (None: it has none); the
-    stored limits decide. A serial lock reads ``shard.topic`` only: the head of the topic."""
-
-    shard: Shard
-    consumer: str
-    ttr: int
-    now: datetime
-    limit: int = 1
-    ahead: float = 0.0
-    lease_token: Optional[str] = None
-    broker: str = ""
-    limits: Optional["FlowLimits"] = None
-
-    @property
-    def topic(self) -> str:
-        return self.shard.topic
 
 
 class RecentInserts(NamedTuple):
@@ -183,28 +137,6 @@ class MessageResult:
     cancel_requested: bool = False
 
 
-@dataclass(frozen=True)
-class LeasedMessage:
-    """A message as a pull hands it out: what a consumer needs, without the trace.
-    ``depends_on``: the messages it waited on (ascending ids), read only for a workflow's;
-    ``workflow_id``: the workflow it is a step of (None: none)."""
-
-    id: int
-    topic: str
-    data: str
-    status: str
-    effect_time: datetime
-    retry_remaining: int
-    attempt: int
-    ttr: Optional[int]
-    lease_token: str
-    consumer: Optional[str]
-    trace_context: Optional[str] = None
-    priority: int = 0
-    depends_on: tuple[int, ...] = ()
-    workflow_id: Optional[int] = None
-
-
 @dataclass
 class TopicSettings:
     """Per-topic settings (the topic table); defaults apply to topics never configured."""
@@ -233,23 +165,6 @@ class TopicSettings:
         """The topic's flow limits, or None when it has none (its lock then takes no topic lock)."""
         limits = FlowLimits(self.max_running, self.rate_per_second, self.max_running_per_key)
         return limits if limits.any else None
-
-
-@dataclass(frozen=True)
-class FlowLimits:
-    """A topic's flow control, enforced by the lock across every broker; None: no such limit.
-
-    ``max_running``: RUNNING messages of the topic at once; ``rate_per_second``: leases (starts)
-    per second; ``max_running_per_key``: RUNNING messages per producer key (``flow_key``)."""
-
-    max_running: Optional[int] = None
-    rate_per_second: Optional[float] = None
-    max_running_per_key: Optional[int] = None
-
-    @property
-    def any(self) -> bool:
-        return self.max_running is not None or self.rate_per_second is not None \
-            or self.max_running_per_key is not None
 
 
 @dataclass

@@ -19,6 +19,7 @@ from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from . import metrics
 from .auth import Principals, TokenInterceptor
 from .errors import ConfigurationError
+from .hints import MARGIN
 from .maintenance import Maintainer
 from .maintenance.backlog import BacklogRefresh
 from .maintenance.counts import TopicCounts
@@ -106,7 +107,10 @@ class BrokerServer:
         self.hub = PullHub(self.storage.probes)
         self.results = ResultHub(self.storage.probes)
         self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit)
-        self.signals = ReleaseSignals(self.coordinator, lambda topic: self.hub.notify(topic, clock.now(), None),
+        # A step another broker released is due from that broker's "now": ours less the margin
+        # its clock may differ by, or the shards' cursors could stay above it until the probe.
+        self.signals = ReleaseSignals(self.coordinator,
+                                      lambda topic: self.hub.notify(topic, clock.after(clock.now(), -MARGIN), None),
                                       self.address)
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
                                      settings.max_data_bytes, self.results, self.signals)

@@ -144,7 +144,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         ahead = request.ahead_seconds
 
         def shard() -> Shard:
-            return Shard(topic, rank, total, self.hub.hints.get(topic))
+            return Shard(topic, rank, total, self.hub.hints.get(topic, (rank, total)))
 
         def attempt() -> list[LeasedMessage]:
             if self.topics.get(topic).paused or not context.is_active():
@@ -156,10 +156,14 @@ class BrokerService(pb_grpc.BrokerServicer):
                         Shard(topic), consumer, ttr, now, ahead=ahead, lease_token=request.lease_token or None,
                         broker=self.name))
                 else:
+                    where = shard()
                     found = self.storage.leases.lock_batch(LockRequest(
-                        shard(), consumer, ttr, now, limit=request.max_messages, ahead=ahead,
+                        where, consumer, ttr, now, limit=request.max_messages, ahead=ahead,
                         lease_token=request.lease_token or None, broker=self.name,
                         limits=self.topics.get(topic).limits))
+                    reached = getattr(found, "reached", None)  # LeasedBatch.reached
+                    if reached:
+                        self.hub.hints.reached(topic, (rank, total), where.hint, reached)
             tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
             return found
 

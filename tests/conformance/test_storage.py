@@ -258,3 +258,25 @@ def test_concurrent_locks_never_hand_out_a_message_twice(storage):
     for t in threads:
         t.join()
     assert sorted(taken) == ids
+
+
+def test_a_shards_own_ranges_start_at_its_cursor_and_the_lock_says_where_it_left_them(storage):
+    now = clock.now()
+
+    def at(seconds, priority=0):
+        return storage.messages.insert_messages([NewRow("t.cur", f'"{seconds}"', clock.after(now, seconds), 0,
+                                                        priority=priority)], now)[0]
+
+    low = {s: at(s) for s in (-50, -40, -30, -20, -10)}
+    high = at(-40, priority=4)
+    cursor = LockHint(floors=((0, clock.after(now, -35)),))
+    assert storage.probes.next_due(Shard("t.cur", 0, 1, cursor)) == clock.after(now, -40)  # priority 4 has none
+    assert storage.probes.next_due(Shard("t.cur", 0, 1, LockHint(floors=((0, clock.after(now, -15)),),
+                                                                priorities=frozenset({0})))) == clock.after(now, -10)
+    request = LockRequest(Shard("t.cur", 0, 1, cursor), "c", 30, now, limit=2)
+    got = storage.leases.lock_batch(request)
+    assert [m.id for m in got] == [high, low[-30]]  # higher priority first; nothing of 0 below its cursor
+    # Priority 4 was read to its end; priority 0 holds more from -20 on (a full range, or the
+    # earliest left): where the shard's next lock may start.
+    assert got.reached == {**{p: now for p in range(10)}, 0: clock.after(now, -20)}
+    assert [m.id for m in lock(storage, "t.cur")] == [low[-50], low[-40], low[-20], low[-10]]

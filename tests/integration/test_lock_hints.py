@@ -34,3 +34,22 @@ def test_a_message_released_elsewhere_below_the_floor_is_still_delivered(client,
     [got] = pull.value(30)
     # Functional bound: the probe runs every second; a floor nobody corrects would strand it.
     assert got.id == msg_id and time.monotonic() - released < 5.0
+
+
+def test_a_message_stored_through_another_broker_below_a_shards_cursor_is_delivered(two_brokers, clients):
+    """The pulling broker's probe is off: only its watch of other brokers' inserts can lower the
+    shard's cursor, which its earlier locks moved past the new message's effect time."""
+    near, far = clients
+    hub = two_brokers[0].hub
+    hub._earliest_every = 10**9
+    topic = "t.cursor.elsewhere"
+    consumer = BatchConsumer(topic, client=near)
+    first = near.produce(topic, {"n": 0})
+    assert [m.id for m in consumer.pull(max_messages=1, wait=10.0)] == [first]
+    consumer.ack(succeeded=[first])
+    assert consumer.pull(max_messages=1, wait=0) == []  # read to the end: the cursor is at its due-by time
+    hint = hub.hints.get(topic)
+    assert hint.floor is None and hint.floor_of(0) is not None and hint.floor_of(0) > clock.after(clock.now(), -1)
+    late = far.produce(topic, {"n": 1}, effect_time=clock.after(clock.now(), -60))
+    [got] = consumer.pull(max_messages=1, wait=30.0)
+    assert got.id == late

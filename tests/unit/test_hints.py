@@ -4,6 +4,7 @@ forgotten where it cannot know, and never raised over a lowering the probe may h
 from __future__ import annotations
 
 from tidemq import clock
+from tidemq_broker import hints as hints_module
 from tidemq_broker.hints import MARGIN, Arrival, LockHints, arrivals
 from tidemq_broker.storage import LockHint
 
@@ -145,3 +146,76 @@ def test_a_probe_across_something_not_known_learns_nothing():
         assert hints.get("t").floor is None and hints.get("t").priorities is None
     _probe(hints, {"t": {0: now}}, now)  # the next probe across no change learns it
     assert hints.get("t").priorities == {0}
+
+
+def test_a_lock_moves_its_own_shards_cursor_and_no_other():
+    hints = LockHints()
+    now = clock.now()
+    hints.get("t")
+    _probe(hints, {"t": {0: clock.after(now, -10)}}, now)
+    floor = hints.get("t").floor
+    hint = hints.get("t", (0, 2))
+    assert hint.floors == () and hint.floor_of(0) == floor
+    hints.reached("t", (0, 2), hint, {0: clock.after(now, 1), 5: clock.after(now, -20)})
+    mine = hints.get("t", (0, 2))
+    assert mine.floors == ((0, clock.after(now, 1)),)  # 5's is below the floor: the floor reads less
+    assert mine.floor_of(0) == clock.after(now, 1) and mine.floor_of(5) == floor
+    assert hints.get("t", (1, 2)).floors == ()
+    hints.reached("t", (0, 2), hint, {0: clock.after(now, 0.5)})  # an older lock's answer never moves it back
+    assert hints.get("t", (0, 2)).floor_of(0) == clock.after(now, 1)
+
+
+def test_what_becomes_new_lowers_every_cursor_and_caps_a_lock_that_ran_across_it():
+    hints = LockHints()
+    now = clock.now()
+    hints.get("t")
+    hint = hints.get("t", (0, 1))
+    hints.reached("t", (0, 1), hint, {0: clock.after(now, 5), 3: clock.after(now, 5)})
+    hints.lower("t", clock.after(now, 2), [3])
+    assert dict(hints.get("t", (0, 1)).floors) == {0: clock.after(now, 5), 3: clock.after(now, 2)}
+    # A lock that began before a lowering may not have seen what it made NEW.
+    running = hints.get("t", (0, 1))
+    hints.lower("t", clock.after(now, 4), [0])
+    hints.reached("t", (0, 1), running, {0: clock.after(now, 9), 3: clock.after(now, 9)})
+    assert dict(hints.get("t", (0, 1)).floors) == {0: clock.after(now, 4), 3: clock.after(now, 9)}
+    running = hints.get("t", (0, 1))
+    hints.lower("t", clock.after(now, 6), None)  # priority not known: caps every one
+    hints.reached("t", (0, 1), running, {0: clock.after(now, 9), 3: clock.after(now, 9)})
+    assert dict(hints.get("t", (0, 1)).floors) == {0: clock.after(now, 6), 3: clock.after(now, 6)}
+    running = hints.get("t", (0, 1))
+    hints.forget(["t"])  # times not known: no cursor is left, and the lock's answer is not taken
+    hints.reached("t", (0, 1), running, {0: clock.after(now, 9)})
+    assert hints.get("t", (0, 1)).floors == ()
+
+
+def test_a_lock_across_more_lowerings_than_remembered_leaves_the_cursor():
+    hints = LockHints()
+    now = clock.now()
+    hints.get("t")
+    running = hints.get("t", (0, 1))
+    for i in range(hints_module._LOG):
+        hints.lower("t", clock.after(now, 5 + i), [0])
+    hints.reached("t", (0, 1), running, {0: clock.after(now, 9)})  # every one remembered: capped by them
+    assert hints.get("t", (0, 1)).floors == ((0, clock.after(now, 5)),)
+    running = hints.get("t", (1, 2))
+    for i in range(hints_module._LOG + 1):
+        hints.lower("t", clock.after(now, 50 + i), [0])
+    hints.reached("t", (1, 2), running, {0: clock.after(now, 9)})
+    assert hints.get("t", (1, 2)).floors == ()
+
+
+def test_the_probe_lowers_a_cursor_over_a_message_it_finds_below_it():
+    """Another broker's retry or lease expiry, or the console's requeue, made it NEW unseen."""
+    hints = LockHints()
+    now = clock.now()
+    hints.get("t")
+    _probe(hints, {}, clock.after(now, -60))
+    hint = hints.get("t", (1, 2))
+    hints.reached("t", (1, 2), hint, {0: clock.after(now, 1), 2: clock.after(now, 1)})
+    running = hints.get("t", (1, 2))
+    _probe(hints, {"t": {0: clock.after(now, -3), 2: clock.after(now, 4)}}, now)
+    assert hints.get("t").floor == clock.after(now, -3 - MARGIN)
+    assert dict(hints.get("t", (1, 2)).floors) == {0: clock.after(now, -3), 2: clock.after(now, 1)}
+    # A lock that ran across the probe cannot raise the cursor over what the probe found.
+    hints.reached("t", (1, 2), running, {0: clock.after(now, 2)})
+    assert hints.get("t", (1, 2)).floor_of(0) == clock.after(now, -3)

@@ -30,14 +30,14 @@ A shard's candidates are its own (``MOD(id DIV step, total) = rank``) and, when 
 allows it, messages of other shards that have been due longer than the caller's grace: a
 consumer that died leaves its shard's messages waiting only until its ZooKeeper session ends,
 and live consumers take them meanwhile. Own messages come first, so a consumer whose shard
-keeps it busy takes nothing of others (no contention under load).
+keeps it busy takes nothing of others, and does not even read them (no contention under load).
 """
 
 from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
 
@@ -45,14 +45,14 @@ from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
-from ..records import LeasedMessage, Shard
+from ..records import LeasedMessage, LockHint, Shard
 from ..schema import message as m
 from .changes import apply_to_ids
 from .dependencies import parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
 
-__all__ = ["due_candidates", "lease_rows"]
+__all__ = ["due_candidates", "read_candidates", "reached", "lease_rows"]
 
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
@@ -65,54 +65,104 @@ _LOCK_BY_KEY = select(*_LEASED_COLUMNS).where(bound_ids_in(), m.c.status == _NEW
 def due_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime, now: datetime,
                    columns: Sequence[Any] = ()) -> list[Any]:
     """Up to ``limit`` NEW messages of ``shard.topic`` due by ``due_by`` in the lock's order
-    (``id``, ``priority``, ``effect_time`` and ``columns`` of each), by a non-locking read of the
-    lock index where ``shard.hint`` says they can be: first the shard's own, then
-    (``hint.stranded``, several shards) other shards' messages due for longer than that.
+    (``id``, ``priority``, ``effect_time``, ``part`` and ``columns`` of each), by a non-locking
+    read of the lock index where ``shard.hint`` says they can be: first the shard's own, then
+    (``hint.stranded``, several shards) other shards' messages due for longer than that."""
+    return read_candidates(conn, dialect, shard, limit, due_by, now, columns)[:limit]
 
-    One range per priority, each read in index order from the hint's floor (a union of
-    ``ORDER BY effect_time, id LIMIT`` per priority, one statement), merged here.
+
+def read_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime,
+                    now: datetime, columns: Sequence[Any] = ()) -> list[Any]:
+    """Every row the candidates statement read (up to ``limit`` per range), in the lock's order:
+    ``due_candidates`` before the cut, which ``reached`` needs.
+
+    One range per priority, each read in index order from where the hint says it starts (the
+    shard's cursor for its own, ``hint.floor`` otherwise; a union of ``ORDER BY effect_time, id
+    LIMIT`` per priority, one statement, and a second for other shards' stranded messages when
+    the own ones leave room), merged here.
     """
     topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint
-    priorities = tuple(sorted(hint.priorities, reverse=True)) if hint.priorities is not None else PRIORITIES_DESC
+    priorities = _read_priorities(hint)
     if not priorities:
         return []
-    sharded, stranded = total > 1, total > 1 and hint.stranded > 0
-    stmt = _candidates(dialect, priorities, hint.floor is not None, sharded, stranded, tuple(columns))
-    params = {"topic": topic, "due_by": due_by, "floor": hint.floor, "limit": limit, "total": total, "rank": rank,
-              "stranded_by": clock.after(now, -hint.stranded) if stranded else None}
-    rows = conn.execute(stmt, params).all()
+    floored = tuple(p for p, _ in hint.floors if p in priorities)
+    params = {"topic": topic, "due_by": due_by, "floor": hint.floor, "limit": limit, "total": total, "rank": rank}
+    params.update((f"floor_{p}", when) for p, when in hint.floors if p in priorities)
+    shape = (dialect, priorities, hint.floor is not None, floored)
+    rows = conn.execute(_candidates(*shape, _ALL if total <= 1 else _OWN, tuple(columns)), params).all()
+    if total > 1 and hint.stranded > 0 and len(rows) < limit:
+        # Other shards' stranded messages only fill what the shard's own leave: under a backlog
+        # (everything due for longer than the grace) the own ranges are full, and reading the
+        # others' too doubled the cost of every lock.
+        params.update(limit=limit - len(rows), stranded_by=clock.after(now, -hint.stranded))
+        rows += conn.execute(_candidates(*shape, _OTHERS, tuple(columns)), params).all()
     rows.sort(key=lambda row: (row.part, -row.priority, row.effect_time, row.id))
-    return rows[:limit]
+    return rows
+
+
+def reached(shard: Shard, rows: Sequence[Any], limit: int, leased: Collection[int],
+            due_by: datetime) -> dict[int, datetime]:
+    """Where a lock that read ``rows`` (``read_candidates``) and leased ``leased`` left each
+    priority of the shard's own (``LeasedBatch.reached``).
+
+    A range read to its end (fewer than ``limit`` rows) held nothing else due by ``due_by``; a
+    full one may hold more from its last row's time on. A row read but not leased (cut by the
+    limit, taken or held by another transaction meanwhile) may still be NEW: its time bounds
+    its range.
+    """
+    own: dict[int, list[Any]] = {}
+    for row in rows:
+        if row.part == 0:
+            own.setdefault(row.priority, []).append(row)
+    found: dict[int, datetime] = {}
+    for priority in _read_priorities(shard.hint):
+        got = own.get(priority, [])
+        bound = due_by if len(got) < limit else got[-1].effect_time
+        for row in got:  # in effect_time order: the first one left behind bounds the range
+            if row.id not in leased:
+                bound = min(bound, row.effect_time)
+                break
+        found[priority] = bound
+    return found
+
+
+def _read_priorities(hint: LockHint) -> tuple[int, ...]:
+    return tuple(sorted(hint.priorities, reverse=True)) if hint.priorities is not None else PRIORITIES_DESC
+
+
+_ALL, _OWN, _OTHERS = "all", "own", "others"  # which shards a candidates statement reads
 
 
 @functools.lru_cache(maxsize=256)
-def _candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, sharded: bool, stranded: bool,
-                columns: tuple[Any, ...]) -> Any:
+def _candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, floored: tuple[int, ...],
+                shards: str, columns: tuple[Any, ...]) -> Any:
     """The candidates statement of one shape, its values bound at execution (``topic``,
-    ``due_by``, ``floor``, ``limit``, ``total``, ``rank``, ``stranded_by``).
+    ``due_by``, ``floor``, ``floor_<priority>`` of each of ``floored``, ``limit``, and ``total``,
+    ``rank`` unless ``shards`` is ``_ALL``, ``stranded_by`` for ``_OTHERS``).
 
     Built once per shape: building the union (a subquery per priority) and its cache key took
     more of a broker's CPU than the database's answer, at every lock attempt.
     """
-    since = [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
     limit = bindparam("limit", type_=Integer)
+    part = 1 if shards == _OTHERS else 0
 
-    def due(part: int, *where: Any) -> list[Any]:
-        return [dialect.lock_index_hint(select(m.c.id, m.c.priority, m.c.effect_time, *columns,
-                                               literal(part).label("part")))
-                .where(m.c.topic == bindparam("topic", type_=m.c.topic.type), m.c.status == _NEW,
-                       m.c.priority == priority,
-                       m.c.effect_time <= bindparam("due_by", type_=m.c.effect_time.type), *since, *where)
-                .order_by(m.c.effect_time, m.c.id).limit(limit).subquery() for priority in priorities]
+    def since(priority: int) -> list[Any]:
+        if part == 0 and priority in floored:
+            return [m.c.effect_time >= bindparam(f"floor_{priority}", type_=m.c.effect_time.type)]
+        return [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
 
-    if not sharded:
-        parts = due(0)
-    else:
+    where: list[Any] = []
+    if shards != _ALL:
         own = dialect.shard_clause(m.c.id, bindparam("total", type_=Integer), bindparam("rank", type_=Integer))
-        parts = due(0, own)
-        if stranded:
-            parts += due(1, not_(own), m.c.effect_time <= bindparam("stranded_by", type_=m.c.effect_time.type))
-    return union_all(*[select(part) for part in parts])
+        where = [own] if shards == _OWN else \
+            [not_(own), m.c.effect_time <= bindparam("stranded_by", type_=m.c.effect_time.type)]
+    ranges = [dialect.lock_index_hint(select(m.c.id, m.c.priority, m.c.effect_time, *columns,
+                                             literal(part).label("part")))
+              .where(m.c.topic == bindparam("topic", type_=m.c.topic.type), m.c.status == _NEW,
+                     m.c.priority == priority, m.c.effect_time <= bindparam("due_by", type_=m.c.effect_time.type),
+                     *since(priority), *where)
+              .order_by(m.c.effect_time, m.c.id).limit(limit).subquery() for priority in priorities]
+    return union_all(*[select(each) for each in ranges])
 
 
 def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change) -> list[LeasedMessage]:

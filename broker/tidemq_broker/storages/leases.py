@@ -14,10 +14,10 @@ from sqlalchemy import Connection, func, or_, select
 from tidemq import clock, lifecycle
 from tidemq.lifecycle import MessageStatus
 
-from ..records import LeasedMessage, LockRequest, OutageGrace, TopicSettings
+from ..records import LeasedBatch, LeasedMessage, LockRequest, OutageGrace, TopicSettings
 from ..schema import message as m
 from .changes import apply
-from .claims import due_candidates, lease_rows
+from .claims import lease_rows, reached, read_candidates
 from .database import SqlDatabase
 from .dependencies import stop_after
 from .workflow_tally import Tally
@@ -47,9 +47,9 @@ class Leases:
             if request.limits is not None and request.limits.any:
                 # The stored limits decide (the caller's may be seconds old); see storages/flow.py.
                 return lock_limited(conn, self._db.dialect, request, change, due_by)
-            ids = [row.id for row in due_candidates(conn, self._db.dialect, request.shard, request.limit, due_by,
-                                                    request.now)]
-            return lease_rows(conn, request.topic, ids, change)
+            rows = read_candidates(conn, self._db.dialect, request.shard, request.limit, due_by, request.now)
+            leased = lease_rows(conn, request.topic, [row.id for row in rows[:request.limit]], change)
+            return LeasedBatch(leased, reached(request.shard, rows, request.limit, {lm.id for lm in leased}, due_by))
 
         return self._db.tx(work)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, Select, String, bindparam, func, literal, not_, null, or_, select, union_all
 
@@ -55,8 +55,10 @@ class PullProbes:
         if not priorities:
             return None
         stranded = total > 1 and hint.stranded > 0
-        stmt = _next_due(self._db.dialect, priorities, hint.floor is not None, total > 1, stranded)
+        floored = tuple(p for p, _ in hint.floors if p in priorities)
+        stmt = _next_due(self._db.dialect, priorities, hint.floor is not None, floored, total > 1, stranded)
         params = {"topic": topic, "floor": hint.floor, "total": total, "rank": rank}
+        params.update((f"floor_{p}", when) for p, when in hint.floors if p in priorities)
         rows = self._db.read(lambda conn: conn.execute(stmt, params).all())
         times = [clock.after(row.due, hint.stranded) if row.part else row.due for row in rows]
         return min(times, default=None)
@@ -130,33 +132,40 @@ _RECENT_INSERTS = {False: _recent_inserts(False), True: _recent_inserts(True)}
 
 
 @functools.lru_cache(maxsize=256)
-def _next_due(dialect: Any, priorities: tuple[int, ...], floor: bool, sharded: bool, stranded: bool) -> Any:
-    """``next_due``'s statement of one shape (``topic``, ``floor``, ``total``, ``rank`` bound at
-    execution): built once, it is cheap to run after every empty lock attempt."""
-    after = [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
+def _next_due(dialect: Any, priorities: tuple[int, ...], floor: bool, floored: tuple[int, ...], sharded: bool,
+              stranded: bool) -> Any:
+    """``next_due``'s statement of one shape (``topic``, ``floor``, ``floor_<priority>`` of each of
+    ``floored`` (the shard's own ranges), ``total``, ``rank`` bound at execution): built once, it is
+    cheap to run after every empty lock attempt."""
+    def since(priority: Optional[int]) -> list[Any]:
+        if priority is not None and priority in floored:
+            return [m.c.effect_time >= bindparam(f"floor_{priority}", type_=m.c.effect_time.type)]
+        return [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
+
     topic = [bindparam("topic", type_=m.c.topic.type)]
     if not sharded:
-        return _firsts(topic, priorities, *after, label=0)
+        return _firsts(topic, priorities, label=0, since=since)
     own = dialect.shard_clause(m.c.id, bindparam("total", type_=Integer), bindparam("rank", type_=Integer))
-    parts = [_firsts(topic, priorities, own, *after, label=0)]
+    parts = [_firsts(topic, priorities, own, label=0, since=since)]
     if stranded:  # other shards' messages, taken once stranded
-        parts.append(_firsts(topic, priorities, not_(own), *after, label=1))
+        parts.append(_firsts(topic, priorities, not_(own), *since(None), label=1))
     return union_all(*parts)
 
 
 _PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
 
 
-def _firsts(topics: Sequence[Any], priorities: Sequence[int], *where: Any, label: int) -> Select[Any]:
+def _firsts(topics: Sequence[Any], priorities: Sequence[int], *where: Any, label: int,
+            since: Callable[[int], list[Any]] = lambda priority: []) -> Select[Any]:
     """The earliest NEW message matching ``where`` of each topic and priority: rows
     ``(topic, priority, due, part=label)``, a topic and priority without one absent.
 
     The lock index orders each (topic, NEW) range by priority first, so each is one index dive:
     a union of ``ORDER BY effect_time LIMIT 1`` per topic and priority (a MIN over the whole
-    range would read every NEW row of the topic).
+    range would read every NEW row of the topic). ``since(priority)``: where that range starts.
     """
     firsts = [select(m.c.topic.label("topic"), m.c.priority.label("priority"), m.c.effect_time.label("due"))
-              .where(m.c.topic == name, m.c.status == _NEW, m.c.priority == priority, *where)
+              .where(m.c.topic == name, m.c.status == _NEW, m.c.priority == priority, *where, *since(priority))
               .order_by(m.c.effect_time).limit(1).subquery()
               for name in topics for priority in priorities]
     each = union_all(*[select(first.c.topic, first.c.priority, first.c.due) for first in firsts]).subquery()

@@ -17,9 +17,10 @@ from tidemq import clock, lifecycle
 from tidemq.lifecycle import MessageStatus
 from tidemq.link import AckItem, AckOutcome
 from tidemq.tables import MESSAGE as M
+from tidemq.validation import PRIORITIES_DESC
 
 from ...flow import KEY_WINDOW, refill, within_key_limit
-from ...records import FlowLimits, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
+from ...records import FlowLimits, LeasedBatch, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
 from ..rows import expiries, lease_change, leased, lock_order, sort_acks, to_message
 from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
@@ -46,14 +47,33 @@ def due_candidates(state: MemoryState, shard: Shard, limit: int, due_by: datetim
     others: list[Row] = []
     for row in state.rows(shard.topic, _NEW):
         when = row[M.effect_time]
-        if when > due_by or (hint.floor is not None and when < hint.floor) or \
-                (hint.priorities is not None and row[M.priority] not in hint.priorities):
+        if when > due_by or (hint.priorities is not None and row[M.priority] not in hint.priorities):
             continue
-        if shard.total <= 1 or state.shard_of(row[M.id], shard.total) == shard.rank:
+        mine = shard.total <= 1 or state.shard_of(row[M.id], shard.total) == shard.rank
+        floor = hint.floor_of(row[M.priority]) if mine else hint.floor
+        if floor is not None and when < floor:
+            continue
+        if mine:
             own.append(row)
         elif hint.stranded > 0 and when <= stranded_by:
             others.append(row)
     return (sorted(own, key=lock_order) + sorted(others, key=lock_order))[:limit]
+
+
+def reached(state: MemoryState, shard: Shard, due_by: datetime) -> dict[int, datetime]:
+    """``LeasedBatch.reached`` after a lock of ``shard``: for each priority it read, the earliest
+    of the shard's own NEW messages due by ``due_by`` that is left (``due_by`` when none is)."""
+    hint = shard.hint
+    read = set(hint.priorities) if hint.priorities is not None else set(PRIORITIES_DESC)
+    found = {priority: due_by for priority in read}
+    for row in state.rows(shard.topic, _NEW):
+        when, priority = row[M.effect_time], row[M.priority]
+        if priority in read and when <= due_by and when < found[priority] and \
+                (shard.total <= 1 or state.shard_of(row[M.id], shard.total) == shard.rank):
+            floor = hint.floor_of(priority)
+            if floor is None or when >= floor:
+                found[priority] = when
+    return found
 
 
 class MemoryLeases:
@@ -70,6 +90,8 @@ class MemoryLeases:
                 rows = self._limited(request, due_by)
             else:
                 rows = due_candidates(self._state, request.shard, request.limit, due_by, request.now)
+                leased = self._lease(rows, change, request.topic)
+                return LeasedBatch(leased, reached(self._state, request.shard, due_by))
             return self._lease(rows, change, request.topic)
 
     def _limited(self, request: LockRequest, due_by: datetime) -> list[Row]:

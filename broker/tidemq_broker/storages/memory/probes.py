@@ -35,10 +35,13 @@ class MemoryProbes:
         with self._state.lock:
             for row in self._state.rows(shard.topic, _NEW):
                 when = row[M.effect_time]
-                if (hint.floor is not None and when < hint.floor) or \
-                        (hint.priorities is not None and row[M.priority] not in hint.priorities):
+                if hint.priorities is not None and row[M.priority] not in hint.priorities:
                     continue
-                if shard.total <= 1 or self._state.shard_of(row[M.id], shard.total) == shard.rank:
+                mine = shard.total <= 1 or self._state.shard_of(row[M.id], shard.total) == shard.rank
+                floor = hint.floor_of(row[M.priority]) if mine else hint.floor
+                if floor is not None and when < floor:
+                    continue
+                if mine:
                     times.append(when)
                 elif hint.stranded > 0:  # another shard's: a lock takes it once stranded
                     times.append(clock.after(when, hint.stranded))
