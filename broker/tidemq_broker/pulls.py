@@ -3,9 +3,9 @@
 A waiting pull sleeps until the earliest of: its deadline, the next due time in its shard, a
 commit by this broker's writer (or an ack) that makes something of its topic due sooner, a
 change seen by the broker's shared probes, or a slow re-check (10 s). The probes run only while
-pulls wait, and their cost does not grow with the number of waiting pulls: a look at recent
-inserts every 20 ms (one primary-key dive when nothing is new, ``inserts.InsertWatch``) and the
-earliest due time of each waited-on topic once a second. A due message reaches a waiting consumer
+topics are pulled, and their cost does not grow with the number of waiting pulls: a look at
+recent inserts every 20 ms (one primary-key dive when nothing is new, ``inserts.InsertWatch``)
+and, on a thread of its own, the earliest due time of each pulled topic every 0.5 to 2 s. A due message reaches a waiting consumer
 within milliseconds of its commit through this broker, or within about one probe interval of a
 commit elsewhere (another broker, a ``tidemq.enqueue`` transaction).
 
