@@ -7,6 +7,7 @@ import functools
 from collections import Counter
 import logging
 import time
+from datetime import datetime
 from typing import Any, Callable, Optional, TypeVar
 
 import grpc
@@ -200,11 +201,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             return min(self.hub.blocked_recheck, max(0.02, 1.0 / rate))
         return self.hub.blocked_recheck
 
-    def _wake_released(self, released: dict[str, dict[int, int]]) -> None:
-        """Steps released by a commit of this broker ({topic: {id: priority}}) are due now: wake
-        the pulls waiting for them here, and signal the other brokers'."""
+    def _wake_released(self, released: dict[str, dict[int, int]], since: datetime) -> None:
+        """Steps released by a commit of this broker ({topic: {id: priority}}) are due from
+        ``since`` on (a time taken before the storage call that released them: the locks' shard
+        cursors must not stay above their effect time): wake the pulls waiting for them here,
+        and signal the other brokers'."""
         for topic, steps in released.items():
-            self.hub.notify(topic, clock.now(), set(steps.values()), list(steps))
+            self.hub.notify(topic, since, set(steps.values()), list(steps))
         if released and self.signals is not None:
             self.signals.released(released)
 
@@ -215,9 +218,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         items = [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result), i.cancelled, i.workflow)
                  for i in request.items]
         released: dict[str, dict[int, int]] = {}
-        outcomes = self.storage.acks.ack(items, clock.now(), request.consumer[:255] or context.peer(), self.name,
+        now = clock.now()
+        outcomes = self.storage.acks.ack(items, now, request.consumer[:255] or context.peer(), self.name,
                                     self.topics.get, released)
-        self._wake_released(released)
+        self._wake_released(released, now)
         self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
         metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
@@ -227,7 +231,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             # A failure may make a retry due soon (of a priority not known here); a success only
             # frees what a running message held back (a serial topic's head, a flow limit).
             if any(not item.success for item in request.items):
-                self.hub.notify(request.topic, clock.now(), None)
+                self.hub.notify(request.topic, now, None)
             else:
                 self.hub.notify_freed(request.topic)
         return pb.AckReply(outcomes=[pb.APPLIED if o is AckOutcome.APPLIED else pb.STALE for o in outcomes])
@@ -278,8 +282,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             return pb.CancelReply(cancelled=[True] * sum(counts))
         self._authorize_messages("Cancel", ids)
         released: dict[str, dict[int, int]] = {}
+        before = clock.now()
         cancelled = self.storage.messages.cancel(ids, released)
-        self._wake_released(released)  # steps that waited for the cancelled ones to end, whatever the outcome
+        self._wake_released(released, before)  # steps that waited for the cancelled ones to end, whatever the outcome
         self.results.notify(id for id, gone in zip(ids, cancelled) if gone)
         if request.running:
             rest = [id for id, gone in zip(ids, cancelled) if not gone]

@@ -53,3 +53,21 @@ def test_a_message_stored_through_another_broker_below_a_shards_cursor_is_delive
     late = far.produce(topic, {"n": 1}, effect_time=clock.after(clock.now(), -60))
     [got] = consumer.pull(max_messages=1, wait=30.0)
     assert got.id == late
+
+
+def test_a_step_released_by_an_ack_here_is_delivered_past_the_shards_cursor(client, broker):
+    """The probe is off: the ack's own notification must lower the cursor to the released step's
+    effect time (the ack's time), not to the time after its commit. The pulls lease 5 s ahead,
+    as workers do, so their cursor is 5 s past the ack's time."""
+    broker.hub._earliest_every = 10**9
+    parent = client.produce("t.cursor.parent", {"n": 0})
+    child = client.produce("t.cursor.child", {"n": 1}, depends_on=[parent])
+    assert client.pull("t.cursor.child", "c", wait=0, ahead=5.0) == []  # the cursor: 5 s from now
+    assert broker.hub.hints.get("t.cursor.child").floor_of(0) > clock.after(clock.now(), 4)
+    waiting = InThread(lambda: client.pull("t.cursor.child", "c", max_messages=1, wait=30.0, ahead=5.0))
+    wait_until(lambda: broker.hub.waiting("t.cursor.child") == 1, 10, what="the child's pull waiting")
+    parents = BatchConsumer("t.cursor.parent", client=client)
+    [got] = parents.pull(max_messages=1, wait=10.0)
+    parents.ack(succeeded=[got.id])
+    [released] = waiting.value(40)
+    assert released.id == child
