@@ -26,7 +26,8 @@ from tidemq.validation import (
 from tidemq import clock
 from tidemq.dependencies import check_wait_mode
 from tidemq.limits import MAX_AHEAD, MAX_DEPENDENCIES, MAX_PULL, MAX_RESULT_IDS, MAX_TTR, MAX_WAIT, check_lease_token
-from tidemq.results import check_result_text, progress_text
+from tidemq.link import AckItem
+from tidemq.results import check_result_text, max_result_bytes, progress_text
 from tidemq.tracing import check_traceparent
 from .errors import InvalidRetryError, MalformedRequestError, ValidationError, quote
 from .new_row import due_at, new_row
@@ -34,7 +35,7 @@ from .storage import NewRow, WorkflowStep
 from .topics import TopicCache
 
 __all__ = ["rows_from_request", "steps_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
-           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id", "check_ack_result", "check_progress",
+           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id", "check_ack_result", "ack_items", "check_progress",
            "check_result_ids", "check_wait"]
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -134,9 +135,17 @@ def check_ids(ids: Sequence[int], what: str = "ids") -> list[int]:
     return list(ids)
 
 
-def check_ack_result(text: str) -> "str | None":
-    """An ack's result: strict JSON within the result limit; empty: none."""
-    return check_result_text(text)
+def check_ack_result(text: str, limit: Optional[int] = None) -> "str | None":
+    """An ack's result: strict JSON within the result limit (``limit`` bytes; None: the
+    configured one, read from the environment); empty: none."""
+    return check_result_text(text, limit)
+
+
+def ack_items(request: pb.AckRequest) -> list[AckItem]:
+    """The outcomes of an Ack call, each result checked (``check_ack_result``)."""
+    limit = max_result_bytes()  # once per call, not per item: it reads the environment
+    return [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result, limit), i.cancelled, i.workflow)
+            for i in request.items]
 
 
 def check_progress(report: pb.ProgressReport, now: datetime) -> str:

@@ -28,7 +28,7 @@ from .errors import (
 )
 from .intake import (
     MAX_TTR,
-    check_ack_result,
+    ack_items,
     check_ids,
     check_progress,
     check_result_ids,
@@ -45,7 +45,7 @@ from .pulls import PullHub, Quiet, long_poll
 from .release_signals import ReleaseSignals
 from .results import ResultHub
 from .schedules import check_schedule, next_tick
-from .storage import (AckItem, AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
+from .storage import (AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
                       TopicSettings, WorkflowStep)
 from .topics import TopicCache
 from .workflow_wait import wait_workflow
@@ -215,8 +215,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
         check_ids([item.id for item in request.items], "acks")
         self._authorize_messages("Ack", [item.id for item in request.items])
-        items = [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result), i.cancelled, i.workflow)
-                 for i in request.items]
+        items = ack_items(request)
         released: dict[str, dict[int, int]] = {}
         now = clock.now()
         outcomes = self.storage.acks.ack(items, now, request.consumer[:255] or context.peer(), self.name,

@@ -27,7 +27,7 @@ from .control import RunControl
 from .lifecycle import HandlerOutcome, handler_outcome
 from .link import AckItem, Delivery
 from .logs import message_context
-from .results import encode_result, error_result
+from .results import encode_result, error_result, max_result_bytes
 
 __all__ = ["Run", "Layer", "HandlerWrapper", "measured", "in_log_context", "in_span", "deciding"]
 
@@ -81,7 +81,11 @@ class HandlerWrapper:
     def __init__(self, layers: Sequence[Layer], results: bool = False) -> None:
         self._layers = tuple(layers)
         # Stored messages keep the return value (JSON, bounded); a broadcast has nowhere to.
-        self._encode = encode_result if results else _ignore
+        # The limit is read once here: reading the environment for each result was a tenth of
+        # a small result's cost.
+        limit = max_result_bytes() if results else 0
+        self._encode: Callable[[Any], Optional[str]] = \
+            (lambda value: encode_result(value, limit)) if results else _ignore
 
     def run(self, run: Run, call: Callable[[], Any]) -> HandlerOutcome:
         """Run ``call()`` (the handler, given its Message) inside the layers."""

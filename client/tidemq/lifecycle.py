@@ -35,7 +35,6 @@ as applied, and any other ack of a finished row (a late one after CANCELLED incl
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,7 +50,7 @@ __all__ = [
     "MessageStatus", "STATUSES", "EDITABLE_STATUSES", "ARCHIVABLE_STATUSES", "FINAL_STATUSES", "Event", "Change",
     "DEFAULT_MAX_DELIVERIES", "DEFAULT_RETENTION_DAYS", "DEFAULT_RETRY_COUNT", "DEFAULT_RETRY_BASE",
     "DEFAULT_RETRY_MAX", "DEFAULT_TTR",
-    "produce", "lease", "succeed", "with_result", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_expiries",
+    "produce", "lease", "succeed", "fail_attempt", "release", "extend", "delivered_out", "expire", "lease_expiries",
     "lease_lost", "requeue", "cancel", "retire", "admin_edit", "admin_delete", "restore",
     "request_cancel", "cancelled", "report_progress", "forget_result", "DEFAULT_RESULT_RETENTION",
     "next_delay", "retries_left", "HandlerOutcome", "handler_outcome", "retention_deletes_success",
@@ -208,20 +207,13 @@ def lease(now: datetime, ttr: int, consumer: str, lease_token: str, ahead: float
 
 def succeed(now: datetime, consumer: str, broker: str, result: Optional[str] = None) -> Change:
     """RUNNING -> SUCCESS (the storage also checks the lease token), storing ``result``, the
-    handler's return value as JSON text (None: it returned nothing), in the same write. (For
-    many results of one ack: :func:`with_result` of one such change.)"""
+    handler's return value as JSON text (None: it returned nothing), in the same write. (An ack
+    of many results applies one such change with each message's result: the storage's
+    ``apply_each``.)"""
     values = {M.finish_time: now, M.update_time: now, M.lease_expire: None, M.result: result}
     return Change(Event.SUCCESS, (RUNNING,), SUCCESS, values,
                   trace=_line(now, Event.SUCCESS, consumer=consumer, broker=broker))
 
-
-
-def with_result(success: Change, result: Optional[str]) -> Change:
-    """``success`` (a :func:`succeed` change) storing ``result`` instead: an ack of many messages
-    builds one change and its trace line, not one per message."""
-    if result is None and success.values.get(M.result) is None:
-        return success
-    return dataclasses.replace(success, values={**success.values, M.result: result})
 
 def fail_attempt(msg: Attempted, backoff: Backoff, error: str, now: datetime, consumer: str, broker: str,
                  rng: Optional[random.Random] = None, result: Optional[str] = None,

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from .errors import ConfigurationError, InvalidResultError, MalformedRequestError, RemoteError, ResultTooLargeError
 from .lifecycle import FINAL_STATUSES, MessageStatus
 from .limits import DEFAULT_MAX_RESULT_BYTES, MAX_ERROR_TRACEBACK, MAX_PROGRESS_NOTE
+from .validation import parse_strict
 
 __all__ = ["Progress", "MessageState", "max_result_bytes", "encode_result", "check_result_text", "error_result", "remote_error",
            "progress_text", "parse_progress", "PROGRESS_MAX_CHARS"]
@@ -101,10 +102,6 @@ def encode_result(value: Any, limit: Optional[int] = None) -> Optional[str]:
     return _check_size(text, max_result_bytes() if limit is None else limit)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
-
-
 def check_result_text(text: str, limit: Optional[int] = None) -> Optional[str]:
     """JSON text received as a result over the wire: within the limit and strict JSON; empty
     text is no result (None)."""
@@ -112,7 +109,7 @@ def check_result_text(text: str, limit: Optional[int] = None) -> Optional[str]:
         return None
     _check_size(text, max_result_bytes() if limit is None else limit)
     try:
-        json.loads(text, parse_constant=_no_constant)
+        parse_strict(text)
     except (ValueError, RecursionError) as exc:
         raise MalformedRequestError(f"a result must be JSON text: {exc}") from None
     return text

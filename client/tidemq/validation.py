@@ -45,6 +45,7 @@ from .limits import (
 )
 
 __all__ = [
+    "parse_strict",
     "TOPIC_MAX_LENGTH",
     "UNIQUE_KEY_MAX_LENGTH",
     "DEFAULT_MAX_DATA_BYTES",
@@ -114,6 +115,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
+#: Made once: ``json.loads`` with an option builds a decoder per call, a fifth of the cost of
+#: checking a small message (every produced message and every result is checked).
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def parse_strict(text: str) -> Any:
+    """Parse JSON text as RFC 8259 has it (no NaN or Infinity); ValueError when it is not."""
+    return _STRICT.decode(text)
+
+
 def check_depth(value: Any) -> None:
     """Raise InvalidDataError when ``value`` nests lists and objects deeper than MAX_DATA_DEPTH."""
     containers = [value] if isinstance(value, (list, dict)) else []
@@ -130,7 +141,7 @@ def check_data_text(text: str, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
     strict JSON (no NaN or Infinity) nested at most MAX_DATA_DEPTH deep."""
     check_data_size(text, max_bytes)
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = parse_strict(text)
     except ValueError as exc:
         raise InvalidDataError(f"data must be valid JSON text: {exc}") from None
     except RecursionError:

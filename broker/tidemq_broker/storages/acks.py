@@ -13,6 +13,7 @@ from sqlalchemy import Connection, select
 from tidemq import lifecycle
 from tidemq.lifecycle import MessageStatus
 from tidemq.link import AckItem, AckOutcome
+from tidemq.tables import MESSAGE as M
 
 from ..schema import message as m
 from ..records import TopicSettings
@@ -101,7 +102,7 @@ class Acks:
                 changed = sum(apply_to_ids(conn, plain, ids[start : start + _CHUNK], token, no_workflow=True)
                               for start in range(0, len(ids), _CHUNK))
             else:
-                changed = apply_each(conn, [(item.id, lifecycle.with_result(plain, item.result)) for item in group],
+                changed = apply_each(conn, plain, [(item.id, {M.result: item.result}) for item in group],
                                      token, no_workflow=True)
             if changed != len(group):
                 raise _SomeStale()
@@ -146,7 +147,7 @@ class Acks:
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
             success = lifecycle.succeed(now, consumer, broker)
-            apply_each(conn, [(item.id, lifecycle.with_result(success, item.result)) for item in succeeded])
+            apply_each(conn, success, [(item.id, {M.result: item.result}) for item in succeeded])
             done = [item.id for item in succeeded if item.id in in_workflow]
             tally.end_many((in_workflow[id], lifecycle.SUCCESS.value) for id in done)
             freed.update(release_after(conn, done, now, broker, tally))

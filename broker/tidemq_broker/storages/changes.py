@@ -7,7 +7,7 @@ the guard on the source states, the values, the attempt and version counters and
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, update
 
@@ -93,37 +93,45 @@ def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], 
     return update(m).where(*where).values(values)
 
 
-def apply_each(conn: Connection, changes: Sequence[tuple[int, Change]], lease_token: Optional[str] = None,
-               no_workflow: bool = False) -> int:
-    """Apply one change per row id, changes of one transition that differ only in some values
-    (each message's result), in one UPDATE per chunk: a differing column is set by a CASE on
-    the id. ``lease_token``: only rows held under it change; ``no_workflow``: only rows outside
-    any workflow (see ``apply_to_ids``). Returns how many rows changed.
+def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mapping[str, Any]]],
+               lease_token: Optional[str] = None, no_workflow: bool = False) -> int:
+    """Apply ``change`` to each row of ``rows`` ((id, {column: value}), every row naming the same
+    columns) with that row's own values of those columns (each message's result), in one UPDATE
+    per chunk: a column whose values differ is set by a CASE on the id. ``lease_token``: only
+    rows held under it change; ``no_workflow``: only rows outside any workflow (see
+    ``apply_to_ids``). Returns how many rows changed.
 
     Each chunk's statement is built once per size class (a power of two; the last id and value
     repeat to fill it, a repeated WHEN never matches twice) with every value bound: built anew
-    for each ack batch, the CASE of hundreds of branches cost the broker more than the write."""
+    for each ack batch, the CASE of hundreds of branches cost the broker more than the write.
+    The rows carry only what differs, not a change each: copying a change per row was most of
+    the broker's work in an ack of results."""
+    if not rows:
+        return 0
+    own = tuple(rows[0][1])
     done, start = 0, 0
-    while start < len(changes):
+    while start < len(rows):
         end, size = start, 0
-        while end < len(changes) and end - start < _CHUNK and (end == start or size < _CHUNK_BYTES):
-            size += sum(len(v) for v in changes[end][1].values.values() if isinstance(v, str))
+        while end < len(rows) and end - start < _CHUNK and (end == start or size < _CHUNK_BYTES):
+            size += sum(len(v) for v in rows[end][1].values() if isinstance(v, str))
             end += 1
-        part = changes[start:end]
-        base = part[0][1]
-        differ = tuple(sorted(name for name in base.values
-                              if len({change.values[name] for _, change in part}) > 1))
+        part = rows[start:end]
+        columns = {name: [values[name] for _, values in part] for name in own}
+        differ = tuple(sorted(name for name, got in columns.items() if any(v != got[0] for v in got)))
         bucket = 1 << (len(part) - 1).bit_length()
-        filled = list(part) + [part[-1]] * (bucket - len(part))
-        stmt = _bound_case_update(tuple(base.source), base.target, tuple(sorted(base.values)), differ,
-                                  base.attempt_delta, base.bump_version, bool(base.trace), lease_token is not None,
-                                  bucket, no_workflow)
-        params: dict[str, Any] = {f"v_{name}": value for name, value in base.values.items() if name not in differ}
-        params.update(ids=[id for id, _ in part], v_trace=base.trace, v_token=lease_token)
-        for k, (id, change) in enumerate(filled):
-            params[f"w_{k}"] = id
-            for name in differ:
-                params[f"c_{name}_{k}"] = change.values[name]
+        stmt = _bound_case_update(tuple(change.source), change.target, tuple(sorted({*change.values, *own})), differ,
+                                  change.attempt_delta, change.bump_version, bool(change.trace),
+                                  lease_token is not None, bucket, no_workflow)
+        params: dict[str, Any] = {f"v_{name}": value for name, value in change.values.items() if name not in differ}
+        params.update((f"v_{name}", got[0]) for name, got in columns.items() if name not in differ)
+        params.update(ids=[id for id, _ in part], v_trace=change.trace, v_token=lease_token)
+        last = len(part) - 1
+        for k in range(bucket):
+            params[f"w_{k}"] = part[min(k, last)][0]
+        for name in differ:
+            got = columns[name]
+            for k in range(bucket):
+                params[f"c_{name}_{k}"] = got[min(k, last)]
         done += conn.execute(stmt, params).rowcount
         start = end
     return done
