@@ -121,9 +121,15 @@ class LeasedBatch(list):  # type: ignore[type-arg]  # list[LeasedMessage]
     (none left behind by it). None: the lock cannot say (a flow-limited lock). The broker moves
     the shard's cursor there (``LockHints.reached``), so the next lock starts where this one
     left off instead of at the topic's floor.
+
+    ``drained``: the lock read every message of the shard due by then (no range came back full)
+    and leased all it read, so the shard has nothing else due until something changes, even when
+    the batch is full (a pull of one message that took one). The next pull may then wait
+    instead of locking again (``PullHub.locked``).
     """
 
     def __init__(self, leased: Iterable[LeasedMessage] = (),
-                 reached: Optional[dict[int, datetime]] = None) -> None:
+                 reached: Optional[dict[int, datetime]] = None, drained: bool = False) -> None:
         super().__init__(leased)
         self.reached = reached
+        self.drained = drained

@@ -135,10 +135,11 @@ class PullHub:
         with self._lock:
             return self._epoch, self._versions.get(topic, 0)
 
-    def locked(self, quiet: Quiet, version: tuple[int, int], taken: int) -> None:
-        """A lock of ``quiet``'s shard that began at ``version`` took ``taken`` messages."""
+    def locked(self, quiet: Quiet, version: tuple[int, int], taken: int, drained: bool = False) -> None:
+        """A lock of ``quiet``'s shard that began at ``version`` took ``taken`` messages
+        (``drained``: and it knows that was everything due, ``LeasedBatch.drained``)."""
         with self._lock:
-            if taken < quiet.limit:  # everything due by then: the shard is quiet until a change
+            if taken < quiet.limit or drained:  # everything due by then: quiet until a change
                 if len(self._quiet) >= _MAX_QUIET:
                     self._quiet.clear()
                 self._quiet[quiet.shard] = version
@@ -340,7 +341,7 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
                 version = hub.version(topic)
                 found = attempt()
                 if quiet is not None:
-                    hub.locked(quiet, version, len(found))
+                    hub.locked(quiet, version, len(found), getattr(found, "drained", False))
             remaining = deadline - time.monotonic()
             if found or (remaining <= 0 and not skip) or hub.stopped or not alive():
                 return found

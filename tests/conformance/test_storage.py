@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tests.conformance.storage_ops import ack, id_step, insert, lock
+from tests.conformance.storage_ops import ack, id_step, insert, lock, rows
 from tidemq import clock, trace
 from tidemq_broker.storage import AckItem, AckOutcome, LockHint, LockRequest, MessageFilter, NewRow, RequestRef, Shard
 
@@ -258,6 +258,19 @@ def test_concurrent_locks_never_hand_out_a_message_twice(storage):
     for t in threads:
         t.join()
     assert sorted(taken) == ids
+
+
+def test_a_full_lock_says_whether_it_took_everything_due(storage):
+    """A lock whose batch is full still knows whether the shard holds more due messages: the
+    re-pull of a consumer that takes one message at a time waits instead of locking again."""
+    ids = insert(storage, "t.drain", 2)
+    first = lock(storage, "t.drain", limit=1)
+    assert [m.id for m in first] == ids[:1] and not first.drained  # one more is due
+    second = lock(storage, "t.drain", limit=1)
+    assert [m.id for m in second] == ids[1:] and second.drained  # full, and nothing else is due
+    storage.messages.insert_messages(rows("t.drain", 1, delay=60), clock.now())
+    idle = lock(storage, "t.drain", limit=1)
+    assert idle == [] and idle.drained  # the later one is not due: nothing is left behind
 
 
 def test_a_shards_own_ranges_start_at_its_cursor_and_the_lock_says_where_it_left_them(storage):

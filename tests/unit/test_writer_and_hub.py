@@ -13,6 +13,7 @@ from tests.servers import wait_until
 from tidemq import clock
 from tidemq.errors import TidemqError
 from tidemq_broker.pulls import PullHub, Quiet, long_poll
+from tidemq_broker.records import LeasedBatch
 from tidemq_broker.storage import NewRow
 from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
@@ -276,6 +277,37 @@ def test_a_pull_after_one_that_took_everything_due_begins_with_the_next_due_time
         batches.append(["m6"])
         assert InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.quiet",
                                           quiet=other)).value(10) == ["m6"] and calls["attempt"] == 7
+    finally:
+        hub.stop()
+
+
+def test_a_full_lock_that_took_everything_due_leaves_the_shard_quiet(storage, store):
+    """A consumer pulling one message at a time: a lock that filled its batch but says it took
+    everything due (``LeasedBatch.drained``) is not followed by a lock that finds nothing."""
+    hub = _hub(storage)
+    quiet = Quiet("t.drained", 0, 1, 0.0, 1)
+    calls = {"attempt": 0, "next_due": 0}
+    batches = [LeasedBatch(["m1"], drained=True), LeasedBatch(["m2"], drained=False), LeasedBatch(["m3"])]
+
+    def attempt():
+        calls["attempt"] += 1
+        return batches.pop(0) if batches else LeasedBatch(drained=True)
+
+    def next_due():
+        calls["next_due"] += 1
+        return None
+
+    def pull() -> InThread:
+        return InThread(lambda: long_poll(hub, _monotonic_in(60), attempt, next_due, "t.drained", quiet=quiet))
+
+    try:
+        assert pull().value(10) == ["m1"] and calls == {"attempt": 1, "next_due": 0}
+        waiting = pull()
+        wait_until(lambda: hub._waiters.get("t.drained"), 10, what="the second pull to wait")
+        assert calls == {"attempt": 1, "next_due": 1}  # full, yet drained: no lock
+        hub.notify("t.drained", clock.now())
+        assert waiting.value(10) == ["m2"] and calls["attempt"] == 2
+        assert pull().value(10) == ["m3"] and calls["attempt"] == 3  # not drained: it locks at once
     finally:
         hub.stop()
 

@@ -47,9 +47,14 @@ class Leases:
             if request.limits is not None and request.limits.any:
                 # The stored limits decide (the caller's may be seconds old); see storages/flow.py.
                 return lock_limited(conn, self._db.dialect, request, change, due_by)
-            rows = read_candidates(conn, self._db.dialect, request.shard, request.limit, due_by, request.now)
+            # One row more than the batch takes: a lock that fills its batch can then still tell
+            # whether it took everything due (a consumer pulling one message at a time would
+            # otherwise follow every message with a lock that finds nothing).
+            read = request.limit + 1
+            rows = read_candidates(conn, self._db.dialect, request.shard, read, due_by, request.now)
             leased = lease_rows(conn, request.topic, [row.id for row in rows[:request.limit]], change)
-            return LeasedBatch(leased, reached(request.shard, rows, request.limit, {lm.id for lm in leased}, due_by))
+            return LeasedBatch(leased, reached(request.shard, rows, read, {lm.id for lm in leased}, due_by),
+                               drained=len(leased) == len(rows))
 
         return self._db.tx(work)
 

@@ -89,9 +89,10 @@ class MemoryLeases:
             if request.limits is not None and request.limits.any:
                 rows = self._limited(request, due_by)
             else:
-                rows = due_candidates(self._state, request.shard, request.limit, due_by, request.now)
-                leased = self._lease(rows, change, request.topic)
-                return LeasedBatch(leased, reached(self._state, request.shard, due_by))
+                rows = due_candidates(self._state, request.shard, request.limit + 1, due_by, request.now)
+                leased = self._lease(rows[:request.limit], change, request.topic)
+                return LeasedBatch(leased, reached(self._state, request.shard, due_by),
+                                   drained=len(leased) == len(rows))
             return self._lease(rows, change, request.topic)
 
     def _limited(self, request: LockRequest, due_by: datetime) -> list[Row]:
