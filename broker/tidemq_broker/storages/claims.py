@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any, Collection, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
 
@@ -52,7 +52,7 @@ from .dependencies import parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
 
-__all__ = ["due_candidates", "read_candidates", "reached", "lease_rows"]
+__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows"]
 
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
@@ -147,9 +147,7 @@ def _candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, f
     part = 1 if shards == _OTHERS else 0
 
     def since(priority: int) -> list[Any]:
-        if part == 0 and priority in floored:
-            return [m.c.effect_time >= bindparam(f"floor_{priority}", type_=m.c.effect_time.type)]
-        return [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
+        return range_start(priority if part == 0 else None, floored, floor)  # cursors: own ranges only
 
     where: list[Any] = []
     if shards != _ALL:
@@ -163,6 +161,16 @@ def _candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, f
                      *since(priority), *where)
               .order_by(m.c.effect_time, m.c.id).limit(limit).subquery() for priority in priorities]
     return union_all(*[select(each) for each in ranges])
+
+
+def range_start(priority: Optional[int], floored: Collection[int], floor: bool) -> list[Any]:
+    """Where a range of the lock index starts, as conditions of a statement built once (the
+    times bound at execution): at the shard's cursor of ``priority`` when it has one (bound as
+    ``floor_<priority>``; ``floored``: the priorities that have), else at the topic's floor
+    (``floor``) when there is one, else at the range's beginning."""
+    if priority is not None and priority in floored:
+        return [m.c.effect_time >= bindparam(f"floor_{priority}", type_=m.c.effect_time.type)]
+    return [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
 
 
 def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change) -> list[LeasedMessage]:

@@ -18,6 +18,7 @@ from tidemq.validation import PRIORITIES_DESC
 
 from ..records import RecentInserts, Shard
 from ..schema import message as m
+from .claims import range_start
 from .database import SqlDatabase
 from .ids import bound_ids_in
 from .reads import any_running
@@ -138,9 +139,7 @@ def _next_due(dialect: Any, priorities: tuple[int, ...], floor: bool, floored: t
     ``floored`` (the shard's own ranges), ``total``, ``rank`` bound at execution): built once, it is
     cheap to run after every empty lock attempt."""
     def since(priority: Optional[int]) -> list[Any]:
-        if priority is not None and priority in floored:
-            return [m.c.effect_time >= bindparam(f"floor_{priority}", type_=m.c.effect_time.type)]
-        return [m.c.effect_time >= bindparam("floor", type_=m.c.effect_time.type)] if floor else []
+        return range_start(priority, floored, floor)
 
     topic = [bindparam("topic", type_=m.c.topic.type)]
     if not sharded:
