@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 from tidemq import dependencies as deps
 from tidemq import lifecycle
 from tidemq.dependencies import WaitMode, WorkflowState
-from tidemq.lifecycle import Change, MessageStatus
+from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 
 from ..records import WorkflowStep
@@ -48,7 +48,7 @@ from ..schema import workflow as w
 from .changes import apply, guard
 from .ids import bound_ids_in, ids_in
 from .request_ids import id_list, stored_answer
-from .rows import row_values
+from .rows import insert_columns, row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 from .workflow_tally import Tally, policy_of
 from .edges import SqlEdges
@@ -98,19 +98,18 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
                 statuses.update((row.id, row.status) for row in conn.execute(stmt))
             check_known(wanted, statuses)
             starts = plan(steps, order, statuses)
-            changes: dict[tuple[int, int, int], Change] = {}
+            columns_of: dict[tuple[int, int, int, Optional[int]], dict] = {}
 
             def values(i: int, workflow: Optional[int]) -> dict:
-                # One change per kind of start (most steps share one): a change per row was the
-                # largest part of a submission's Python time.
+                # One change per kind of start and workflow (most steps share one), its columns
+                # made once: a change per row was the largest part of a submission's Python time.
                 start, mode = starts[i], steps[i].wait_mode
-                key = (start.deps_left, mode, start.deps_failed)
-                change = changes.get(key)
-                if change is None:
-                    change = changes[key] = deps.waiting(now, start.deps_left, mode, start.deps_failed, **who)
-                row = row_values(steps[i].row, change)
-                row[M.workflow_id] = workflow
-                return row
+                key = (start.deps_left, mode, start.deps_failed, workflow)
+                columns = columns_of.get(key)
+                if columns is None:
+                    change = deps.waiting(now, start.deps_left, mode, start.deps_failed, **who)
+                    columns = columns_of[key] = {**insert_columns(change), M.workflow_id: workflow}
+                return row_values(steps[i].row, columns)
 
             # The workflow's id is its first step's, known once that row is in: the first step
             # goes alone, the others carry the id in their INSERT (an UPDATE of every step

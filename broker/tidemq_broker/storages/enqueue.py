@@ -31,7 +31,7 @@ from ..records import NewRow, TopicSettings
 from .dialect import CallerTransaction, SqlDialect
 from .mysql import MySqlDialect
 from .sqlite import SqliteDialect
-from .rows import row_values
+from .rows import insert_columns, row_values
 from .topics import setting_columns
 
 #: The dialect of each SQLAlchemy dialect name enqueue can write for.
@@ -99,7 +99,7 @@ def insert_message(tx: CallerTransaction, row: NewRow, now: datetime, **who: obj
     With a unique key already stored for the topic (or stored by a transaction that commits while
     this one waits on the key), nothing is inserted and the existing message's id is returned.
     """
-    values = row_values(row, lifecycle.produce(now, **who))
+    values = row_values(row, insert_columns(lifecycle.produce(now, **who)))
     if not row.unique_key:
         new_id, _ = tx.execute(insert(m).values(values))
         return _id(new_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from tidemq import lifecycle
 from tidemq.lifecycle import Change, MessageStatus
@@ -20,16 +20,27 @@ from tidemq.tables import MESSAGE as M
 
 from ..records import LeasedMessage, LockRequest, MessageEdit, NewRow, StoredMessage
 
-__all__ = ["AckSort", "sort_acks", "INSERT_COLUMNS", "row_values", "lease_change", "leased", "to_message", "expiries",
+__all__ = ["AckSort", "sort_acks", "INSERT_COLUMNS", "insert_columns", "row_values", "lease_change", "leased", "to_message", "expiries",
            "lock_order", "recorded_as", "edit_change"]
 
 #: Every column an INSERT writes (all but the id), in the table's order.
 INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
 
 
-def row_values(row: NewRow, change: Change) -> dict[str, Any]:
-    """The full INSERT values of ``row`` as the lifecycle's ``produce`` change starts it (what
-    the change sets wins over the row's own)."""
+def insert_columns(change: Change) -> dict[str, Any]:
+    """The columns a new row takes from ``change`` (the lifecycle's ``produce``, or a workflow
+    step's start), its trace included: made once per call and given to :func:`row_values` for
+    each row (merging them row by row was a tenth of a large submission's CPU time). With the
+    row's own they must be exactly the INSERT's columns: a value left out would be lost."""
+    columns = {M.trace: change.trace, **change.values}
+    if _ROW_OWN | set(columns) != set(INSERT_COLUMNS):
+        raise ValueError(f"an INSERT of {M.name} writes {sorted(INSERT_COLUMNS)}, not {sorted(_ROW_OWN | set(columns))}")
+    return columns
+
+
+def row_values(row: NewRow, columns: Mapping[str, Any]) -> dict[str, Any]:
+    """The full INSERT values of ``row``, started by a change's ``columns`` (:func:`insert_columns`;
+    what the change sets wins over the row's own)."""
     return {
         M.topic: row.topic,
         M.data: row.data,
@@ -41,29 +52,13 @@ def row_values(row: NewRow, change: Change) -> dict[str, Any]:
         M.trace_context: row.trace_context or None,
         M.priority: row.priority,
         M.flow_key: row.flow_key or None,
-        **_change_values(change),
+        **columns,
     }
 
 
+#: The columns a row gives its INSERT itself (``row_values``); the change gives the rest.
 _ROW_OWN = {M.topic, M.data, M.effect_time, M.order_time, M.retry_remaining, M.retry_schedule, M.unique_key,
             M.trace_context, M.priority, M.flow_key}
-#: The last change's columns: a call's rows share one change (a group commit, a workflow's
-#: steps), and merging its values once per row was a tenth of a large submission's CPU time.
-_last_change: tuple[Optional[Change], dict[str, Any]] = (None, {})
-
-
-def _change_values(change: Change) -> dict[str, Any]:
-    """The columns ``change`` sets, its trace included; with the row's own they must be exactly
-    the INSERT's columns (a value left out would be lost without a word)."""
-    global _last_change
-    last, values = _last_change
-    if last is not change:
-        values = {M.trace: change.trace, **change.values}
-        if _ROW_OWN | set(values) != set(INSERT_COLUMNS):
-            raise ValueError(f"an INSERT of {M.name} writes {sorted(INSERT_COLUMNS)}, "
-                             f"not {sorted(_ROW_OWN | set(values))}")
-        _last_change = (change, values)
-    return values
 
 
 def lease_change(request: LockRequest, serial: bool = False) -> Change:

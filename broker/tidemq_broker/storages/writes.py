@@ -26,7 +26,7 @@ from .dependencies import has_dependents, release_after, stop_after
 from .workflow_tally import Tally
 from .workflows import settle
 from .request_ids import Claims, answer, id_list
-from .rows import edit_change, row_values, to_message
+from .rows import edit_change, insert_columns, row_values, to_message
 
 __all__ = ["Writes"]
 
@@ -45,6 +45,7 @@ class Writes:
     def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
                         **who: object) -> list[int]:
         change = lifecycle.produce(now, **who)
+        columns = insert_columns(change)
         dialect = self._db.dialect
 
         def work(conn: Connection, look_first: bool) -> list[int]:
@@ -55,7 +56,7 @@ class Writes:
             skip = claims.skipped()
             plain = [i for i, r in enumerate(rows) if not r.unique_key and i not in skip]
             keyed = [i for i, r in enumerate(rows) if r.unique_key and i not in skip]
-            plain_values = [row_values(rows[i], change) for i in plain]
+            plain_values = [row_values(rows[i], columns) for i in plain]
             ours = sorted(claims.ours, key=lambda ref: ref.request_id)  # one key order between brokers
             if ours and len(plain) == len(rows):
                 # Every row is new and plain: the dialect may write the rows and their request
@@ -69,7 +70,7 @@ class Writes:
                 for i, new_id in zip(plain, new_ids):
                     ids[i] = new_id
             if keyed:
-                dialect.insert_ignoring_duplicates(conn, [row_values(rows[i], change) for i in keyed])
+                dialect.insert_ignoring_duplicates(conn, [row_values(rows[i], columns) for i in keyed])
                 found = _ids_by_unique_key(conn, [(rows[i].topic, rows[i].unique_key or "") for i in keyed])
                 for i in keyed:
                     ids[i] = found[(rows[i].topic, rows[i].unique_key or "")]

@@ -17,7 +17,7 @@ from tidemq.tables import WORKFLOW as W
 
 from ...records import WorkflowStep
 from ..request_ids import id_list, stored_answer
-from ..rows import row_values
+from ..rows import insert_columns, row_values
 from ..steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
 from ..workflow_tally import Tally, policy_of
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
@@ -46,7 +46,8 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
             statuses = {id: state.messages[id][M.status] for id in wanted if id in state.messages}
             check_known(wanted, statuses)
             starts = plan(steps, order, statuses)
-            values = [row_values(step.row, deps.waiting(now, start.deps_left, step.wait_mode, start.deps_failed, **who))
+            values = [row_values(step.row, insert_columns(deps.waiting(now, start.deps_left, step.wait_mode,
+                                                                        start.deps_failed, **who)))
                       for step, start in zip(steps, starts)]
             for row in values:
                 empty = sorted(name for name in NOT_NULL if row[name] is None)

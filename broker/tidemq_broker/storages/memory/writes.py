@@ -14,7 +14,7 @@ from tidemq.tables import MESSAGE as M
 
 from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
-from ..rows import edit_change, row_values, to_message
+from ..rows import edit_change, insert_columns, row_values, to_message
 from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
@@ -42,7 +42,8 @@ class MemoryWrites:
                       if ref.request_id in state.requests}
             claims = Claims.of(requests, stored)
             skip = claims.skipped()
-            values = {i: row_values(row, change) for i, row in enumerate(rows) if i not in skip}
+            columns = insert_columns(change)
+            values = {i: row_values(row, columns) for i, row in enumerate(rows) if i not in skip}
             for row in values.values():
                 empty = sorted(name for name in NOT_NULL if row[name] is None)
                 if empty:  # refused whole, before anything is stored
