@@ -17,14 +17,14 @@ import time
 import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import urlparse
 
 import pymysql
 
 from tidemq import clock, lifecycle, trace
 from tidemq_broker.storage import NewRow
-from tidemq_broker.storages.rows import INSERT_COLUMNS, row_values
+from tidemq_broker.storages.rows import INSERT_COLUMNS, insert_columns, row_values
 
 __all__ = ["connect", "payload", "insert_rate", "load", "consume_rate", "commit_latency", "truncate", "Watch", "span",
            "finish_times", "make_due", "Row", "RowCommitter", "GroupCommitter"]
@@ -58,9 +58,10 @@ def _row(topic: str, i: int, effect_time: datetime, now: datetime, line: str) ->
 
 
 @functools.lru_cache(maxsize=4)
-def _produced(now: datetime, line: str) -> lifecycle.Change:
-    """The lifecycle's produce change at ``now`` with the loader's trace ``line`` (one per batch)."""
-    return replace(lifecycle.produce(now), trace=line)
+def _produced(now: datetime, line: str) -> dict[str, Any]:
+    """The INSERT columns of the lifecycle's produce change at ``now`` with the loader's trace
+    ``line`` (one per batch), made once as the broker makes them once per call."""
+    return insert_columns(replace(lifecycle.produce(now), trace=line))
 
 
 def _insert(cur, rows: list[Row]) -> None:
