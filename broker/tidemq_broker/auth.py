@@ -175,26 +175,19 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None:
+            return handler
+        if handler.stream_stream is not None:
+            return self._checked_stream(handler)
+        if handler.unary_unary is None:
             return handler
         inner = handler.unary_unary
-        principals, error_key = self._principals, self._error_key
 
         def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
-            token = bearer_token(context.invocation_metadata())
-            try:
-                principal = principals.lookup(token) if token else None
-            except RetriableError as exc:
-                context.set_trailing_metadata(((error_key, type(exc).__name__),))
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            if principal is None:
-                reason = "an unknown or revoked token" if token else "no token (authorization: Bearer ...)"
-                context.set_trailing_metadata(((error_key, AuthenticationError.__name__),))
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, f"this broker authenticates callers: the call "
-                              f"carried {reason}; set TIDEMQ_TOKEN to a token from `tidemq auth add`")
+            principal = self._caller(context)
             request = next(requests, None)
             if request is None:  # the client closed its side without sending the request
-                context.set_trailing_metadata(((error_key, MalformedRequestError.__name__),))
+                context.set_trailing_metadata(((self._error_key, MalformedRequestError.__name__),))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call carried no request message")
             reset = CALLER.set(principal)
             try:
@@ -204,3 +197,40 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
         return grpc.stream_unary_rpc_method_handler(checked, request_deserializer=handler.request_deserializer,
                                                     response_serializer=handler.response_serializer)
+
+    def _checked_stream(self, handler: Any) -> Any:
+        """A stream's token is checked when it opens, before its first request is read, and
+        again as each request is read (a token revoked while the stream is open stops it)."""
+        inner = handler.stream_stream
+
+        def checked(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+            self._caller(context)
+
+            def as_caller() -> Iterator[Any]:
+                for request in requests:
+                    CALLER.set(self._caller(context))  # the request is served in this thread next
+                    yield request
+
+            try:
+                yield from inner(as_caller(), context)
+            finally:
+                CALLER.set(None)
+
+        return grpc.stream_stream_rpc_method_handler(checked, request_deserializer=handler.request_deserializer,
+                                                     response_serializer=handler.response_serializer)
+
+    def _caller(self, context: grpc.ServicerContext) -> Principal:
+        """The principal whose token the call carries; aborts the call when there is none."""
+        token = bearer_token(context.invocation_metadata())
+        principal = None
+        try:
+            principal = self._principals.lookup(token) if token else None
+        except RetriableError as exc:
+            context.set_trailing_metadata(((self._error_key, type(exc).__name__),))
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        if principal is None:
+            reason = "an unknown or revoked token" if token else "no token (authorization: Bearer ...)"
+            context.set_trailing_metadata(((self._error_key, AuthenticationError.__name__),))
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, f"this broker authenticates callers: the call "
+                          f"carried {reason}; set TIDEMQ_TOKEN to a token from `tidemq auth add`")
+        return principal  # type: ignore[return-value]

@@ -34,6 +34,7 @@ from .release_signals import ReleaseSignals
 from .results import ResultHub
 from .pulls import PullHub
 from .migrations import warn_if_behind
+from .produce_streams import ProduceStreams
 from .service import ERROR_KEY, BrokerService
 from .storage import NewRow, Storage
 from .storages import open_storage
@@ -112,8 +113,10 @@ class BrokerServer:
         self.signals = ReleaseSignals(self.coordinator,
                                       lambda topic: self.hub.notify(topic, clock.after(clock.now(), -MARGIN), None),
                                       self.address)
+        # An open Produce stream holds a server thread: a quarter of them at most.
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
-                                     settings.max_data_bytes, self.results, self.signals)
+                                     settings.max_data_bytes, self.results, self.signals,
+                                     ProduceStreams(limit=max(1, workers // 4)))
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
             LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
@@ -164,6 +167,7 @@ class BrokerServer:
         self.hub.stop()
         self.results.stop()
         self.signals.stop()
+        self.service.streams.stop()
         done = self._server.stop(grace)
         done.wait(grace + 1)
         self.writer.stop()

@@ -3,12 +3,11 @@ wait for results."""
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 import logging
 import time
 from datetime import datetime
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Iterator, Optional
 
 import grpc
 
@@ -19,13 +18,7 @@ from tidemq.validation import check_topic
 
 from . import metrics
 from .auth import authorize, checks_topics
-from .errors import (
-    MalformedRequestError,
-    PermissionDeniedError,
-    RetriableError,
-    TidemqError,
-    ValidationError,
-)
+from .errors import MalformedRequestError
 from .intake import (
     MAX_TTR,
     ack_items,
@@ -42,8 +35,10 @@ from .intake import (
 )
 from .hints import arrivals
 from .pulls import PullHub, Quiet, long_poll
+from .produce_streams import ProduceStreams
 from .release_signals import ReleaseSignals
 from .results import ResultHub
+from .rpc_errors import ERROR_KEY, rpc
 from .schedules import check_schedule, next_tick
 from .storage import (AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
                       TopicSettings, WorkflowStep)
@@ -54,45 +49,6 @@ from .writer import GroupCommitWriter
 __all__ = ["BrokerService", "ERROR_KEY"]
 
 log = logging.getLogger(__name__)
-ERROR_KEY = "tidemq-error"  # trailing metadata: the class name of the tidemq error
-#: The longest error text a reply carries. It travels in the grpc-message trailer, where every
-#: byte outside printable ASCII takes three; clients refuse trailers beyond 8 KiB, and a refused
-#: reply would reach the caller as RESOURCE_EXHAUSTED instead of its error.
-MAX_DETAILS_BYTES = 2048
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _rpc(method: F) -> F:
-    """Map tidemq errors to gRPC status codes, naming the exception class for the client."""
-
-    @functools.wraps(method)
-    def wrapper(self: "BrokerService", request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return method(self, request, context)
-        except ValidationError as exc:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, exc)
-        except PermissionDeniedError as exc:
-            _abort(context, grpc.StatusCode.PERMISSION_DENIED, exc)
-        except RetriableError as exc:
-            _abort(context, grpc.StatusCode.UNAVAILABLE, exc)
-        except TidemqError as exc:
-            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, exc)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, exc: Exception) -> None:
-    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
-    context.abort(code, _details(exc))
-
-
-def _details(exc: Exception) -> str:
-    """The error's text, at most MAX_DETAILS_BYTES of UTF-8. Messages quote input through
-    ``tidemq.errors.quote`` already; this holds for any other text too, such as a library's."""
-    data = str(exc).encode("utf-8")
-    if len(data) <= MAX_DETAILS_BYTES:
-        return str(exc)
-    return data[:MAX_DETAILS_BYTES].decode("utf-8", "ignore") + "..."
 
 
 class BrokerService(pb_grpc.BrokerServicer):
@@ -100,7 +56,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     def __init__(self, storage: Storage, topics: TopicCache, writer: GroupCommitWriter, hub: PullHub,
                  name: str, max_data_bytes: int, results: Optional[ResultHub] = None,
-                 signals: Optional[ReleaseSignals] = None) -> None:
+                 signals: Optional[ReleaseSignals] = None, streams: Optional[ProduceStreams] = None) -> None:
         self.storage = storage
         self.results = results if results is not None else ResultHub(storage.probes)
         self.signals = signals
@@ -109,15 +65,24 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.hub = hub
         self.name = name
         self.max_data_bytes = max_data_bytes
+        self.streams = streams if streams is not None else ProduceStreams()
 
-    @_rpc
+    @rpc
     def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceReply:
+        return self._produce(request, context.time_remaining())
+
+    def ProduceStream(self, requests: Iterator[pb.ProduceRequest],
+                      context: grpc.ServicerContext) -> Iterator[pb.ProduceReply]:
+        """Produce requests on one open stream, each answered before the next is read."""
+        return self.streams.serve(requests, context, self._produce)
+
+    def _produce(self, request: pb.ProduceRequest, remaining: Optional[float]) -> pb.ProduceReply:
+        """Store a Produce request's messages; ``remaining``: seconds its caller waits (None: no bound)."""
         started = time.perf_counter()
         rows = rows_from_request(request, self.topics, self.max_data_bytes)
         request_id = check_request_id(request.request_id)
         authorize("Produce", {row.topic for row in rows})
         steps = steps_from_request(request, rows)
-        remaining = context.time_remaining()
         with tracing.rpc_span("Produce", (row.topic for row in rows), (row.trace_context or "" for row in rows)):
             if steps is None:
                 ids = self.writer.write(rows, None if remaining is None else max(remaining, 0.001), request_id)
@@ -126,7 +91,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         metrics.PRODUCE_SECONDS.observe(time.perf_counter() - started)
         return pb.ProduceReply(ids=ids)
 
-    @_rpc
+    @rpc
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.PullReply:
         check_pull(request)
         topic = request.topic
@@ -211,7 +176,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         if released and self.signals is not None:
             self.signals.released(released)
 
-    @_rpc
+    @rpc
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
         check_ids([item.id for item in request.items], "acks")
         self._authorize_messages("Ack", [item.id for item in request.items])
@@ -235,7 +200,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 self.hub.notify_freed(request.topic)
         return pb.AckReply(outcomes=[pb.APPLIED if o is AckOutcome.APPLIED else pb.STALE for o in outcomes])
 
-    @_rpc
+    @rpc
     def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:
         token = check_lease_token(request.lease_token)
         topics = self.storage.reads.lease_topics(token)
@@ -245,7 +210,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.hub.wake_all(topics)  # back to NEW at their old effect times
         return pb.ReleaseReply(released=released)
 
-    @_rpc
+    @rpc
     def Touch(self, request: pb.TouchRequest, context: grpc.ServicerContext) -> pb.TouchReply:
         check_ids([request.id])
         ttr = check_lease_ttr(request.ttr_seconds)
@@ -253,7 +218,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         [extended] = self.storage.leases.extend_leases([(request.id, request.lease_token)], ttr, clock.now())
         return pb.TouchReply(extended=extended)
 
-    @_rpc
+    @rpc
     def Extend(self, request: pb.ExtendRequest, context: grpc.ServicerContext) -> pb.ExtendReply:
         """A consumer's heartbeat: extend every lease it names in one transaction."""
         check_ids([lease.id for lease in request.leases], "leases")
@@ -270,7 +235,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             metrics.PROGRESS_REPORTS.inc(len(reports))
         return pb.ExtendReply(extended=extended, cancel_requested=self.storage.leases.cancels_requested(leases))
 
-    @_rpc
+    @rpc
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelReply:
         """Delete NEW messages; with ``running``, also mark RUNNING ones: their handlers stop. With
         ``workflow``, the ids name workflows: each is cancelled whole (one true per message)."""
@@ -291,7 +256,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             cancelled = [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
         return pb.CancelReply(cancelled=cancelled)
 
-    @_rpc
+    @rpc
     def Results(self, request: pb.ResultsRequest, context: grpc.ServicerContext) -> pb.ResultsReply:
         """The state and result of each message; with ``wait_seconds``, a long-poll until one of
         them is final (SUCCESS, FAIL, CANCELLED) or gone."""
@@ -303,7 +268,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         found = {state.id: state for state in self.results.wait(ids, deadline, self.storage.reads.get_results)}
         return pb.ResultsReply(states=[_result_state(id, found.get(id)) for id in ids])
 
-    @_rpc
+    @rpc
     def Workflow(self, request: pb.WorkflowRequest, context: grpc.ServicerContext) -> pb.WorkflowReply:
         """A workflow's row; with ``wait_seconds``, a long-poll until it ended: no step of it is
         left (``workflow_wait``). Reading it needs the right on every topic of its steps, as
@@ -324,7 +289,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             created_ms=clock.to_epoch_ms(record.created_at),
             finished_ms=clock.to_epoch_ms(record.finished_at) if record.finished_at is not None else 0)
 
-    @_rpc
+    @rpc
     def Requeue(self, request: pb.RequeueRequest, context: grpc.ServicerContext) -> pb.RequeueReply:
         if bool(request.ids) == bool(request.topic):
             raise MalformedRequestError("requeue takes either ids or a topic, not both and not neither")
@@ -342,7 +307,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.hub.notify(topic, now)
         return pb.RequeueReply(requeued=moved)
 
-    @_rpc
+    @rpc
     def PutSchedule(self, request: pb.PutScheduleRequest, context: grpc.ServicerContext) -> pb.PutScheduleReply:
         """Declare a periodic message; declaring the same one again changes nothing."""
         schedule = check_schedule(request.name, request.topic, request.cron, request.data or "null",

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Iterable, Optional, Sequence
 
 from .coalesce import Coalescer, Request
+from .produce_stream import ProduceStreams
 from .direct import open_direct
 from .config import Settings
 from .coordinator import Coordinator
@@ -70,8 +71,10 @@ class Client:
         self._coordinator_lock = threading.Lock()
         self._coordinator_started = coordinator is not None
         static = self.settings.brokers
+        # Produce requests travel on open streams, unless the settings ask for unary calls.
+        streams = ProduceStreams() if self.settings.produce_path == "broker" else None
         self.pool = BrokerPool(static, None if static else self.coordinator, channel_credentials(self.settings),
-                               self.settings.token)
+                               self.settings.token, streams)
         # TIDEMQ_PRODUCE=direct: this process commits what it produces (tidemq.direct).
         self._direct = open_direct(self.settings) if self.settings.produce_path == "direct" else None
         # Concurrent produce() calls share Produce RPCs, or direct commits (see tidemq.coalesce).

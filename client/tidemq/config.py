@@ -20,7 +20,7 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MIN_REQUEST_BYTES = 64 * 1024
 AUTH_MODES = ("none", "token")
 #: TIDEMQ_PRODUCE: through a broker's Produce RPC, or committed by the producing process itself.
-PRODUCE_PATHS = ("broker", "direct")
+PRODUCE_PATHS = ("broker", "unary", "direct")
 _TOKEN = re.compile(r"tmq_[A-Za-z0-9_-]{20,200}")
 
 
@@ -42,7 +42,9 @@ class Settings:
     produce_in_flight: Produce RPCs a client keeps open at once (TIDEMQ_PRODUCE_IN_FLIGHT);
     concurrent produce() calls beyond it share the next RPC (see ``tidemq.coalesce``).
     produce_path: how a client stores what it produces (TIDEMQ_PRODUCE): "broker" (the default:
-    a Produce RPC to a broker) or "direct" (the process commits into the database at ``db_url``
+    requests to a broker on long-lived Produce streams, ``tidemq.produce_stream``), "unary" (a
+    Produce call per request, for proxies that do not carry long-lived streams) or "direct" (the
+    process commits into the database at ``db_url``
     itself, with the brokers' checks and group commit: ``tidemq_broker.direct``; no tokens or
     topic grants apply, the database credentials are the permission).
     tls_cert, tls_key: PEM files of this process's certificate and key (TIDEMQ_TLS_CERT,

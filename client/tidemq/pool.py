@@ -17,6 +17,7 @@ from .errors import (BrokerUnavailableError, MalformedRequestError, PullCancelle
                      error_from_name)
 from .link import PullHandle
 from .outage import Outage
+from .produce_stream import ProduceStreams
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
 __all__ = ["BrokerPool", "ERROR_KEY", "MAX_MESSAGE_BYTES", "CHANNEL_OPTIONS", "rpc_failure"]
@@ -54,7 +55,8 @@ class BrokerPool:
     """
 
     def __init__(self, static: tuple[str, ...] = (), coordinator: Optional[Coordinator] = None,
-                 credentials: Optional[grpc.ChannelCredentials] = None, token: str = "") -> None:
+                 credentials: Optional[grpc.ChannelCredentials] = None, token: str = "",
+                 streams: Optional[ProduceStreams] = None) -> None:
         self._credentials = credentials  # TLS, or None for plaintext
         # Sent with every call to brokers that authenticate (TIDEMQ_AUTH=token).
         self._metadata: Optional[tuple[tuple[str, str], ...]] = (("authorization", f"Bearer {token}"),) if token else None
@@ -66,6 +68,7 @@ class BrokerPool:
         self.outage = Outage(log, "calls to tidemq's brokers")
         self._turn = itertools.count()
         self._closed = False
+        self.streams = streams  # Produce calls go on open streams (tidemq.produce_stream)
         if not static and coordinator is not None:
             coordinator.watch_brokers(self._set_addresses)
 
@@ -75,6 +78,8 @@ class BrokerPool:
             for gone in set(self._stubs) - set(addresses):
                 channel, _ = self._stubs.pop(gone)
                 self._close_channel(channel)
+                if self.streams is not None:
+                    self.streams.forget(gone)
             for gone in set(self._failing) - set(addresses):
                 del self._failing[gone]
             self._lock.notify_all()
@@ -171,6 +176,8 @@ class BrokerPool:
     def _attempt(self, address: str, method: str, request: Any, remaining: float,
                  track: Optional[PullHandle]) -> Any:
         if track is None:
+            if method == "Produce" and self.streams is not None:
+                return self.streams.call(address, self._stub(address), request, remaining, self._metadata)
             return getattr(self._stub(address), method)(request, timeout=remaining, metadata=self._metadata)
         if track.cancelled:
             raise PullCancelledError(f"{method} was cancelled before it was sent")
@@ -223,6 +230,8 @@ class BrokerPool:
         return ""
 
     def close(self) -> None:
+        if self.streams is not None:
+            self.streams.close()
         with self._lock:
             self._closed = True
             for channel, _ in self._stubs.values():

@@ -98,5 +98,5 @@ def test_the_async_client_commits_directly_too(settings, broker):
 def test_an_unknown_produce_path_is_refused_naming_the_choices():
     from tidemq import Settings
 
-    with pytest.raises(ConfigurationError, match="TIDEMQ_PRODUCE must be one of broker, direct, got 'grpc'"):
+    with pytest.raises(ConfigurationError, match="TIDEMQ_PRODUCE must be one of broker, unary, direct, got 'grpc'"):
         Settings.from_env({"TIDEMQ_PRODUCE": "grpc"})

@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceReply.FromString,
                 _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/tidemq.v1.Broker/ProduceStream',
+                request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceReply.FromString,
+                _registered_method=True)
         self.Pull = channel.unary_unary(
                 '/tidemq.v1.Broker/Pull',
                 request_serializer=tidemq_dot_rpc_dot_tidemq__pb2.PullRequest.SerializeToString,
@@ -96,6 +101,15 @@ class BrokerServicer:
 
     def Produce(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """The same requests on one long-lived stream, answered one at a time in order: a request on
+        an open stream costs less than a call of its own. An error ends the stream with the status
+        Produce would have returned; a broker that is stopping ends idle streams.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -165,6 +179,11 @@ def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
+                    request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceRequest.FromString,
+                    response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceReply.SerializeToString,
+            ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
                     request_deserializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceRequest.FromString,
                     response_serializer=tidemq_dot_rpc_dot_tidemq__pb2.ProduceReply.SerializeToString,
             ),
@@ -244,6 +263,33 @@ class Broker:
             request,
             target,
             '/tidemq.v1.Broker/Produce',
+            tidemq_dot_rpc_dot_tidemq__pb2.ProduceRequest.SerializeToString,
+            tidemq_dot_rpc_dot_tidemq__pb2.ProduceReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidemq.v1.Broker/ProduceStream',
             tidemq_dot_rpc_dot_tidemq__pb2.ProduceRequest.SerializeToString,
             tidemq_dot_rpc_dot_tidemq__pb2.ProduceReply.FromString,
             options,
