@@ -236,12 +236,14 @@ class Cluster:
         return {"TIDEMQ_DB_URL": self.db_url, "TIDEMQ_ZK_HOSTS": self.zookeeper.hosts,
                 "TIDEMQ_ZK_ROOT": self.zk_root, "TIDEMQ_BROKERS": ""}
 
-    def client(self, direct: bool = False):
+    def client(self, direct: bool = False, path: str = ""):
         """A tidemq Client of this cluster (discovers brokers through ZooKeeper); ``direct``: one
-        that commits what it produces itself (``TIDEMQ_PRODUCE=direct``)."""
+        that commits what it produces itself (``TIDEMQ_PRODUCE=direct``); ``path``: another
+        ``TIDEMQ_PRODUCE`` (``unary``: a Produce call per request instead of streams)."""
         from tidemq import Client, Settings
 
-        env = {**self.settings_env, "TIDEMQ_PRODUCE": "direct"} if direct else self.settings_env
+        path = "direct" if direct else path
+        env = {**self.settings_env, "TIDEMQ_PRODUCE": path} if path else self.settings_env
         return Client(Settings.from_env(env=env))
 
     def start_broker(self, extra_env: Optional[dict[str, str]] = None) -> Proc:

@@ -1,10 +1,12 @@
 """The gRPC floor: one empty Produce round trip to a Python gRPC server that writes nothing.
 
-``python -m benchmarks.rpc_floor PORT_FILE`` serves the tidemq Broker service with a Produce that
-answers at once (same generated stubs, same sync server as a broker). ``latency(samples)`` starts
-it, times single calls from this process and stops it: what any broker RPC costs on this
-machine before it touches the database. A single produce() cannot be cheaper than this plus the
-raw commit; the produce scenario prints that sum beside the measured figure.
+``python -m benchmarks.rpc_floor PORT_FILE`` serves the tidemq Broker service with a Produce and
+a ProduceStream that answer at once (same generated stubs, same sync server as a broker).
+``latency(samples)`` starts it, times single calls from this process, then single requests on
+one open stream (each answered before the next is sent, as a client's stream carries them), and
+stops it: what a produce costs on this machine before the broker touches the database. A single
+produce() cannot be cheaper than the stream's figure plus the raw commit; the produce scenario
+prints that sum beside the measured figure.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from concurrent import futures
 __all__ = ["latency"]
 
 
-def latency(samples: int) -> list[float]:
-    """Milliseconds per empty Produce call, ``samples`` of them after a warm-up."""
+def latency(samples: int) -> tuple[list[float], list[float]]:
+    """Milliseconds per empty Produce call and per empty request on an open ProduceStream,
+    ``samples`` of each after a warm-up."""
+    import queue
+
     import grpc
 
     from tidemq.rpc import tidemq_pb2 as pb
@@ -44,8 +49,18 @@ def latency(samples: int) -> list[float]:
                 began = time.perf_counter()
                 stub.Produce(request, timeout=10)
                 times.append((time.perf_counter() - began) * 1000)
+            requests: queue.SimpleQueue = queue.SimpleQueue()
+            replies = stub.ProduceStream(iter(requests.get, None))
+            streamed = []
+            for k in range(50 + samples):
+                began = time.perf_counter()
+                requests.put(request)
+                next(replies)
+                if k >= 50:
+                    streamed.append((time.perf_counter() - began) * 1000)
+            requests.put(None)
             channel.close()
-            return times
+            return times, streamed
         finally:
             proc.kill()
             proc.wait(10)
@@ -60,6 +75,10 @@ def _serve(port_file: str) -> None:
     class Empty(pb_grpc.BrokerServicer):
         def Produce(self, request, context):  # noqa: N802 (the generated name)
             return pb.ProduceReply(ids=[1] * len(request.messages))
+
+        def ProduceStream(self, requests, context):  # noqa: N802
+            for request in requests:
+                yield pb.ProduceReply(ids=[1] * len(request.messages))
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     pb_grpc.add_BrokerServicer_to_server(Empty(), server)
