@@ -27,11 +27,12 @@ import grpc
 from .rpc import tidemq_pb2 as pb
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
-__all__ = ["ProduceStreams"]
+__all__ = ["ProduceStreams", "StreamFailure", "refused", "IDLE_SECONDS", "UNARY_SECONDS"]
 
 _END = object()  # closes a stream's request side
 _FULL_KEY = "tidemq-streams"  # a broker's trailer on a stream refused because it has its limit open
-_UNARY_SECONDS = 30.0  # how long a broker that refused a stream gets unary calls
+UNARY_SECONDS = 30.0  # how long a broker that refused a stream gets unary calls
+IDLE_SECONDS = 10.0  # a stream unused this long is closed (it holds a broker thread)
 
 
 class StreamFailure(grpc.RpcError):
@@ -49,6 +50,16 @@ class StreamFailure(grpc.RpcError):
 
     def trailing_metadata(self) -> tuple:
         return ()
+
+
+def refused(exc: grpc.RpcError) -> bool:
+    """Whether the broker refused the stream itself (at its limit, or a version without
+    streams): nothing of the request ran, and a unary call may carry it."""
+    code = exc.code()
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return True
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(
+        key == _FULL_KEY for key, _ in (exc.trailing_metadata() or ()))
 
 
 class _Stream:
@@ -75,7 +86,7 @@ class _Stream:
 class ProduceStreams:
     """Open Produce streams, per broker address, reused by one request at a time."""
 
-    def __init__(self, idle_seconds: float = 10.0) -> None:
+    def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
         self.idle_seconds = idle_seconds
         self._lock = threading.Condition()
         self._idle: dict[str, list[_Stream]] = {}
@@ -112,9 +123,9 @@ class ProduceStreams:
             stream.close()
             if stream.expired:
                 raise StreamFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
-            if self._refused(exc):
+            if refused(exc):
                 with self._lock:
-                    self._unary_until[address] = time.monotonic() + _UNARY_SECONDS
+                    self._unary_until[address] = time.monotonic() + UNARY_SECONDS
                 return stub.Produce(request, timeout=timeout, metadata=metadata)
             raise
         finally:
@@ -127,16 +138,6 @@ class ProduceStreams:
             else:
                 self._idle.setdefault(address, []).append(stream)
         return reply
-
-    @staticmethod
-    def _refused(exc: grpc.RpcError) -> bool:
-        """Whether the broker refused the stream itself (full, or a version without streams):
-        nothing of the request ran."""
-        code = exc.code()
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            return True
-        return code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(
-            key == _FULL_KEY for key, _ in (exc.trailing_metadata() or ()))
 
     def forget(self, address: str) -> None:
         """Close the idle streams of a broker that left the pool."""

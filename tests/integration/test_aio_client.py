@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import grpc
 import grpc.aio
@@ -164,12 +165,36 @@ async def test_a_dead_broker_in_the_list_is_passed_over_and_the_call_lands_on_a_
             await client.produce("t.aio.failover", 1)
 
 
-async def test_a_produce_whose_answer_was_lost_is_sent_again_elsewhere_and_stored_once(settings, broker):
+@pytest.mark.parametrize("path", ["broker", "unary"])
+async def test_a_produce_whose_answer_was_lost_is_sent_again_elsewhere_and_stored_once(settings, broker, path):
     second = BrokerServer(settings).start()
     try:
-        async with await discovered(settings, broker, second) as client:
+        async with await discovered(replace(settings, produce_path=path), broker, second) as client:
             real_stub = client.pool._stub
             lost: list[list[int]] = []
+
+            def answered(reply):
+                """The first answer of a Produce on the first broker is lost: the connection drops."""
+                if not lost and reply is not grpc.aio.EOF:
+                    lost.append(list(reply.ids))
+                    raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                               grpc.aio.Metadata(), "connection lost")
+                return reply
+
+            class LostStream:
+                """A produce stream whose first reply is lost after the broker committed."""
+
+                def __init__(self, call):
+                    self._call = call
+
+                async def write(self, request):
+                    await self._call.write(request)
+
+                async def read(self):
+                    return answered(await self._call.read())
+
+                def cancel(self):
+                    return self._call.cancel()
 
             class AnswerLost:
                 """The first broker commits a Produce, then the connection drops before the reply."""
@@ -179,14 +204,12 @@ async def test_a_produce_whose_answer_was_lost_is_sent_again_elsewhere_and_store
 
                 def __getattr__(self, name):
                     method = getattr(self._stub, name)
+                    if name == "ProduceStream":
+                        return lambda **options: LostStream(method(**options))
 
                     async def call(request, **options):
                         reply = await method(request, **options)
-                        if name == "Produce" and not lost:
-                            lost.append(list(reply.ids))
-                            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
-                                                       grpc.aio.Metadata(), "connection lost")
-                        return reply
+                        return answered(reply) if name == "Produce" else reply
                     return call
 
             client.pool._stub = lambda address: (  # type: ignore[method-assign]

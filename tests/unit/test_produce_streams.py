@@ -1,10 +1,12 @@
 """Produce streams, client and broker side, over real gRPC servers: requests share one open
 stream and each gets its own reply; a broker's error, a request past its deadline and a broker
 that stops each end a stream without losing the next request; brokers that refuse streams (at
-their limit, or without the method) get unary calls; idle streams are closed."""
+their limit, or without the method) get unary calls; idle streams are closed. The same in
+tidemq.aio's pool."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent import futures
@@ -13,6 +15,8 @@ import grpc
 import pytest
 
 from tests.servers import wait_until
+from tidemq.aio.pool import AsyncBrokerPool
+from tidemq.aio.produce_stream import AsyncProduceStreams
 from tidemq.errors import BrokerUnavailableError, InvalidScheduleError
 from tidemq.pool import BrokerPool
 from tidemq.produce_stream import ProduceStreams
@@ -232,3 +236,98 @@ def test_idle_streams_are_closed(brokers, pool_of):
     wait_until(lambda: broker.open_streams() == 0, 10, what="the idle stream to be closed")
     assert list(pool.call("Produce", _request(2), 5).ids) == [2]
     assert pool.streams.opened == 2
+
+
+# -- the same rules in tidemq.aio ------------------------------------------------------------
+def _aio_pool(*brokers: FakeBroker, idle_seconds: float = 10.0) -> AsyncBrokerPool:
+    return AsyncBrokerPool(tuple(b.address for b in brokers), streams=AsyncProduceStreams(idle_seconds))
+
+
+def test_aio_concurrent_callers_share_streams_and_each_gets_its_own_reply(brokers):
+    broker = brokers()
+
+    async def main():
+        pool = _aio_pool(broker)
+        try:
+            async def caller(k):
+                return [(n, list((await pool.acall("Produce", _request(n), 5)).ids)) for n in range(k * 100, k * 100 + 30)]
+
+            results = await asyncio.gather(*(caller(k) for k in range(6)))
+            return pool.streams, [pair for result in results for pair in result]
+        finally:
+            await pool.aclose()
+
+    streams, pairs = asyncio.run(main())
+    assert all(ids == [n] for n, ids in pairs) and len(pairs) == 180
+    assert broker.stream_requests == 180 and broker.unary_calls == 0
+    assert 1 <= streams.opened <= 6
+
+
+def test_aio_deadline_error_refusal_and_a_stopping_broker(brokers):
+    release = threading.Event()
+
+    def answer(request):
+        if request.request_id == "99":
+            release.wait(30)
+        if request.request_id == "13":
+            raise InvalidScheduleError("bad schedule")
+        return pb.ProduceReply(ids=[int(request.request_id)])
+
+    slow, full, old = brokers(answer), brokers(streams=BrokerStreams(limit=0)), brokers(with_stream=False)
+
+    async def main():
+        pool = _aio_pool(slow)
+        try:
+            with pytest.raises(BrokerUnavailableError, match="did not finish within 0.5 s"):
+                await pool.acall("Produce", _request(99), 0.5)
+            release.set()
+            with pytest.raises(InvalidScheduleError, match="bad schedule"):
+                await pool.acall("Produce", _request(13), 5)
+            assert list((await pool.acall("Produce", _request(4), 5)).ids) == [4]
+            assert pool.streams.opened == 3  # each failure ended its stream
+            slow.streams.stop()
+            await asyncio.to_thread(wait_until, lambda: slow.open_streams() == 0, 5, 0.02, "the idle stream to end")
+        finally:
+            await pool.aclose()
+        for refusing in (full, old):
+            pool = _aio_pool(refusing)
+            try:
+                assert [list((await pool.acall("Produce", _request(n), 5)).ids) for n in range(3)] == [[0], [1], [2]]
+            finally:
+                await pool.aclose()
+
+    asyncio.run(main())
+    assert full.unary_calls == 3 and old.unary_calls == 3
+
+
+def test_aio_a_stopping_brokers_idle_stream_sends_the_next_request_elsewhere(brokers):
+    stopping, other = brokers(), brokers()
+
+    async def main():
+        pool = _aio_pool(stopping, other)
+        try:
+            for n in range(4):
+                await pool.acall("Produce", _request(n), 5)
+            stopping.streams.stop()
+            await asyncio.to_thread(wait_until, lambda: stopping.open_streams() == 0, 5, 0.02, "the idle stream to end")
+            return [list((await pool.acall("Produce", _request(n), 5)).ids) for n in range(10, 14)]
+        finally:
+            await pool.aclose()
+
+    assert asyncio.run(main()) == [[10], [11], [12], [13]]
+    assert stopping.stream_requests == 2 and other.stream_requests == 6
+
+
+def test_aio_idle_streams_are_closed(brokers):
+    broker = brokers()
+
+    async def main():
+        pool = _aio_pool(broker, idle_seconds=0.2)
+        try:
+            await pool.acall("Produce", _request(1), 5)
+            assert broker.open_streams() == 1
+            await asyncio.to_thread(wait_until, lambda: broker.open_streams() == 0, 10, 0.02, "the idle stream to close")
+        finally:
+            await pool.aclose()
+
+    asyncio.run(main())

@@ -49,6 +49,7 @@ from ..validation import MAX_BATCH
 from .coalesce import AsyncCoalescer
 from .handles import AsyncHandle
 from .pool import AsyncBrokerPool
+from .produce_stream import AsyncProduceStreams
 
 __all__ = ["AsyncClient"]
 
@@ -74,8 +75,10 @@ class AsyncClient:
                                            self.settings.zk_session_timeout, auth=self.settings.zk_auth)
             coordinator.start()
         self._coordinator = coordinator
+        # Produce requests travel on open streams, unless the settings ask for unary calls.
+        streams = AsyncProduceStreams() if self.settings.produce_path == "broker" else None
         self.pool = AsyncBrokerPool(static, None if static else coordinator, channel_credentials(self.settings),
-                                    self.settings.token)
+                                    self.settings.token, streams)  # type: ignore[arg-type]
         # TIDEMQ_PRODUCE=direct: this process commits what it produces (tidemq.direct), in a
         # thread, so the loop runs on while the database commits.
         self._direct = open_direct(self.settings) if self.settings.produce_path == "direct" else None

@@ -85,9 +85,12 @@ class AsyncBrokerPool(BrokerPool):
                 await on_attempt(address)
                 remaining = deadline - time.monotonic()
             try:
-                reply = await getattr(self._stub(address), method)(request, timeout=remaining,
-                                                                   metadata=self._metadata)
-            except grpc.aio.AioRpcError as exc:
+                if method == "Produce" and self.streams is not None:
+                    reply = await self.streams.call(address, self._stub(address), request, remaining, self._metadata)
+                else:
+                    reply = await getattr(self._stub(address), method)(request, timeout=remaining,
+                                                                       metadata=self._metadata)
+            except grpc.RpcError as exc:  # a call's AioRpcError, or a stream's StreamFailure
                 error = rpc_failure(exc, method, address, timeout)
                 if error is not None:
                     self._answered(address)
@@ -100,6 +103,8 @@ class AsyncBrokerPool(BrokerPool):
 
     async def aclose(self) -> None:
         """Close every channel (on this loop) and stop taking calls."""
+        if self.streams is not None:
+            self.streams.close()
         with self._lock:
             self._closed = True
             channels = [channel for channel, _ in self._stubs.values()]
