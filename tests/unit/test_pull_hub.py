@@ -14,6 +14,7 @@ from tests.servers import wait_until
 from tidemq import clock
 from tidemq_broker.pulls import PullHub, Quiet, long_poll
 from tidemq_broker.records import LeasedBatch
+from tidemq_broker.storage import NewRow
 from tidemq_broker.storages.memory import open_memory_storage
 
 
@@ -274,3 +275,40 @@ def test_a_finished_message_wakes_only_the_pulls_something_running_held_back(sto
 
 def _monotonic_in(seconds: float) -> float:
     return time.monotonic() + seconds
+
+
+def test_the_insert_watch_looks_quicker_while_it_finds_rows_and_slows_down_after(storage):
+    """Rows committed elsewhere (here: straight into the storage, as another broker would)
+    switch the watch to its busy interval; once none come, it goes back to the idle one."""
+    hub = PullHub(storage.probes, probe_interval=0.5, recheck=60, busy_interval=0.01)
+    looks: list[float] = []
+    real_look = hub._inserts.look
+
+    def counted():
+        looks.append(time.monotonic())
+        return real_look()
+
+    hub._inserts.look = counted  # type: ignore[method-assign]
+    waiter = hub.register("t.watch", 0.0, None)  # a waiting pull: the watch runs
+    hub.start()
+    stop = threading.Event()
+
+    def insert_elsewhere():
+        while not stop.wait(0.005):
+            now = clock.now()
+            storage.messages.insert_messages([NewRow("t.watch", "1", now, 0)], now)
+
+    writer = InThread(insert_elsewhere)
+    try:
+        wait_until(lambda: len(looks) >= 2, 10, what="the first looks")
+        # 20 more looks within 2 s: at the idle interval (0.5 s) there would be 4.
+        busy_from = len(looks)
+        wait_until(lambda: len(looks) >= busy_from + 20, 2, 0.005, what="20 looks while rows arrive")
+        stop.set()
+        writer.join(5)
+        # Without rows the watch goes back to the idle interval: a gap of 0.3 s between looks.
+        wait_until(lambda: time.monotonic() - looks[-1] > 0.3, 10, 0.01, what="the looks to slow down")
+    finally:
+        stop.set()
+        hub.unregister(waiter)
+        hub.stop()
