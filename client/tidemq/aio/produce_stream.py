@@ -56,7 +56,7 @@ class AsyncProduceStreams:
             self.opened += 1
         request.timeout_seconds = timeout
         try:
-            await stream.write(request)
+            await _write(stream, request)
             reply = await asyncio.wait_for(stream.read(), timeout)
         except asyncio.TimeoutError:
             stream.cancel()
@@ -123,3 +123,15 @@ class AsyncProduceStreams:
         self._idle.clear()
         for stream in streams:
             stream.cancel()
+
+
+async def _write(stream: Any, request: pb.ProduceRequest) -> None:
+    """Write ``request``; a stream the broker already ended (it stopped, and cancelled it while
+    idle) raises as a call that failed with that stream's status would."""
+    try:
+        await stream.write(request)
+    except asyncio.InvalidStateError:
+        code = await stream.code()
+        if code == grpc.StatusCode.OK:
+            code = grpc.StatusCode.UNAVAILABLE
+        raise StreamFailure(code, await stream.details() or "the broker ended the produce stream") from None
