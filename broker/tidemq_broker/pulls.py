@@ -10,8 +10,10 @@ each pulled topic every 0.5 to 2 s. A due message reaches a waiting consumer wit
 of its commit through this broker, or within about one look's interval of a commit elsewhere
 (another broker, a ``tidemq.enqueue`` transaction). With several brokers under load, half the
 messages are committed by a broker other than the one their shard's pull waits at: the quicker
-looks took the claim p99 of a 900 jobs/s load on two brokers from 30–31 ms to 23–26 ms, for
-about a tenth of a core more over both brokers, and an idle system looks no more often.
+looks took the claim p99 of a 900 jobs/s load on two brokers and two workers from 30–39 ms to
+19–30 ms (pairs of runs in the same minutes), for 0.07–0.12 more cores over both brokers, and
+an idle system looks no more often. Looking quickly only while pulls wait kept less of the gain
+(p99 33–35 ms against 38–39): a consumer's next pull is often on its way at the look.
 
 A pull that may lease ahead (``ahead`` seconds, see ``long_poll``) takes what is due within that
 window and wakes half a window before the next due time, so its consumer always holds a message
