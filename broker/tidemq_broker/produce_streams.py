@@ -20,15 +20,14 @@ from typing import Callable, Iterator, Optional
 
 import grpc
 
+from tidemq.produce_stream import FULL_KEY  # the trailer the client recognises a refusal by
 from tidemq.rpc import tidemq_pb2 as pb
 
 from .errors import TidemqError
 from .rpc_errors import abort_with
 
-__all__ = ["FULL_KEY", "ProduceStreams"]
+__all__ = ["ProduceStreams"]
 
-#: Trailing metadata of a stream refused because the broker has ``limit`` open already.
-FULL_KEY = "tidemq-streams"
 Produce = Callable[[pb.ProduceRequest, Optional[float]], pb.ProduceReply]
 
 

@@ -8,11 +8,12 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 import grpc
 
+from tidemq.pool import ERROR_KEY  # trailing metadata: the class name of the tidemq error
+
 from .errors import PermissionDeniedError, RetriableError, TidemqError, ValidationError
 
 __all__ = ["ERROR_KEY", "MAX_DETAILS_BYTES", "abort_with", "rpc"]
 
-ERROR_KEY = "tidemq-error"  # trailing metadata: the class name of the tidemq error
 #: The longest error text a reply carries. It travels in the grpc-message trailer, where every
 #: byte outside printable ASCII takes three; clients refuse trailers beyond 8 KiB, and a refused
 #: reply would reach the caller as RESOURCE_EXHAUSTED instead of its error.

@@ -27,10 +27,10 @@ import grpc
 from .rpc import tidemq_pb2 as pb
 from .rpc import tidemq_pb2_grpc as pb_grpc
 
-__all__ = ["ProduceStreams", "StreamFailure", "refused", "IDLE_SECONDS", "UNARY_SECONDS"]
+__all__ = ["ProduceStreams", "StreamFailure", "refused", "FULL_KEY", "IDLE_SECONDS", "UNARY_SECONDS"]
 
 _END = object()  # closes a stream's request side
-_FULL_KEY = "tidemq-streams"  # a broker's trailer on a stream refused because it has its limit open
+FULL_KEY = "tidemq-streams"  # a broker's trailer on a stream refused because it has its limit open
 UNARY_SECONDS = 30.0  # how long a broker that refused a stream gets unary calls
 IDLE_SECONDS = 10.0  # a stream unused this long is closed (it holds a broker thread)
 
@@ -59,7 +59,7 @@ def refused(exc: grpc.RpcError) -> bool:
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return True
     return code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(
-        key == _FULL_KEY for key, _ in (exc.trailing_metadata() or ()))
+        key == FULL_KEY for key, _ in (exc.trailing_metadata() or ()))
 
 
 class _Stream:
@@ -120,6 +120,7 @@ class ProduceStreams:
         try:
             reply = stream.send(request)
         except grpc.RpcError as exc:
+            self._unwatch(entry)
             stream.close()
             if stream.expired:
                 raise StreamFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
@@ -128,12 +129,17 @@ class ProduceStreams:
                     self._unary_until[address] = time.monotonic() + UNARY_SECONDS
                 return stub.Produce(request, timeout=timeout, metadata=metadata)
             raise
-        finally:
+        except BaseException:
             self._unwatch(entry)
+            stream.close()  # interrupted: the stream's next reply would be this request's
+            raise
+        # A reply that came as its deadline passed: the watchdog took the entry and closes the
+        # stream, so the reply stands but the stream is not used again.
+        reusable = self._unwatch(entry)
         stream.used = time.monotonic()
         with self._lock:
             self.sent += 1
-            if self._closed:
+            if self._closed or not reusable:
                 stream.close()
             else:
                 self._idle.setdefault(address, []).append(stream)
@@ -166,13 +172,15 @@ class ProduceStreams:
             elif entry[0] < self._wake_at:
                 self._lock.notify()  # an earlier deadline than the watchdog sleeps towards
 
-    def _unwatch(self, entry: tuple[float, int, _Stream]) -> None:
+    def _unwatch(self, entry: tuple[float, int, _Stream]) -> bool:
+        """Stop watching ``entry``; False when the watchdog took it at its deadline."""
         with self._lock:
             try:
                 self._deadlines.remove(entry)
-            except ValueError:  # the watchdog took it at its deadline
-                return
+            except ValueError:
+                return False
             heapq.heapify(self._deadlines)
+            return True
 
     def _run(self) -> None:
         with self._lock:
