@@ -1,15 +1,15 @@
 """The values of one lock: what it reads (``Shard`` with its ``LockHint``), what it asks for
 (``LockRequest``, with the topic's ``FlowLimits``) and what it returns (``LeasedBatch`` of
-``LeasedMessage``). Part of ``records``, which names them
+``LeasedMessage``); and the ``HandOff`` through which a commit leases to waiting pulls. Part of ``records``, which names them
 all; apart only to keep each module to one concept."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Protocol, Sequence
 
-__all__ = ["LockHint", "Shard", "FlowLimits", "LockRequest", "LeasedMessage", "LeasedBatch"]
+__all__ = ["LockHint", "Shard", "FlowLimits", "LockRequest", "LeasedMessage", "LeasedBatch", "HandOff"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +133,24 @@ class LeasedBatch(list):  # type: ignore[type-arg]  # list[LeasedMessage]
         super().__init__(leased)
         self.reached = reached
         self.drained = drained
+
+
+class HandOff(Protocol):
+    """Pulls waiting at this broker to which a transaction that makes messages due now leases
+    them itself (``tidemq_broker.handoff``). The storage calls ``begin`` at the start of each run
+    of the transaction (a rolled-back run's leases are void), ``takers`` once per topic with the
+    messages it made due now, leases each pair it got inside the transaction and calls
+    ``committed`` right after its COMMIT."""
+
+    def begin(self) -> None:
+        """A run of the transaction starts."""
+
+    def takers(self, topic: str, due: Sequence[tuple[int, int, datetime]]) -> list[tuple[LockRequest, list[int]]]:
+        """Which of ``due`` ((id, priority, effect_time) of messages of ``topic`` due now) go to
+        which waiting pull: its lock request and the ids, in the lock's order."""
+
+    def leased(self, request: LockRequest, messages: list[LeasedMessage]) -> None:
+        """What the lease of ``request`` took, as ``lock_batch`` returns it."""
+
+    def committed(self) -> None:
+        """The transaction committed: the pulls may have what was leased to them."""

@@ -21,7 +21,7 @@ from tidemq.metrics import AVAILABLE, counter, histogram
 
 from .storage import AckItem, AckOutcome, Backlog, NewRow
 
-__all__ = ["BACKLOG", "BacklogCollector", "DELIVERED", "GROUP_COMMIT_ROWS", "LEASE_EXPIRED", "LOCK_SECONDS",
+__all__ = ["BACKLOG", "BacklogCollector", "DELIVERED", "HANDED_OFF", "GROUP_COMMIT_ROWS", "LEASE_EXPIRED", "LOCK_SECONDS",
            "PRODUCED", "PRODUCE_SECONDS", "PROGRESS_REPORTS", "RESULTS_STORED", "WORKFLOWS_FINISHED", "committed",
            "count_results", "expired", "workflows_finished"]
 
@@ -34,6 +34,8 @@ PRODUCED = counter("tidemq_messages_produced", "Messages in produce calls this b
                    "answered from its request id or a unique_key already stored counts again).", ("topic",))
 DELIVERED = counter("tidemq_messages_delivered", "Messages this broker leased to consumers (each delivery of "
                     "a retried or expired message counts again).", ("topic",))
+HANDED_OFF = counter("tidemq_messages_handed_off", "Of the deliveries, those the commit that made them due leased "
+                     "to a pull waiting at this broker, without a lock of the pull's own.", ("topic",))
 LEASE_EXPIRED = counter("tidemq_messages_lease_expired", "Leases the maintenance leader found expired (the "
                         "consumer died or hung): back to NEW, or FAIL at max_deliveries.", ("topic",))
 PRODUCE_SECONDS = histogram("tidemq_produce_duration_seconds", "Seconds a Produce RPC took in the broker, from "

@@ -33,65 +33,25 @@ import logging
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from tidemq import clock
 from .errors import StorageUnavailableError
+from .handoff import HandOffClaims
 from .hints import Arrival, LockHints
 from .inserts import InsertWatch
 from .storage import LeasedMessage, Probes
+from .waiters import FOREVER as _FOREVER, Quiet, Taker, Waiter, holds
 
 __all__ = ["PullHub", "Waiter", "Quiet"]
 
 log = logging.getLogger(__name__)
-_FOREVER = datetime.max
 _BUSY_FOR = 1.0  # seconds after a look found rows during which looks come at the busy interval
 _MAX_QUIET = 10_000  # shards remembered at most; forgetting one costs only a lock that finds nothing
 
 
-class Quiet(NamedTuple):
-    """Which pulls may continue a previous one's wait: one shard of a topic (QUEUE, no flow
-    limits), pulled with the same ``ahead`` window. ``limit``: what this pull's lock takes at
-    most. It is not part of the shard: a lock that took fewer than it asked for took everything
-    due, whatever size the next pull asks for (a worker asks for what its prefetch has room for,
-    which changes with nearly every pull)."""
-
-    topic: str
-    rank: int
-    total: int
-    ahead: float
-    limit: int
-
-    @property
-    def shard(self) -> tuple[str, int, int, float]:
-        return self.topic, self.rank, self.total, self.ahead
-
-
-class Waiter:
-    """One sleeping pull.
-
-    ``wake_at``: when it wakes by itself, plus its lead. Anything due by then must wake it, or
-    it would reach the consumer less than the lead before its effect_time (or late).
-    ``held``: it sleeps although messages may be due, held back by something a finished message
-    frees (a serial topic's running head, a flow limit), so an ack wakes it.
-    ``shard``: the (rank, total) its locks read (None: the whole topic). ``foreign``: it was woken
-    only by messages of other shards (None: not by a notification naming messages).
-    """
-
-    __slots__ = ("topic", "lead", "wake_at", "event", "held", "shard", "foreign")
-
-    def __init__(self, topic: str, lead: float = 0.0, shard: Optional[tuple[int, int]] = None) -> None:
-        self.topic = topic
-        self.lead = lead
-        self.wake_at = _FOREVER  # until it sets a time, any notification wakes it
-        self.event = threading.Event()
-        self.held = False
-        self.shard = shard
-        self.foreign: Optional[bool] = None
-
-
-class PullHub:
-    """Where waiting pulls sleep and commits wake them."""
+class PullHub(HandOffClaims):
+    """Where waiting pulls sleep and commits wake them (or hand them messages, ``handoff.py``)."""
 
     def __init__(self, probes: Probes, probe_interval: float = 0.02, recheck: float = 10.0,
                  blocked_recheck: float = 0.5, earliest_every: int = 25, busy_interval: float = 0.005) -> None:
@@ -102,6 +62,7 @@ class PullHub:
         self.recheck = recheck
         self.blocked_recheck = blocked_recheck
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # a claim on a waiter ended
         self._waiters: dict[str, set[Waiter]] = {}
         self._inserts = InsertWatch(probes)
         self.hints = LockHints()  # where each topic's locks read (``hints.py``)
@@ -173,10 +134,12 @@ class PullHub:
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
-    def register(self, topic: str, lead: float = 0.0, shard: Optional[tuple[int, int]] = None) -> Waiter:
+    def register(self, topic: str, lead: float = 0.0, shard: Optional[tuple[int, int]] = None,
+                 taker: Optional[Taker] = None, quiet: Optional[Quiet] = None) -> Waiter:
         """A waiter for ``topic`` whose attempts take what is due within ``lead`` seconds, in
-        ``shard`` (rank, total; None: the whole topic)."""
-        waiter = Waiter(topic, lead, shard)
+        ``shard`` (rank, total; None: the whole topic); ``taker``: commits may lease to it while
+        it sleeps (``handoff.py``), in ``quiet``'s shard."""
+        waiter = Waiter(topic, lead, shard, taker, quiet)
         with self._lock:
             self._waiters.setdefault(topic, set()).add(waiter)
         return waiter
@@ -203,7 +166,7 @@ class PullHub:
             step = self._inserts.step
         for waiter in waiters:
             if earliest <= waiter.wake_at:
-                if ids is None or waiter.shard is None or _holds(waiter.shard, ids, step):
+                if ids is None or waiter.shard is None or holds(waiter.shard, ids, step):
                     waiter.foreign = False
                 elif waiter.foreign is None:
                     waiter.foreign = True
@@ -233,6 +196,10 @@ class PullHub:
         waiter.event.clear()
         waiter.wake_at = _FOREVER
         waiter.held = False
+
+    def id_step(self) -> int:
+        """The server's id step as last read (``waiters.holds``)."""
+        return self._inserts.step
 
     def _wake(self, which: Callable[[Waiter], bool]) -> None:
         with self._lock:
@@ -329,7 +296,8 @@ class PullHub:
 def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMessage]],
               next_due: Callable[[], Optional[datetime]], topic: str, ahead: float = 0.0,
               blocked: Optional[float] = None, serial: bool = False,
-              alive: Callable[[], bool] = lambda: True, quiet: Optional[Quiet] = None) -> list[LeasedMessage]:
+              alive: Callable[[], bool] = lambda: True, quiet: Optional[Quiet] = None,
+              taker: Optional[Taker] = None) -> list[LeasedMessage]:
     """Run ``attempt`` now and again whenever something may have become due, until ``deadline``
     (a ``time.monotonic()`` value). Returns the first non-empty batch, or [] at the deadline.
 
@@ -343,52 +311,73 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
     ``quiet``: the shard this pull locks in (None: serial or flow-limited, every pull locks
     first). While the shard is still quiet (``PullHub.still_quiet``) the pull begins with the
     next due time instead of a lock, and locks only when something is due by then.
+    ``taker``: from the moment it has nothing to lock until it locks again, a commit that
+    makes messages of its shard due may lease them to it in its own transaction
+    (``handoff.py``; only with ``quiet``); they are then its reply (``Handed``).
     """
-    lead = ahead / 2
-    skip = quiet is not None and hub.still_quiet(quiet)
+    state = _Poll(quiet is not None and hub.still_quiet(quiet), taker if quiet is not None else None)
     shard = (quiet.rank, quiet.total) if quiet is not None and quiet.total > 1 else None
     while True:
-        waiter = hub.register(topic, lead, shard)  # before the attempt, so no notification is missed
+        waiter = hub.register(topic, ahead / 2, shard, state.taker, quiet)  # before the attempt: no notification is missed
         try:
-            attempted_at = clock.now()
-            if skip:
-                found: list[LeasedMessage] = []  # the previous lock's wait goes on
-            else:
-                version = hub.version(topic)
-                found = attempt()
-                if quiet is not None:
-                    hub.locked(quiet, version, len(found), getattr(found, "drained", False))
-            remaining = deadline - time.monotonic()
-            if found or (remaining <= 0 and not skip) or hub.stopped or not alive():
-                return found
-            due = next_due()
-            if skip and due is not None and due <= clock.after(attempted_at, ahead):
-                skip = False
-                continue  # due by now after all: lock (the read is what an empty lock reads next)
-            if remaining <= 0:
-                return found
-            skip = False
-            if due is None:
-                pause = hub.recheck
-                waiter.held = serial  # the head runs (or nothing waits): its ack wakes this pull
-            elif due > clock.after(attempted_at, ahead):
-                # Not within reach when we tried: sleep until it is (possibly not at all: it
-                # came within reach between the attempt and this query).
-                pause = (due - clock.now()) / timedelta(seconds=1) - lead
-            else:
-                # Due before we tried, yet not taken: serial head busy, a flow limit, raced.
-                pause = hub.blocked_recheck if blocked is None else blocked
-                waiter.held = True
-            hub.sleep(waiter, min(pause, remaining, hub.recheck))
-            # Woken only for other shards' messages: look at the next due time before locking.
-            skip = quiet is not None and waiter.foreign is True
+            found = _poll_once(hub, waiter, state, deadline, attempt, next_due, topic, ahead, blocked, serial, alive,
+                               quiet)
         finally:
+            handed = hub.close(waiter)  # a commit's hand-off to it, settled
             hub.unregister(waiter)
+        if handed:
+            return handed
+        if found is not None:
+            return found
 
 
-def _holds(shard: tuple[int, int], ids: Sequence[int], step: int) -> bool:
-    """Whether any of ``ids`` is in QUEUE shard ``shard`` (rank, total) by the storage's rule,
-    ``MOD(id DIV step, total) = rank``. With a ``step`` not (yet) current, a message may be
-    judged another shard's: its pull then reads the next due time first, which finds it."""
-    rank, total = shard
-    return any((id // step) % total == rank for id in ids)
+class _Poll:
+    """What one long-poll carries from one waiter to the next."""
+
+    __slots__ = ("skip", "taker")
+
+    def __init__(self, skip: bool, taker: Optional[Taker]) -> None:
+        self.skip = skip  # the shard is quiet: begin with the next due time, not a lock
+        self.taker = taker
+
+
+def _poll_once(hub: PullHub, waiter: Waiter, state: _Poll, deadline: float, attempt: Callable[[], list[LeasedMessage]],
+               next_due: Callable[[], Optional[datetime]], topic: str, ahead: float, blocked: Optional[float],
+               serial: bool, alive: Callable[[], bool], quiet: Optional[Quiet]) -> Optional[list[LeasedMessage]]:
+    """One waiter's turn of ``long_poll``: the batch to return, or None to go on."""
+    attempted_at = clock.now()
+    skip = state.skip
+    if skip:
+        found: list[LeasedMessage] = []  # the previous lock's wait goes on
+    else:
+        version = hub.version(topic)
+        found = attempt()
+        if quiet is not None:
+            hub.locked(quiet, version, len(found), getattr(found, "drained", False))
+    if not found:
+        hub.open(waiter)  # nothing to lock now: commits may hand it messages from here on
+    remaining = deadline - time.monotonic()
+    if found or (remaining <= 0 and not skip) or hub.stopped or not alive():
+        return found
+    due = next_due()
+    if skip and due is not None and due <= clock.after(attempted_at, ahead):
+        state.skip = False
+        return None  # due by now after all: lock (the read is what an empty lock reads next)
+    if remaining <= 0:
+        return found
+    state.skip = False
+    if due is None:
+        pause = hub.recheck
+        waiter.held = serial  # the head runs (or nothing waits): its ack wakes this pull
+    elif due > clock.after(attempted_at, ahead):
+        # Not within reach when we tried: sleep until it is (possibly not at all: it
+        # came within reach between the attempt and this query).
+        pause = (due - clock.now()) / timedelta(seconds=1) - ahead / 2
+    else:
+        # Due before we tried, yet not taken: serial head busy, a flow limit, raced.
+        pause = hub.blocked_recheck if blocked is None else blocked
+        waiter.held = True
+    hub.sleep(waiter, min(pause, remaining, hub.recheck))
+    # Woken only for other shards' messages: look at the next due time before locking.
+    state.skip = quiet is not None and waiter.foreign is True
+    return None

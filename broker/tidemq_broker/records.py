@@ -13,11 +13,11 @@ from typing import NamedTuple, Optional
 
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, DEFAULT_RETENTION_DAYS
 
-from .lock_records import FlowLimits, LeasedBatch, LeasedMessage, LockHint, LockRequest, Shard
+from .lock_records import FlowLimits, HandOff, LeasedBatch, LeasedMessage, LockHint, LockRequest, Shard
 
 __all__ = [
     "NewRow", "RequestRef", "RecentInserts", "LockHint", "Shard", "LockRequest", "StoredMessage", "LeasedMessage",
-    "LeasedBatch",
+    "LeasedBatch", "HandOff",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
     "COUNTED_FROM", "hours_ago", "WorkflowStep", "WorkflowRecord",

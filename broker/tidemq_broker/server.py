@@ -107,7 +107,8 @@ class BrokerServer:
         self.topics = TopicCache(self.storage.topics)
         self.hub = PullHub(self.storage.probes)
         self.results = ResultHub(self.storage.probes)
-        self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit)
+        self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit,
+                                        pulls=self.hub)
         # A step another broker released is due from that broker's "now": ours less the margin
         # its clock may differ by, or the shards' cursors could stay above it until the probe.
         self.signals = ReleaseSignals(self.coordinator,

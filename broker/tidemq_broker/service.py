@@ -34,6 +34,7 @@ from .intake import (
     steps_from_request,
 )
 from .hints import arrivals
+from .handoff import Handed, HandOff, handed_out
 from .pulls import PullHub, Quiet, long_poll
 from .produce_streams import ProduceStreams
 from .release_signals import ReleaseSignals
@@ -133,6 +134,14 @@ class BrokerService(pb_grpc.BrokerServicer):
             tracing.record_lock(topic, lock_started, (m.id for m in found), (m.trace_context or "" for m in found))
             return found
 
+        def taker(now: datetime) -> Optional[LockRequest]:
+            # What a commit that makes messages of this shard due leases for this pull while it
+            # waits (``handoff.py``): the lease its own lock would take.
+            if self.topics.get(topic).paused or not context.is_active():
+                return None
+            return LockRequest(shard(), consumer, ttr, now, limit=request.max_messages, ahead=ahead,
+                               lease_token=request.lease_token or None, broker=self.name)
+
         def next_due() -> Any:
             if request.serial:
                 return self.storage.probes.serial_head_due(topic)
@@ -142,7 +151,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         quiet = None if request.serial or (limits is not None and limits.any) \
             else Quiet(topic, rank, total, ahead, request.max_messages)
         found = long_poll(self.hub, deadline, attempt, next_due, topic, ahead, self._blocked_recheck(settings),
-                          serial=request.serial, alive=context.is_active, quiet=quiet)
+                          serial=request.serial, alive=context.is_active, quiet=quiet, taker=taker)
+        if isinstance(found, Handed):
+            tracing.record_lock(topic, tracing.now_ns(), (m.id for m in found), (m.trace_context or "" for m in found))
+            metrics.HANDED_OFF.labels(topic).inc(len(found))
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
@@ -183,9 +195,18 @@ class BrokerService(pb_grpc.BrokerServicer):
         items = ack_items(request)
         released: dict[str, dict[int, int]] = {}
         now = clock.now()
-        outcomes = self.storage.acks.ack(items, now, request.consumer[:255] or context.peer(), self.name,
-                                    self.topics.get, released)
-        self._wake_released(released, now)
+        # A step's SUCCESS may release steps that pulls wait for here: leased to them in the ack
+        # (a consumer's next pull often arrives with its ack: the ack's lease looks for it last).
+        handoff = HandOff(self.hub, now) if any(item.workflow for item in items) else None
+        committed = False
+        try:
+            outcomes = self.storage.acks.ack(items, now, request.consumer[:255] or context.peer(), self.name,
+                                             self.topics.get, released, handoff)
+            committed = True
+            self._wake_released(handed_out(released, handoff), now)
+        finally:
+            if handoff is not None:
+                handoff.finish(committed)
         self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
         metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)

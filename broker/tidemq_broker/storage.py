@@ -6,8 +6,7 @@ database (or ``storages.memory.open_memory_storage`` around one in-memory state)
 roles they use and nothing reaches a database object behind them. Each transition of a message is
 one operation and applies what ``tidemq.lifecycle`` decides for it. Every implementation passes
 tests/conformance. Each method is one transaction unless it says otherwise. The values operations
-take and return are in ``tidemq_broker.records`` (a workflow's in ``tidemq_broker.workflow_view``).
-"""
+take and return are in ``tidemq_broker.records`` (a workflow's in ``tidemq_broker.workflow_view``)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, LeasedMessage, LockHint, LockRequest,
+from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, HandOff, LeasedMessage, LockHint, LockRequest,
                       MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal, RecentInserts,
                       RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog, TopicCounts, TopicSettings,
                       WorkflowStep, hours_ago)
@@ -55,15 +54,14 @@ class MessageWrites(Protocol):
     """Produce, and the transitions producers and operators start (``tidemq.lifecycle``)."""
 
     def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
-                        **who: object) -> list[int]:
+                        handoff: Optional[HandOff] = None, **who: object) -> list[int]:
         """Produce: insert ``rows`` as NEW in one transaction and return their ids in order.
-
         A row whose (topic, unique_key) is already stored is not inserted again; its existing
         id is returned. Either every row is stored or none is. ``who`` goes to the trace.
         ``requests`` name Produce calls among the rows: a call whose request id is already
         stored (committed before, here or through another broker) stores nothing and gets the
         ids it was first answered; the others' request ids are stored in the same transaction.
-        """
+        ``handoff``: the new rows due now that waiting pulls take are leased to them in it."""
 
     def delete_produce_requests(self, before: datetime, limit: int) -> int:
         """Forget up to ``limit`` request ids stored before ``before``; returns how many."""
@@ -156,13 +154,15 @@ class Acking(Protocol):
     """Outcomes of leases."""
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None,
+            handoff: Optional[HandOff] = None) -> list[AckOutcome]:
         """Apply many outcomes in one transaction, each guarded by status RUNNING and its token:
         ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL). An outcome that
         lease already recorded (a SUCCESS or FAIL under the same token: an ack sent again after
         its reply was lost) is answered APPLIED and changes nothing; any other is STALE. In the
         same transaction a SUCCESS releases the dependents it was the last wait of ({id: priority}
-        per topic added to ``released``: the pulls to wake), a FAIL or CANCELLED stops the rest."""
+        per topic added to ``released``: the pulls to wake; those due now leased to the pulls
+        waiting for them through ``handoff``), a FAIL or CANCELLED stops the rest."""
 
 
 class Probes(Protocol):

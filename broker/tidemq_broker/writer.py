@@ -4,7 +4,8 @@ Produce RPCs call ``write`` and get their ids once committed. The RPCs that arri
 broker's commits are busy queue up; the next RPC thread to find a free commit slot inserts
 every queued request in one transaction and answers them all (``tidemq.coalesce``). So a
 returned produce is durable, an idle broker commits a lone request in its own thread with no
-hand-off, and the busier the broker, the larger each commit.
+hand-off, and the busier the broker, the larger each commit. A commit also leases what it
+inserts to the pulls that wait for it at this broker (``handoff.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tidemq import clock, tracing
 from tidemq.coalesce import Coalescer, Request
 from . import metrics
 from .errors import StorageUnavailableError, TidemqError, ValidationError, quote
+from .handoff import HandOffClaims, open_hand_off
 from .hints import Arrival, arrivals
 from .storage import MessageWrites, NewRow, RequestRef
 from .topics import TopicCache
@@ -33,8 +35,9 @@ class GroupCommitWriter:
 
     def __init__(self, messages: MessageWrites, topics: TopicCache, broker: str,
                  on_commit: Callable[[dict[str, Arrival], list[int]], None], max_rows: int = 5000,
-                 slots: int = 2) -> None:
+                 slots: int = 2, pulls: Optional[HandOffClaims] = None) -> None:
         self._messages = messages
+        self._pulls = pulls  # the pulls waiting here, which a commit may hand messages to
         self._topics = topics
         self._broker = broker
         self._on_commit = on_commit
@@ -85,18 +88,26 @@ class GroupCommitWriter:
             if request_id:
                 refs.append(RequestRef(request_id, start, len(rows)))
             start += len(rows)
-        self._topics.ensure({row.topic for row in all_rows})
+        topics = {row.topic for row in all_rows}
+        self._topics.ensure(topics)
         now = clock.now()
-        ids = self._messages.insert_messages(all_rows, now, refs, broker=self._broker)
-        metrics.committed(all_rows)
-        start = 0
-        for request in batch:
-            request.result = ids[start : start + request.items]
-            start += request.items
+        handoff = open_hand_off(self._pulls, topics, now)
+        committed = False
         try:
-            self._on_commit(arrivals((row.topic, row.priority, row.effect_time) for row in all_rows), ids)
-        except Exception:  # committed and answered: a failed wake-up must not undo that
-            log.exception("commit notification failed")
+            ids = self._messages.insert_messages(all_rows, now, refs, handoff=handoff, broker=self._broker)
+            committed = True
+            metrics.committed(all_rows)
+            start = 0
+            for request in batch:
+                request.result = ids[start : start + request.items]
+                start += request.items
+            try:
+                self._on_commit(arrivals((row.topic, row.priority, row.effect_time) for row in all_rows), ids)
+            except Exception:  # committed and answered: a failed wake-up must not undo that
+                log.exception("commit notification failed")
+        finally:
+            if handoff is not None:  # after the notifications (``PullHub.settle``)
+                handoff.finish(committed)
 
 
 def _deadline_passed(timeout: float) -> StorageUnavailableError:

@@ -16,8 +16,9 @@ from tidemq.link import AckItem, AckOutcome
 from tidemq.tables import MESSAGE as M
 
 from ..schema import message as m
-from ..records import TopicSettings
+from ..records import HandOff, TopicSettings
 from .changes import apply, apply_each, apply_to_ids
+from .claims import hand_off
 from .database import SqlDatabase
 from .dependencies import release_after, stop_after
 from .workflow_tally import Tally
@@ -45,7 +46,8 @@ class Acks:
         self._db = db
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None,
+            handoff: Optional[HandOff] = None) -> list[AckOutcome]:
         freed: dict[int, tuple[str, int]] = {}  # replaced whole by each run of the transaction
         finished: dict[int, str] = {}  # likewise: the workflows this ack ended
         # Successes the consumer did not mark as workflow steps take the fast path; the marked
@@ -60,16 +62,17 @@ class Acks:
                 by_id = dict(zip((item.id for item in plain), self._all_succeeded(conn, plain, now, consumer, broker)))
                 if steps:
                     by_id.update(zip((item.id for item in steps),
-                                     self._each(conn, steps, now, consumer, broker, topics, freed, finished)))
+                                     self._each(conn, steps, now, consumer, broker, topics, freed, finished, handoff)))
                 return [by_id[item.id] for item in items]
 
             try:
-                outcomes = self._db.tx(both)
+                outcomes = self._db.tx(both, committed=handoff.committed if handoff is not None else None)
             except _SomeStale:  # rolled back: sort the batch out item by item below
                 pass
             else:
                 return self._ended(outcomes, freed, finished, released)
-        outcomes = self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics, freed, finished))
+        outcomes = self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics, freed, finished,
+                                                       handoff), committed=handoff.committed if handoff is not None else None)
         return self._ended(outcomes, freed, finished, released)
 
     def _ended(self, outcomes: list[AckOutcome], freed: dict[int, tuple[str, int]], finished: dict[int, str],
@@ -110,9 +113,11 @@ class Acks:
 
     def _each(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
               topics: Callable[[str], TopicSettings], freed: dict[int, tuple[str, int]],
-              finished: dict[int, str]) -> list[AckOutcome]:
+              finished: dict[int, str], handoff: Optional[HandOff] = None) -> list[AckOutcome]:
         freed.clear()
         finished.clear()
+        if handoff is not None:
+            handoff.begin()
         ids = sorted({item.id for item in items})
         # Only the lease tokens are needed to judge the acks: reading (and decoding) whole rows
         # with their data and trace was most of an ack's cost. Failures, the rare case, read
@@ -144,16 +149,18 @@ class Acks:
         if stopped:
             _chunked(conn, lifecycle.cancelled(now, consumer, broker), stopped)
         tally = Tally()
+        due: dict[str, list[tuple[int, int, datetime]]] = {}  # released steps due now: for the hand-off
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
             success = lifecycle.succeed(now, consumer, broker)
             apply_each(conn, success, [(item.id, {M.result: item.result}) for item in succeeded])
             done = [item.id for item in succeeded if item.id in in_workflow]
             tally.end_many((in_workflow[id], lifecycle.SUCCESS.value) for id in done)
-            freed.update(release_after(conn, done, now, broker, tally))
+            freed.update(release_after(conn, done, now, broker, tally, due))
         if ended:
             tally.end_many((in_workflow[id], status) for id, status in ended.items())
             freed.update(stop_after(conn, ended, now, broker, tally))
+        hand_off(conn, handoff, due)  # before the workflows' rows, as every lock of message rows
         if tally:
             finished.update(settle(conn, tally, now))  # last: after every message row it locks
         return outcomes

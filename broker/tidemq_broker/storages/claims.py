@@ -45,14 +45,15 @@ from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
-from ..records import LeasedMessage, LockHint, Shard
+from ..records import HandOff, LeasedMessage, LockHint, Shard
 from ..schema import message as m
 from .changes import apply_to_ids
 from .dependencies import parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
+from .rows import lease_change
 
-__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows"]
+__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "hand_off"]
 
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
@@ -192,3 +193,14 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
                           row.retry_remaining, row.attempt + change.attempt_delta, sets["ttr"], sets["lease_token"],
                           sets["consumer"], row.trace_context, row.priority, parents.get(row.id, ()), row.workflow_id)
             for row in rows]
+
+
+def hand_off(conn: Connection, handoff: Optional[HandOff], due: dict[str, list[tuple[int, int, datetime]]]) -> None:
+    """Inside the transaction that made ``due`` due ({topic: [(id, priority, effect_time)]}):
+    lease what the pulls waiting for them take (``tidemq_broker.handoff``), each under its own
+    lease, as their own lock would."""
+    if handoff is None:
+        return
+    for topic, messages in due.items():
+        for request, ids in handoff.takers(topic, messages):
+            handoff.leased(request, lease_rows(conn, topic, ids, lease_change(request)))

@@ -79,7 +79,8 @@ class SqlDatabase:
         if context.is_disconnect:
             context.invalidate_pool_on_disconnect = getattr(self._local, "lost", 0) > 0
 
-    def tx(self, work: Callable[[Connection], T], attempts: int = 12, produce: bool = False) -> T:
+    def tx(self, work: Callable[[Connection], T], attempts: int = 12, produce: bool = False,
+           committed: Optional[Callable[[], None]] = None) -> T:
         """Run ``work(conn)`` in one transaction and return its result.
 
         A transaction the dialect calls transient (deadlock, lock-wait timeout; on a Galera
@@ -92,6 +93,8 @@ class SqlDatabase:
         produce): if it turns out dead before the COMMIT was sent, nothing was committed, so the
         work runs again on a fresh connection (twice at most, see ``_on_error``). A connection
         lost during the COMMIT leaves the outcome unknown and is reported, never retried.
+
+        ``committed`` is called right after the COMMIT (a hand-off's delivery, ``handoff.py``).
 
         A database that cannot be reached (refused or lost connections, no pooled connection
         free within the pool's timeout) raises ``StorageUnavailableError``, a retriable error;
@@ -106,6 +109,8 @@ class SqlDatabase:
                     with conn.begin():
                         result = work(conn)
                         committing = True
+                    if committed is not None:
+                        committed()  # before the connection's check-in, a round trip sooner
                 self.outage.succeeded()
                 return result
             except DBAPIError as exc:

@@ -230,13 +230,15 @@ def parents_of(conn: Connection, children: Sequence[int]) -> dict[int, tuple[int
 
 
 def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str,
-                  tally: Optional[Tally] = None) -> dict[int, tuple[str, int]]:
+                  tally: Optional[Tally] = None,
+                  due: Optional[dict[str, list[tuple[int, int, datetime]]]] = None) -> dict[int, tuple[str, int]]:
     """Inside the transaction that records the SUCCESS of ``parents``: lower ``deps_left`` of
     their waiting children and release (WAITING -> NEW) those that reach 0, each once (see the
     module's docstring); a child waiting after failure that reaches 0 with none failed is
     cancelled as not needed instead, and what waits on it in turn. Returns {id: (topic,
     priority)} of the messages released (what the pulls' lock hints need); the workflows' steps
-    ended here go into ``tally``."""
+    ended here go into ``tally``; those released due now into ``due`` ({topic: [(id, priority,
+    effect_time)]}, for a hand-off)."""
     found = _children(conn, sorted(set(parents)))
     if not found:
         return {}
@@ -259,9 +261,13 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
             left.discard(child)
             by_parent.setdefault(parent, []).append(child)
     for parent, children in by_parent.items():
-        due = [child for child in children if child in ready and ready[child] <= now]
-        if due:  # the common case: due now, one statement
-            apply(conn, deps.released(now, now, parent, broker), ids_in(due), m.c.deps_left == 0)
+        now_due = [child for child in children if child in ready and ready[child] <= now]
+        if now_due:  # the common case: due now, one statement
+            apply(conn, deps.released(now, now, parent, broker), ids_in(now_due), m.c.deps_left == 0)
+            if due is not None:
+                for child in now_due:
+                    topic, priority = topics[child]
+                    due.setdefault(topic, []).append((child, priority, now))
         for child in children:
             if child in ready and ready[child] > now:  # produced with a later effect time, which it keeps: rare
                 apply(conn, deps.released(now, ready[child], parent, broker), m.c.id == child, m.c.deps_left == 0)

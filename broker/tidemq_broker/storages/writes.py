@@ -16,10 +16,11 @@ from tidemq import clock, lifecycle
 from tidemq import dependencies as deps
 from tidemq.lifecycle import Event
 
-from ..records import MessageEdit, NewRow, RequestRef, StoredMessage
+from ..records import HandOff, MessageEdit, NewRow, RequestRef, StoredMessage
 from ..schema import message as m
 from ..schema import produce_request as r
 from .changes import apply, guard
+from .claims import hand_off
 from .ids import ids_in
 from .database import SqlDatabase
 from .dependencies import has_dependents, release_after, stop_after
@@ -43,12 +44,14 @@ class Writes:
         self._db = db
 
     def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
-                        **who: object) -> list[int]:
+                        handoff: Optional[HandOff] = None, **who: object) -> list[int]:
         change = lifecycle.produce(now, **who)
         columns = insert_columns(change)
         dialect = self._db.dialect
 
         def work(conn: Connection, look_first: bool) -> list[int]:
+            if handoff is not None:
+                handoff.begin()
             ids: list[int] = [0] * len(rows)
             claims = Claims.of(requests, _stored_answers(conn, requests) if look_first else {})
             for ref, found in claims.answered.items():
@@ -64,6 +67,8 @@ class Writes:
                 answers = [(ref.request_id, ref.start, ref.count) for ref in ours]
                 done = dialect.insert_plain_answering(conn, plain_values, answers, now)
                 if done is not None:
+                    if handoff is not None:
+                        hand_off(conn, handoff, _new_by_topic(rows, done, plain))
                     return done
             if plain:
                 new_ids = dialect.insert_plain(conn, plain_values)
@@ -82,6 +87,8 @@ class Writes:
                 conn.execute(insert(r), [{"request_id": ref.request_id, "created": now,
                                           "ids": id_list(ids[ref.start : ref.start + ref.count])}
                                          for ref in ours])
+            if handoff is not None:
+                hand_off(conn, handoff, _new_by_topic(rows, ids, plain))  # keyed rows may be old ones
             return ids
 
         # Retries are rare: the first attempt does not look for stored request ids (a round trip
@@ -89,7 +96,8 @@ class Writes:
         # meanwhile: roll back, look first, and answer it from what is stored.
         for attempt in range(3):
             try:
-                return self._db.tx(lambda conn: work(conn, look_first=attempt > 0), produce=True)
+                return self._db.tx(lambda conn: work(conn, look_first=attempt > 0), produce=True,
+                                   committed=handoff.committed if handoff is not None else None)
             except IntegrityError:
                 if not requests or attempt == 2:
                     raise
@@ -269,3 +277,12 @@ def _ended(conn: Connection, gone: dict[int, int], finished: dict[int, str]) -> 
     released = stop_after(conn, {id: _CANCELLED for id in gone}, now, "", tally)
     finished.update(settle(conn, tally, now))
     return released
+
+
+def _new_by_topic(rows: Sequence[NewRow], ids: Sequence[int], new: Sequence[int]) -> dict[str, list[tuple[int, int, datetime]]]:
+    """{topic: [(id, priority, effect_time)]} of the rows at positions ``new``, just inserted."""
+    found: dict[str, list[tuple[int, int, datetime]]] = {}
+    for i in new:
+        row = rows[i]
+        found.setdefault(row.topic, []).append((ids[i], row.priority, row.effect_time))
+    return found

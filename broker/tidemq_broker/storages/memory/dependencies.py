@@ -105,11 +105,12 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
 
 
 def release_after(state: MemoryState, parents: Sequence[int], now: datetime, broker: str,
-                  tally: Optional[Tally] = None) -> dict[int, tuple[str, int]]:
+                  tally: Optional[Tally] = None,
+                  due: Optional[dict[str, list[tuple[int, int, datetime]]]] = None) -> dict[int, tuple[str, int]]:
     """Under the state's lock, in the ack that recorded the SUCCESS of ``parents``: lower
     ``deps_left`` of their waiting children, release those at 0 (or cancel, as not needed, one
     waiting after failure with none failed, and walk on from it); returns {id: (topic,
-    priority)} released."""
+    priority)} released, and adds those due now to ``due`` ({topic: [(id, priority, time)]})."""
     released: dict[int, tuple[str, int]] = {}
     unneeded: dict[int, str] = {}
     for parent in sorted(set(parents)):
@@ -127,6 +128,8 @@ def release_after(state: MemoryState, parents: Sequence[int], now: datetime, bro
                 else:
                     apply(state, deps.released(now, row[M.effect_time], parent, broker), [row])
                     released[child] = (row[M.topic], row[M.priority])
+                    if due is not None and row[M.effect_time] <= now:
+                        due.setdefault(row[M.topic], []).append((child, row[M.priority], row[M.effect_time]))
     if unneeded:
         released.update(stop_after(state, unneeded, now, broker, tally))
     return released

@@ -20,7 +20,7 @@ from tidemq.tables import MESSAGE as M
 from tidemq.validation import PRIORITIES_DESC
 
 from ...flow import KEY_WINDOW, refill, within_key_limit
-from ...records import FlowLimits, LeasedBatch, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
+from ...records import FlowLimits, HandOff, LeasedBatch, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
 from ..rows import expiries, lease_change, leased, lock_order, sort_acks, to_message
 from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
@@ -28,7 +28,7 @@ from .state import MemoryState, apply
 from .topics import topic_row
 from .workflows import settle
 
-__all__ = ["MemoryLeases", "MemoryAcks", "due_candidates"]
+__all__ = ["MemoryLeases", "MemoryAcks", "due_candidates", "hand_off"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
 _ENDED = (MessageStatus.FAIL.value, MessageStatus.CANCELLED.value)  # what stops the steps waiting on it
@@ -129,11 +129,7 @@ class MemoryLeases:
         return taken
 
     def _lease(self, rows: list[Row], change: lifecycle.Change, topic: str) -> list[LeasedMessage]:
-        apply(self._state, change, rows)
-        parents = self._state.parents
-        # As in SQL, only a workflow's row looks for the messages it waited on.
-        return [leased(row, topic, tuple(sorted(parents.get(row[M.id], ()))) if row[M.workflow_id] is not None else ())
-                for row in sorted(rows, key=lock_order)]
+        return _lease(self._state, rows, change, topic)
 
     def lock_serial(self, request: LockRequest) -> list[LeasedMessage]:
         topic, state = request.topic, self._state
@@ -238,7 +234,8 @@ class MemoryAcks:
         self._state = state
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
-            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None) -> list[AckOutcome]:
+            topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None,
+            handoff: Optional[HandOff] = None) -> list[AckOutcome]:
         state = self._state
         with state.lock:
             # Judged on the rows as they were before this batch, as the SQL storage reads them.
@@ -263,14 +260,38 @@ class MemoryAcks:
                            for id in [item.id for item in succeeded] + list(ended)
                            if state.messages[id][M.workflow_id] is not None)
             # In the same atomic step, as the SQL storage does in the ack's transaction.
-            freed = release_after(state, [item.id for item in succeeded], now, broker, tally)
+            due: dict[str, list[tuple[int, int, datetime]]] = {}
+            freed = release_after(state, [item.id for item in succeeded], now, broker, tally, due)
             freed.update(stop_after(state, ended, now, broker, tally))
+            if handoff is not None:
+                handoff.begin()
+                hand_off(state, handoff, due)
+                handoff.committed()
             if released is not None:
                 for id, (topic, priority) in sorted(freed.items()):
                     released.setdefault(topic, {})[id] = priority
             finished = settle(state, tally, now)
         state.outcomes.ended(finished)
         return outcomes
+
+
+def _lease(state: MemoryState, rows: list[Row], change: lifecycle.Change, topic: str) -> list[LeasedMessage]:
+    apply(state, change, rows)
+    parents = state.parents
+    # As in SQL, only a workflow's row looks for the messages it waited on.
+    return [leased(row, topic, tuple(sorted(parents.get(row[M.id], ()))) if row[M.workflow_id] is not None else ())
+            for row in sorted(rows, key=lock_order)]
+
+
+def hand_off(state: MemoryState, handoff: Optional[HandOff], due: dict[str, list[tuple[int, int, datetime]]]) -> None:
+    """``claims.hand_off`` in memory, the state's lock held: lease what the waiting pulls take
+    of ``due`` ({topic: [(id, priority, effect_time)]}), the rows still NEW."""
+    if handoff is None:
+        return
+    for topic, messages in due.items():
+        for request, ids in handoff.takers(topic, messages):
+            rows = [row for id in ids if (row := state.messages.get(id)) is not None and row[M.status] == _NEW]
+            handoff.leased(request, _lease(state, rows, lease_change(request), topic))
 
 
 def _tally(counts: dict[str, int], topic: str, n: int) -> None:

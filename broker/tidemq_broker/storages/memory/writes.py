@@ -12,11 +12,12 @@ from tidemq import dependencies as deps
 from tidemq.lifecycle import Event
 from tidemq.tables import MESSAGE as M
 
-from ...records import MessageEdit, NewRow, RequestRef, StoredMessage
+from ...records import HandOff, MessageEdit, NewRow, RequestRef, StoredMessage
 from ..request_ids import Claims
 from ..rows import edit_change, insert_columns, row_values, to_message
 from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
+from .leases import hand_off
 from .state import NOT_NULL, ConstraintError, MemoryState, apply
 from .workflows import settle
 
@@ -34,7 +35,7 @@ class MemoryWrites:
         self._state = state
 
     def insert_messages(self, rows: Sequence[NewRow], now: datetime, requests: Sequence[RequestRef] = (),
-                        **who: object) -> list[int]:
+                        handoff: Optional[HandOff] = None, **who: object) -> list[int]:
         change = lifecycle.produce(now, **who)
         state = self._state
         with state.lock:
@@ -64,6 +65,13 @@ class MemoryWrites:
                 ids[repeat.start : repeat.start + repeat.count] = ids[original.start : original.start + original.count]
             for ref in claims.ours:
                 state.requests[ref.request_id] = (now, ids[ref.start : ref.start + ref.count])
+            if handoff is not None:
+                handoff.begin()
+                due: dict[str, list[tuple[int, int, datetime]]] = {}
+                for i in plain:  # keyed rows may be old ones
+                    due.setdefault(rows[i].topic, []).append((ids[i], rows[i].priority, rows[i].effect_time))
+                hand_off(state, handoff, due)
+                handoff.committed()
             return ids
 
     def _insert(self, values: dict[str, Any]) -> int:
