@@ -158,6 +158,14 @@ class Change:
         :mod:`tidemq.tables`, ``status`` a string) is in a state this change may leave."""
         return not self.source or row[M.status] in {status.value for status in self.source}
 
+    def then(self, other: "Change") -> "Change":
+        """This change and ``other`` after it, as one write: from this one's source states to
+        ``other``'s target, with the values of both (``other``'s win), both attempts and both
+        trace lines (a step released and leased by the same transaction: one UPDATE)."""
+        return Change(other.event, self.source, other.target or self.target, {**self.values, **other.values},
+                      self.attempt_delta + other.attempt_delta, self.trace + other.trace,
+                      self.bump_version or other.bump_version)
+
     def apply_to(self, row: dict[str, Any]) -> None:
         """Apply this change to a message held in memory as ``row`` (the doubles: the stub
         broker, the memory storage), as ``tidemq_broker.storages.changes`` does in SQL. The

@@ -110,7 +110,10 @@ def test_an_ack_leases_the_step_it_releases_when_the_hand_off_takes_it(storage):
     assert [id for id, _, _ in handoff.offered["t.hstep"]] == [second]
     assert [m.id for m in handoff.got] == [second] and handoff.got[0].depends_on == (first,)
     stored = storage.reads.get_message(second)
-    assert (stored.status, stored.lease_token) == ("RUNNING", "tok-hand")
+    assert (stored.status, stored.lease_token, stored.attempt) == ("RUNNING", "tok-hand", 1)
+    # Released, then leased: both lines, in that order, as a release and a lock write them.
+    lines = [line.split()[1] for line in stored.trace.splitlines()]
+    assert lines[-2:] == ["DEPENDENCY_MET", "LOCKED"]
     assert released == {"t.hstep": {second: 0}}
     assert lock(storage, "t.hstep") == []
 
@@ -123,3 +126,19 @@ def test_an_ack_that_releases_nothing_offers_nothing(storage):
     storage.acks.ack([AckItem(delivery.id, delivery.lease_token, True, workflow=True)], clock.now(), "c1", "b1",
                      settings, {}, handoff)
     assert not any(handoff.offered.values()) and handoff.got is None
+
+
+def test_an_ack_releases_the_steps_no_pull_takes_and_leaves_them_new(storage):
+    now = clock.now()
+    first, second, third = storage.dependencies.insert_steps(
+        [WorkflowStep(NewRow("t.hrest", '{"a": 1}', now, 0)),
+         WorkflowStep(NewRow("t.hrest", '{"b": 2}', now, 0), after=(0,)),
+         WorkflowStep(NewRow("t.hrest.other", '{"c": 3}', now, 0), after=(0,))], now, broker="b1")
+    [delivery] = lock(storage, "t.hrest")
+    handoff = Recording("t.hrest")
+    storage.acks.ack([AckItem(first, delivery.lease_token, True, workflow=True)], clock.now(), "c1", "b1", settings,
+                     {}, handoff)
+    assert [m.id for m in handoff.got] == [second]
+    other = storage.reads.get_message(third)
+    assert other.status == "NEW" and other.trace.splitlines()[-1].split()[1] == "DEPENDENCY_MET"
+    assert [m.id for m in lock(storage, "t.hrest.other")] == [third]

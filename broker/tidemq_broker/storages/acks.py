@@ -20,7 +20,7 @@ from ..records import HandOff, TopicSettings
 from .changes import apply, apply_each, apply_to_ids
 from .claims import hand_off
 from .database import SqlDatabase
-from .dependencies import release_after, stop_after
+from .dependencies import Released, release_after, stop_after
 from .workflow_tally import Tally
 from .workflows import settle
 from .ids import bound_ids_in, ids_in
@@ -150,17 +150,21 @@ class Acks:
             _chunked(conn, lifecycle.cancelled(now, consumer, broker), stopped)
         tally = Tally()
         due: dict[str, list[tuple[int, int, datetime]]] = {}  # released steps due now: for the hand-off
+        read: dict[int, Released] = {}  # and what their delivery holds, as the release read it
         if succeeded:
             # The rows are locked FOR UPDATE and their tokens checked above.
             success = lifecycle.succeed(now, consumer, broker)
             apply_each(conn, success, [(item.id, {M.result: item.result}) for item in succeeded])
             done = [item.id for item in succeeded if item.id in in_workflow]
             tally.end_many((in_workflow[id], lifecycle.SUCCESS.value) for id in done)
-            freed.update(release_after(conn, done, now, broker, tally, due))
+            if handoff is None:
+                freed.update(release_after(conn, done, now, broker, tally))
+            else:  # the steps released due now are written by the hand-off, leased when a pull takes them
+                freed.update(release_after(conn, done, now, broker, tally, due, read))
+                hand_off(conn, handoff, due, read)
         if ended:
             tally.end_many((in_workflow[id], status) for id, status in ended.items())
             freed.update(stop_after(conn, ended, now, broker, tally))
-        hand_off(conn, handoff, due)  # before the workflows' rows, as every lock of message rows
         if tally:
             finished.update(settle(conn, tally, now))  # last: after every message row it locks
         return outcomes

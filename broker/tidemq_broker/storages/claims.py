@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any, Collection, Optional, Sequence
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
 
@@ -195,12 +195,43 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
             for row in rows]
 
 
-def hand_off(conn: Connection, handoff: Optional[HandOff], due: dict[str, list[tuple[int, int, datetime]]]) -> None:
+def hand_off(conn: Connection, handoff: HandOff, due: dict[str, list[tuple[int, int, datetime]]],
+             released: Optional[Mapping[int, Any]] = None) -> None:
     """Inside the transaction that made ``due`` due ({topic: [(id, priority, effect_time)]}):
     lease what the pulls waiting for them take (``tidemq_broker.handoff``), each under its own
-    lease, as their own lock would."""
-    if handoff is None:
-        return
+    lease, as their own lock would. ``released``: steps this transaction released and read but
+    has not written yet ({id: ``dependencies.Released``}): each is written now, and one a pull
+    takes is released and leased by one UPDATE, without reading it again."""
+    taken: set[int] = set()
     for topic, messages in due.items():
         for request, ids in handoff.takers(topic, messages):
-            handoff.leased(request, lease_rows(conn, topic, ids, lease_change(request)))
+            change = lease_change(request)
+            if released is not None and all(id in released for id in ids):
+                handoff.leased(request, _release_and_lease(conn, topic, [released[id] for id in ids], change))
+                taken.update(ids)
+            else:
+                handoff.leased(request, lease_rows(conn, topic, ids, change))
+    by_change: dict[int, tuple[Change, list[int]]] = {}
+    for step_id, step in sorted((released or {}).items()):
+        if step_id not in taken:
+            by_change.setdefault(id(step.change), (step.change, []))[1].append(step_id)
+    for change, ids in by_change.values():
+        apply_to_ids(conn, change, ids)  # the rows were read FOR UPDATE: no deps_left guard needed
+
+
+def _release_and_lease(conn: Connection, topic: str, steps: Sequence[Any], lease: Change) -> list[LeasedMessage]:
+    """Release (WAITING -> NEW) and lease ``steps`` (``dependencies.Released``, one parent's
+    release each) in one UPDATE per release, and return them as deliveries."""
+    steps = sorted(steps, key=lambda s: (-s.row.priority, s.effect_time, s.row.id))
+    groups: dict[int, tuple[Change, list[int]]] = {}
+    for step in steps:
+        groups.setdefault(id(step.change), (step.change, []))[1].append(step.row.id)
+    for release, ids in groups.values():
+        apply_to_ids(conn, release.then(lease), ids)
+    sets = lease.values
+    parents = parents_of(conn, [s.row.id for s in steps if s.row.workflow_id is not None])
+    return [LeasedMessage(s.row.id, topic, s.row.data, lease.target.value if lease.target else _NEW, s.effect_time,
+                          s.row.retry_remaining, s.row.attempt + lease.attempt_delta, sets["ttr"], sets["lease_token"],
+                          sets["consumer"], s.row.trace_context, s.row.priority, parents.get(s.row.id, ()),
+                          s.row.workflow_id)
+            for s in steps]

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tidemq import dependencies as deps
 from tidemq import lifecycle
+from tidemq.lifecycle import Change
 from tidemq.dependencies import WaitMode, WorkflowState
 from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
@@ -45,7 +46,7 @@ from ..schema import dependency as d
 from ..schema import message as m
 from ..schema import produce_request as r
 from ..schema import workflow as w
-from .changes import apply, guard
+from .changes import apply, apply_to_ids, guard
 from .ids import bound_ids_in, ids_in
 from .request_ids import id_list, stored_answer
 from .rows import insert_columns, row_values
@@ -54,7 +55,7 @@ from .workflow_tally import Tally, policy_of
 from .edges import SqlEdges
 from .workflows import SqlWorkflows, create_workflow, settle
 
-__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of"]
+__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of", "Released"]
 
 _CHUNK = 1000
 _EDGE_CHUNK = 10_000  # about 25 bytes an edge: far below any packet limit
@@ -68,8 +69,22 @@ _LOWER_DEPS_LEFT = update(m).where(bound_ids_in(), m.c.status == _WAITING) \
     .values(deps_left=m.c.deps_left - bindparam("n", type_=Integer))
 _READY = select(m.c.id, m.c.effect_time, m.c.topic, m.c.priority, m.c.wait_mode, m.c.deps_failed, m.c.workflow_id) \
     .where(bound_ids_in(), m.c.status == _WAITING, m.c.deps_left == 0).with_for_update()
+# The same with what a delivery holds, for an ack with a hand-off: a step it releases and leases
+# to a waiting pull then needs no second read (``claims.lease_read``).
+_READY_TO_DELIVER = select(m.c.id, m.c.effect_time, m.c.topic, m.c.priority, m.c.wait_mode, m.c.deps_failed,
+                           m.c.workflow_id, m.c.data, m.c.retry_remaining, m.c.attempt, m.c.trace_context) \
+    .where(bound_ids_in(), m.c.status == _WAITING, m.c.deps_left == 0).with_for_update()
 _CANCELLED = MessageStatus.CANCELLED.value
 _RUNNING = MessageStatus.RUNNING.value
+
+
+class Released(NamedTuple):
+    """A step an ack releases, as its release read it (``row``: the delivery's columns), the
+    effect time the release gives it and the release itself, not written yet."""
+
+    row: Any
+    effect_time: datetime
+    change: Change
 
 
 class SqlDependencies(SqlWorkflows, SqlEdges):
@@ -230,15 +245,16 @@ def parents_of(conn: Connection, children: Sequence[int]) -> dict[int, tuple[int
 
 
 def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str,
-                  tally: Optional[Tally] = None,
-                  due: Optional[dict[str, list[tuple[int, int, datetime]]]] = None) -> dict[int, tuple[str, int]]:
+                  tally: Optional[Tally] = None, due: Optional[dict[str, list[tuple[int, int, datetime]]]] = None,
+                  read: Optional[dict[int, "Released"]] = None) -> dict[int, tuple[str, int]]:
     """Inside the transaction that records the SUCCESS of ``parents``: lower ``deps_left`` of
     their waiting children and release (WAITING -> NEW) those that reach 0, each once (see the
     module's docstring); a child waiting after failure that reaches 0 with none failed is
     cancelled as not needed instead, and what waits on it in turn. Returns {id: (topic,
     priority)} of the messages released (what the pulls' lock hints need); the workflows' steps
     ended here go into ``tally``; those released due now into ``due`` ({topic: [(id, priority,
-    effect_time)]}, for a hand-off)."""
+    effect_time)]}, for a hand-off). With ``read``, those are not written here: each goes into
+    ``read`` with what its delivery holds and its release, which ``claims.hand_off`` writes."""
     found = _children(conn, sorted(set(parents)))
     if not found:
         return {}
@@ -249,11 +265,12 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
     for count, children in by_count.items():
         conn.execute(_LOWER_DEPS_LEFT, {"ids": children, "n": count})
     ready, topics, unneeded = {}, {}, {}
-    for row in conn.execute(_READY, {"ids": sorted(per_child)}):
+    rows = {}
+    for row in conn.execute(_READY if due is None else _READY_TO_DELIVER, {"ids": sorted(per_child)}):
         if row.wait_mode == WaitMode.AFTER_FAILURE and row.deps_failed == 0:
             unneeded[row.id] = row.workflow_id
         else:
-            ready[row.id], topics[row.id] = row.effect_time, (row.topic, row.priority)
+            ready[row.id], topics[row.id], rows[row.id] = row.effect_time, (row.topic, row.priority), row
     by_parent: dict[int, list[int]] = {}  # the trace names one parent that released each child
     left = set(ready) | set(unneeded)
     for parent, child in sorted(found, key=lambda edge: edge[1]):
@@ -262,12 +279,17 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
             by_parent.setdefault(parent, []).append(child)
     for parent, children in by_parent.items():
         now_due = [child for child in children if child in ready and ready[child] <= now]
-        if now_due:  # the common case: due now, one statement
-            apply(conn, deps.released(now, now, parent, broker), ids_in(now_due), m.c.deps_left == 0)
+        if now_due:  # the common case: due now, one statement, built once (``apply_to_ids``)
+            change = deps.released(now, now, parent, broker)
             if due is not None:
                 for child in now_due:
                     topic, priority = topics[child]
                     due.setdefault(topic, []).append((child, priority, now))
+            if read is not None:  # written by the hand-off, with the lease when a pull takes it
+                read.update((child, Released(rows[child], now, change)) for child in now_due)
+            else:
+                # No ``deps_left = 0`` guard: the rows were read so FOR UPDATE in this transaction.
+                apply_to_ids(conn, change, now_due)
         for child in children:
             if child in ready and ready[child] > now:  # produced with a later effect time, which it keeps: rare
                 apply(conn, deps.released(now, ready[child], parent, broker), m.c.id == child, m.c.deps_left == 0)
