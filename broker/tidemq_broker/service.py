@@ -136,8 +136,11 @@ class BrokerService(pb_grpc.BrokerServicer):
 
         def taker(now: datetime) -> Optional[LockRequest]:
             # What a commit that makes messages of this shard due leases for this pull while it
-            # waits (``handoff.py``): the lease its own lock would take.
-            if self.topics.get(topic).paused or not context.is_active():
+            # waits (``handoff.py``): the lease its own lock would take. Limits set since the
+            # pull began are the lock's to apply (``Leasing.lock_batch``).
+            now_settings = self.topics.get(topic)
+            if now_settings.paused or (now_settings.limits is not None and now_settings.limits.any) \
+                    or not context.is_active():
                 return None
             return LockRequest(shard(), consumer, ttr, now, limit=request.max_messages, ahead=ahead,
                                lease_token=request.lease_token or None, broker=self.name)

@@ -305,3 +305,52 @@ def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of
     assert woken == ["s.gone.after"]  # the probes would find it too, but only up to a second later
     [released] = waiting.value(10)
     assert (released.id, stored(broker, child).status) == (child, "RUNNING")
+
+
+@pytest.fixture
+def handing_broker():
+    """The same BrokerService with a writer that hands what it commits to waiting pulls, as
+    ``BrokerServer`` assembles it."""
+    storage = open_memory_storage()
+    topics = TopicCache(storage.topics)
+    hub = PullHub(storage.probes, recheck=60)
+    writer = GroupCommitWriter(storage.messages, topics, "b:1", hub.notify_commit, pulls=hub)
+    hub.start()
+    yield BrokerService(storage, topics, writer, hub, "b:1", max_data_bytes=1024)
+    hub.stop()
+    writer.stop()
+
+
+def _handed(topic: str) -> float:
+    return prometheus_client.REGISTRY.get_sample_value("tidemq_messages_handed_off_total", {"topic": topic}) or 0.0
+
+
+def _open_pull(broker, topic: str) -> bool:
+    with broker.hub._lock:
+        return any(w.open for w in broker.hub._waiters.get(topic, ()))
+
+
+def test_a_waiting_pull_is_handed_the_message_its_produce_committed_under_its_own_lease(handing_broker):
+    broker = handing_broker
+    waiting = InThread(lambda: pull(broker, "s.hand", 30.0, lease_token=TOKEN))
+    wait_until(lambda: _open_pull(broker, "s.hand"), 10, what="the pull to wait")
+    before = _handed("s.hand")
+    [msg_id] = produce(broker, "s.hand", '"hi"')
+    assert (stored(broker, msg_id).status, stored(broker, msg_id).lease_token) == ("RUNNING", TOKEN)
+    [got] = waiting.value(10)
+    assert (got.id, got.data, got.lease_token, got.attempt) == (msg_id, '"hi"', TOKEN, 1)
+    assert _handed("s.hand") == before + 1
+
+
+def test_flow_limits_set_while_a_pull_waits_are_the_locks_to_apply_not_handed_past(handing_broker):
+    from tidemq_broker.storage import FlowLimits
+
+    broker = handing_broker
+    waiting = InThread(lambda: pull(broker, "s.limits", 30.0, lease_token=TOKEN))
+    wait_until(lambda: _open_pull(broker, "s.limits"), 10, what="the pull to wait")
+    broker.storage.topics.set_topic_limits("s.limits", FlowLimits(max_running=1), clock.now())
+    broker.topics.refresh()
+    before = _handed("s.limits")
+    [msg_id] = produce(broker, "s.limits", '"one"')
+    [got] = waiting.value(10)  # its own lock took it, under the stored limit
+    assert got.id == msg_id and _handed("s.limits") == before
