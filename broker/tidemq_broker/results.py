@@ -3,9 +3,12 @@
 A waiter wakes at once when this broker records the end of a message it waits for (an ack, a
 lease expiry, a cancel), and within one probe interval when another broker does: while anyone
 waits, one shared probe reads which waited ids are final, in one statement per thousand ids
-(``Probes.finished``), every ``probe_interval`` seconds, or less often when the probe itself
-takes long (many ids waited on): it sleeps at least twenty times its own duration. The probe's
-cost does not grow with the number of waiters of an id, and nothing runs while nobody waits.
+(``Probes.finished``), every ``probe_interval`` seconds (50 ms), every ``busy_interval`` (5 ms)
+while its probes keep finding ends (within the last second: waiters here, acks through another
+broker, as behind a load balancer), or less often when the probe itself takes long (many ids
+waited on): it sleeps at least twenty times its own duration, so it never takes more than a
+twentieth of a core. The probe's cost does not grow with the number of waiters of an id, and
+nothing runs while nobody waits.
 A waiter also reads again by itself every ``recheck`` seconds (the probe failing while the
 database is away must not leave it asleep until its deadline).
 """
@@ -27,6 +30,7 @@ __all__ = ["ResultHub", "is_final"]
 log = logging.getLogger(__name__)
 #: The probe sleeps at least this many times as long as it took (5% of a core at most).
 _DUTY = 20
+_BUSY_FOR = 1.0  # seconds after a probe found ends during which probes come at the busy interval
 _FINAL = frozenset(status.value for status in FINAL_STATUSES)
 
 
@@ -38,9 +42,12 @@ def is_final(ids: Sequence[int], found: Sequence[MessageResult]) -> bool:
 class ResultHub:
     """Where Results calls wait, keyed by message id."""
 
-    def __init__(self, probes: Probes, probe_interval: float = 0.05, recheck: float = 60.0) -> None:
+    def __init__(self, probes: Probes, probe_interval: float = 0.05, recheck: float = 60.0,
+                 busy_interval: float = 0.005) -> None:
         self._probes = probes
         self._probe_interval = probe_interval
+        self._busy_interval = min(busy_interval, probe_interval)
+        self._found_at = float("-inf")  # monotonic time of the last probe that found ends
         self._recheck = recheck
         self._lock = threading.Lock()
         self._someone_waits = threading.Condition(self._lock)
@@ -107,11 +114,16 @@ class ResultHub:
                 waited = list(self._waiters)
             began = time.monotonic()
             try:
-                self.notify(self._probes.finished(waited))
+                ended = self._probes.finished(waited)
+                if ended:
+                    self._found_at = time.monotonic()
+                self.notify(ended)
             except RetriableError as exc:  # the database away: waiters re-read on their recheck
                 log.debug("result probe failed: %s", exc)
             except Exception:
                 log.warning("result probe failed", exc_info=True)
             # At most 1/_DUTY of a core: a probe of thousands of waited ids takes milliseconds,
             # and at a fixed pace its cost would grow with the number of ids waited on.
-            self._stopped.wait(max(self._probe_interval, (time.monotonic() - began) * _DUTY))
+            busy = time.monotonic() - self._found_at < _BUSY_FOR
+            interval = self._busy_interval if busy else self._probe_interval
+            self._stopped.wait(max(interval, (time.monotonic() - began) * _DUTY))

@@ -19,7 +19,7 @@ from tidemq.rpc import tidemq_pb2 as pb
 from tidemq_broker.pulls import PullHub
 from tidemq_broker.results import ResultHub
 from tidemq_broker.service import BrokerService
-from tidemq_broker.storage import AckItem, TopicSettings
+from tidemq_broker.storage import AckItem, MessageResult, TopicSettings
 from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
 from tidemq_broker.writer import GroupCommitWriter
@@ -168,3 +168,34 @@ def test_results_refuses_more_ids_than_its_limit_and_a_bad_wait(broker):
         results(broker, *range(1, 1002))
     with pytest.raises(Aborted, match="wait_seconds must be between 0 and 60"):
         results(broker, 1, wait=61)
+
+
+def test_the_result_probe_looks_quicker_while_it_finds_ends_and_slows_down_after():
+    """Waiters here, acks through another broker (here: a probe that reports an end now and
+    then): once a probe finds ends the next come at the busy interval; without ends, at the
+    idle one again."""
+    probes: list[float] = []
+    ending = {"on": False}
+
+    class Probes:
+        def finished(self, ids):
+            probes.append(time.monotonic())
+            return list(ids[:1]) if ending["on"] else []
+
+    hub = ResultHub(Probes(), probe_interval=0.5, recheck=60, busy_interval=0.01)  # type: ignore[arg-type]
+    hub.start()
+    running = [MessageResult(1, "t.probe", "RUNNING", None, None, clock.now(), None)]
+    waiter = InThread(hub.wait, [1], time.monotonic() + 60, lambda ids: running)  # never final: waits on
+    try:
+        wait_until(lambda: len(probes) >= 2, 10, what="the first probes")
+        ending["on"] = True
+        busy_from = len(probes)
+        # 20 more probes within 2 s: at the idle interval (0.5 s) there would be 4.
+        wait_until(lambda: len(probes) >= busy_from + 20, 2.5, 0.005, what="20 probes while ends are found")
+        ending["on"] = False
+        # Without ends for a second the probe goes back to the idle interval: a gap of 0.3 s.
+        wait_until(lambda: time.monotonic() - probes[-1] > 0.3, 10, 0.01, what="the probes to slow down")
+    finally:
+        hub.stop()
+        waiter.join(5)
+    assert waiter.error is None
