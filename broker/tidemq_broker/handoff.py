@@ -82,12 +82,11 @@ class HandOffClaims:
                 waiter.claimed = None
             return waiter.handed
 
-    def claimable(self, topics: Optional[Iterable[str]]) -> bool:
-        """Whether a pull of any of ``topics`` (None: of any topic) waits here: by the time a
-        transaction leases, it may have nothing to lock (a consumer's next pull and its ack of
-        the last delivery often arrive together)."""
+    def claimable(self, topics: Iterable[str]) -> bool:
+        """Whether a pull of any of ``topics`` waits here open to hand-offs now: a group commit
+        under load, when every pull is busy locking, pays nothing more than this look."""
         with self._lock:
-            return any(self._waiters.get(t) for t in topics) if topics is not None else bool(self._waiters)
+            return any(w.open for topic in topics for w in self._waiters.get(topic, ()))
 
     def claim(self, topic: str, owner: object) -> list[Waiter]:
         """The sleeping pulls of ``topic`` that take hand-offs, claimed for ``owner`` (with those
@@ -204,9 +203,11 @@ class HandOff:
         return {m.id for messages, _ in self._leased.values() for m in messages}
 
 
-def open_hand_off(hub: Optional[HandOffClaims], topics: Optional[Iterable[str]], now: datetime) -> Optional[HandOff]:
-    """A hand-off for a transaction about to make messages of ``topics`` (None: of any topic)
-    due, or None when no pull of theirs waits at ``hub`` (or there is no hub)."""
+def open_hand_off(hub: Optional[HandOffClaims], topics: Iterable[str], now: datetime) -> Optional[HandOff]:
+    """A hand-off for a transaction about to make messages of ``topics`` due, or None when no
+    pull of theirs waits open at ``hub`` (or there is no hub). An ack that may release steps
+    makes its ``HandOff`` whatever the pulls do: the consumer's next pull often arrives with
+    the ack, and the ack's transaction looks for it only once it has released something."""
     return HandOff(hub, now) if hub is not None and hub.claimable(topics) else None
 
 

@@ -138,7 +138,7 @@ class PullHub(HandOffClaims):
                  taker: Optional[Taker] = None, quiet: Optional[Quiet] = None) -> Waiter:
         """A waiter for ``topic`` whose attempts take what is due within ``lead`` seconds, in
         ``shard`` (rank, total; None: the whole topic); ``taker``: commits may lease to it while
-        it sleeps (``handoff.py``), in ``quiet``'s shard."""
+        it is open to hand-offs (``handoff.py``), in ``quiet``'s shard."""
         waiter = Waiter(topic, lead, shard, taker, quiet)
         with self._lock:
             self._waiters.setdefault(topic, set()).add(waiter)
@@ -315,10 +315,11 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
     makes messages of its shard due may lease them to it in its own transaction
     (``handoff.py``; only with ``quiet``); they are then its reply (``Handed``).
     """
-    state = _Poll(quiet is not None and hub.still_quiet(quiet), taker if quiet is not None else None)
+    state = _Poll(quiet is not None and hub.still_quiet(quiet))
+    taker = taker if quiet is not None else None
     shard = (quiet.rank, quiet.total) if quiet is not None and quiet.total > 1 else None
     while True:
-        waiter = hub.register(topic, ahead / 2, shard, state.taker, quiet)  # before the attempt: no notification is missed
+        waiter = hub.register(topic, ahead / 2, shard, taker, quiet)  # before the attempt: no notification is missed
         try:
             found = _poll_once(hub, waiter, state, deadline, attempt, next_due, topic, ahead, blocked, serial, alive,
                                quiet)
@@ -334,11 +335,10 @@ def long_poll(hub: PullHub, deadline: float, attempt: Callable[[], list[LeasedMe
 class _Poll:
     """What one long-poll carries from one waiter to the next."""
 
-    __slots__ = ("skip", "taker")
+    __slots__ = ("skip",)
 
-    def __init__(self, skip: bool, taker: Optional[Taker]) -> None:
+    def __init__(self, skip: bool) -> None:
         self.skip = skip  # the shard is quiet: begin with the next due time, not a lock
-        self.taker = taker
 
 
 def _poll_once(hub: PullHub, waiter: Waiter, state: _Poll, deadline: float, attempt: Callable[[], list[LeasedMessage]],
