@@ -184,15 +184,22 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     if not rows:
         return []
     apply_to_ids(conn, change, [row.id for row in rows])
-    # What the UPDATE stored, without reading it back: the rows as read plus what the lease set
-    # (rows.leased builds the same from a row the change was applied to, at a dict per row).
     rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
+    return _deliveries(conn, topic, [(row, row.effect_time) for row in rows], change)
+
+
+def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime]], change: Change) -> list[LeasedMessage]:
+    """What the lease ``change`` stored in ``rows`` ((row as read, its effect time), in delivery
+    order), without reading it back: the rows plus what the lease set (``rows.leased`` builds the
+    same from a row the change was applied to, at a dict per row); and the parents of the
+    workflow rows among them."""
     sets = change.values
-    parents = parents_of(conn, [row.id for row in rows if row.workflow_id is not None])
-    return [LeasedMessage(row.id, topic, row.data, change.target.value if change.target else _NEW, row.effect_time,
-                          row.retry_remaining, row.attempt + change.attempt_delta, sets["ttr"], sets["lease_token"],
-                          sets["consumer"], row.trace_context, row.priority, parents.get(row.id, ()), row.workflow_id)
-            for row in rows]
+    status = change.target.value if change.target else _NEW
+    parents = parents_of(conn, [row.id for row, _ in rows if row.workflow_id is not None])
+    return [LeasedMessage(row.id, topic, row.data, status, when, row.retry_remaining, row.attempt + change.attempt_delta,
+                          sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context, row.priority,
+                          parents.get(row.id, ()), row.workflow_id)
+            for row, when in rows]
 
 
 def hand_off(conn: Connection, handoff: HandOff, due: dict[str, list[tuple[int, int, datetime]]],
@@ -211,27 +218,23 @@ def hand_off(conn: Connection, handoff: HandOff, due: dict[str, list[tuple[int, 
                 taken.update(ids)
             else:
                 handoff.leased(request, lease_rows(conn, topic, ids, change))
-    by_change: dict[int, tuple[Change, list[int]]] = {}
-    for step_id, step in sorted((released or {}).items()):
-        if step_id not in taken:
-            by_change.setdefault(id(step.change), (step.change, []))[1].append(step_id)
-    for change, ids in by_change.values():
+    for change, ids in _by_release([step for step_id, step in sorted((released or {}).items()) if step_id not in taken]):
         apply_to_ids(conn, change, ids)  # the rows were read FOR UPDATE: no deps_left guard needed
 
 
 def _release_and_lease(conn: Connection, topic: str, steps: Sequence[Any], lease: Change) -> list[LeasedMessage]:
-    """Release (WAITING -> NEW) and lease ``steps`` (``dependencies.Released``, one parent's
-    release each) in one UPDATE per release, and return them as deliveries."""
+    """Release (WAITING -> NEW) and lease ``steps`` (``dependencies.Released``) in one UPDATE per
+    release, and return them as deliveries."""
     steps = sorted(steps, key=lambda s: (-s.row.priority, s.effect_time, s.row.id))
+    for release, ids in _by_release(steps):
+        apply_to_ids(conn, release.then(lease), ids)
+    return _deliveries(conn, topic, [(step.row, step.effect_time) for step in steps], lease)
+
+
+def _by_release(steps: Sequence[Any]) -> list[tuple[Change, list[int]]]:
+    """``steps`` (``dependencies.Released``) grouped by their release (one per parent that
+    released them): (the release, the ids), a statement each."""
     groups: dict[int, tuple[Change, list[int]]] = {}
     for step in steps:
         groups.setdefault(id(step.change), (step.change, []))[1].append(step.row.id)
-    for release, ids in groups.values():
-        apply_to_ids(conn, release.then(lease), ids)
-    sets = lease.values
-    parents = parents_of(conn, [s.row.id for s in steps if s.row.workflow_id is not None])
-    return [LeasedMessage(s.row.id, topic, s.row.data, lease.target.value if lease.target else _NEW, s.effect_time,
-                          s.row.retry_remaining, s.row.attempt + lease.attempt_delta, sets["ttr"], sets["lease_token"],
-                          sets["consumer"], s.row.trace_context, s.row.priority, parents.get(s.row.id, ()),
-                          s.row.workflow_id)
-            for s in steps]
+    return list(groups.values())
