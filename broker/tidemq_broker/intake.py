@@ -73,6 +73,9 @@ def steps_from_request(request: pb.ProduceRequest, rows: Sequence[NewRow]) -> Op
         return None
     steps = []
     for index, (msg, row) in enumerate(zip(request.messages, rows)):
+        if not (msg.depends_on or msg.after):  # a group's member: waits on nothing (its mode is 0, checked above)
+            steps.append(WorkflowStep(row))
+            continue
         prefix = f"message #{index}: " if len(request.messages) > 1 else ""
         if len(msg.depends_on) > MAX_DEPENDENCIES:
             raise MalformedRequestError(f"{prefix}depends_on names {len(msg.depends_on):,} messages; "
@@ -144,8 +147,8 @@ def check_ack_result(text: str, limit: Optional[int] = None) -> "str | None":
 def ack_items(request: pb.AckRequest) -> list[AckItem]:
     """The outcomes of an Ack call, each result checked (``check_ack_result``)."""
     limit = max_result_bytes()  # once per call, not per item: it reads the environment
-    return [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result, limit), i.cancelled, i.workflow)
-            for i in request.items]
+    return [AckItem(i.id, i.lease_token, i.success, i.error, check_ack_result(i.result, limit), i.cancelled, i.workflow,
+                    i.workflow_id or None) for i in request.items]
 
 
 def check_progress(report: pb.ProgressReport, now: datetime) -> str:

@@ -78,15 +78,16 @@ class PulledLeases:
     def __init__(self) -> None:
         self._tokens: dict[int, str] = {}
         self._spans: dict[int, Any] = {}  # message id -> its process span, ended by the ack
-        self._steps: set[int] = set()  # ids of workflow steps: their acks say so (AckItem.workflow)
+        self._steps: dict[int, int] = {}  # workflow steps' ids: their workflows (AckItem.workflow_id)
         self._lock = threading.Lock()
 
     def remember(self, deliveries: Sequence[Delivery]) -> None:
         spans = {d.id: tracing.start_process_span(d.topic, d.id, d.attempt, d.trace_context) for d in deliveries}
         with self._lock:
             self._tokens.update((d.id, d.lease_token) for d in deliveries)
-            self._steps.difference_update(d.id for d in deliveries)
-            self._steps.update(d.id for d in deliveries if d.workflow_id is not None)
+            for d in deliveries:
+                self._steps.pop(d.id, None)
+            self._steps.update((d.id, d.workflow_id) for d in deliveries if d.workflow_id is not None)
             # A message pulled again (its earlier lease expired unacknowledged) ends its old span.
             replaced = [self._spans[i] for i in spans if i in self._spans]
             self._spans.update((i, span) for i, span in spans.items() if span is not None)
@@ -123,15 +124,17 @@ class PulledLeases:
             if unknown:
                 raise MalformedRequestError(f"message {unknown[0]} was not pulled by this consumer")
             steps = self._steps
-            items = [AckItem(i, self._tokens[i], True, result=texts.get(i), workflow=i in steps) for i in succeeded]
-            return items + [AckItem(i, self._tokens[i], False, e, workflow=i in steps) for i, e in errors.items()]
+            items = [AckItem(i, self._tokens[i], True, result=texts.get(i), workflow=i in steps,
+                             workflow_id=steps.get(i)) for i in succeeded]
+            return items + [AckItem(i, self._tokens[i], False, e, workflow=i in steps, workflow_id=steps.get(i))
+                            for i, e in errors.items()]
 
     def result(self, items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> AckResult:
         """Forget the acknowledged leases; say which outcomes were applied and which were stale."""
         with self._lock:
             for item in items:
                 self._tokens.pop(item.id, None)
-                self._steps.discard(item.id)
+                self._steps.pop(item.id, None)
             spans = [(self._spans.pop(item.id, None), item, outcome) for item, outcome in zip(items, outcomes)]
         for span, item, outcome in spans:
             tracing.end_process_span(span, None if item.success else (item.error or "failed"),

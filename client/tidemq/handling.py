@@ -47,12 +47,12 @@ class Run:
     outcome: Optional[HandlerOutcome] = None
     result: Optional[str] = None
     control: Optional[RunControl] = None
-    workflow: bool = False  # a workflow's step: its ack says so (``AckItem.workflow``)
+    workflow_id: Optional[int] = None  # a workflow's step: its ack says so (``AckItem.workflow_id``)
 
     @classmethod
     def of(cls, delivery: Delivery) -> "Run":
         return cls(delivery.id, delivery.topic, delivery.attempt, delivery.trace_context, delivery.effect_time,
-                   delivery.retry_remaining, workflow=delivery.workflow_id is not None)
+                   delivery.retry_remaining, workflow_id=delivery.workflow_id)
 
     @property
     def error_text(self) -> str:
@@ -65,7 +65,7 @@ class Run:
         success = self.outcome is HandlerOutcome.SUCCESS
         result = self.result if success else error_result(self.error) if self.error is not None else None
         return AckItem(self.id, lease_token, success, self.error_text, result,
-                       self.outcome is HandlerOutcome.CANCELLED, self.workflow)
+                       self.outcome is HandlerOutcome.CANCELLED, self.workflow_id is not None, self.workflow_id)
 
 
 Layer = Callable[[Run], ContextManager[Any]]

@@ -218,7 +218,7 @@ def ack_request(topic: str, consumer: str, items: Sequence[AckItem]) -> pb.AckRe
         raise ConfigurationError(f"at most {MAX_BATCH} acks per call")
     return pb.AckRequest(consumer=consumer, topic=topic, items=[
         pb.AckItem(id=i.id, lease_token=i.lease_token, success=i.success, error=i.error, result=i.result or "",
-                   cancelled=i.cancelled, workflow=i.workflow) for i in items])
+                   cancelled=i.cancelled, workflow=i.workflow, workflow_id=i.workflow_id or 0) for i in items])
 
 
 def ack_outcomes(reply: pb.AckReply) -> list[AckOutcome]:

@@ -97,10 +97,15 @@ def check_topic(topic: Any) -> str:
 
 
 
+#: Made once: ``json.dumps`` with options builds an encoder per call, a third of the cost of
+#: encoding a small message.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def encode_data(data: Any, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
     """Serialise ``data`` to compact JSON text, enforcing the size limit in UTF-8 bytes."""
     try:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODE(data)
     except (TypeError, ValueError) as exc:
         raise InvalidDataError(f"data must be JSON-serialisable: {exc}") from None
     except RecursionError:

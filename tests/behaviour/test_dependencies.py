@@ -102,7 +102,8 @@ def test_a_cycle_or_an_unknown_dependency_is_refused_and_nothing_is_stored(doubl
     wf = Workflow()
     first = wf.add("d.refused", 1)
     wf.add("d.refused", 2, after=[first])
-    wf._steps[0][4].append(1)  # its positions: what a hand-built request could hold, 0 after 1 after 0
+    # Its positions: what a hand-built request could hold, 0 after 1 after 0.
+    wf._steps[0] = wf._steps[0][:4] + ([1],) + wf._steps[0][5:]
     with pytest.raises(DependencyCycleError, match="step 0 -> step 1 -> step 0|step 1 -> step 0 -> step 1"):
         double.link.submit(wf)
     with pytest.raises(UnknownDependencyError, match="999999"):

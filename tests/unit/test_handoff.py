@@ -241,9 +241,12 @@ def test_an_ack_hands_the_step_it_releases_to_the_waiting_pull(storage, hub):
                                                        lease_token="t-first"))
     assert delivery.id == first
     pull = Pull(storage, hub, topic).start()
-    handoff = HandOff(hub, clock.now())
+    # One time for the hand-off and the ack, as the service has: the step is released due at the
+    # ack's time, which a later clock reading (the next millisecond) would put past the pull's reach.
+    now = clock.now()
+    handoff = HandOff(hub, now)
     released: dict = {}
-    storage.acks.ack([AckItem(first, "t-first", True, workflow=True)], clock.now(), "c1", "b:1",
+    storage.acks.ack([AckItem(first, "t-first", True, workflow=True)], now, "c1", "b:1",
                      lambda t: TopicSettings(t), released, handoff)
     handoff.finish(True)
     found = pull.join()

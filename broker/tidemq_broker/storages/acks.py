@@ -50,19 +50,24 @@ class Acks:
             handoff: Optional[HandOff] = None) -> list[AckOutcome]:
         freed: dict[int, tuple[str, int]] = {}  # replaced whole by each run of the transaction
         finished: dict[int, str] = {}  # likewise: the workflows this ack ended
-        # Successes the consumer did not mark as workflow steps take the fast path; the marked
-        # ones go straight to the exact path, in the same transaction (trying them on the fast
+        # Successes the consumer did not mark as workflow steps take the fast path, and so do the
+        # steps whose workflow it names (their UPDATE guarded by that id); steps marked without
+        # an id go straight to the exact path, in the same transaction (trying them on the fast
         # path first cost every ack of a step a statement and a rollback).
-        plain = [item for item in items if item.success and not item.cancelled and not item.workflow]
-        if plain and all(item.success and not item.cancelled for item in items) \
+        plain = [item for item in items if not item.workflow]
+        known = [item for item in items if item.workflow and item.workflow_id is not None]
+        if (plain or known) and all(item.success and not item.cancelled for item in items) \
                 and len({item.id for item in items}) == len(items):
-            steps = [item for item in items if item.workflow]
+            steps = [item for item in items if item.workflow and item.workflow_id is None]
 
             def both(conn: Connection) -> list[AckOutcome]:
                 by_id = dict(zip((item.id for item in plain), self._all_succeeded(conn, plain, now, consumer, broker)))
-                if steps:
-                    by_id.update(zip((item.id for item in steps),
-                                     self._each(conn, steps, now, consumer, broker, topics, freed, finished, handoff)))
+                if known:
+                    self._steps_succeeded(conn, known, now, consumer, broker)
+                    by_id.update((item.id, AckOutcome.APPLIED) for item in known)
+                if steps or known:
+                    by_id.update(zip((item.id for item in steps), self._each(
+                        conn, steps, now, consumer, broker, topics, freed, finished, handoff, known)))
                 return [by_id[item.id] for item in items]
 
             try:
@@ -111,9 +116,35 @@ class Acks:
                 raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)
 
+    def _steps_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
+                         broker: str) -> None:
+        """The successes of workflow steps whose workflow the consumer named, one statement per
+        lease token and workflow, without the exact path's locking read: a row is marked only
+        while it is RUNNING under the item's token and in the item's workflow, so the count of
+        rows changed proves both (else :class:`_SomeStale`, and the exact path decides). Their
+        dependents are released by ``_each(known=items)`` in the same transaction."""
+        groups: dict[tuple[str, int], list[AckItem]] = {}
+        for item in items:
+            groups.setdefault((item.lease_token, item.workflow_id), []).append(item)  # type: ignore[arg-type]
+        success = lifecycle.succeed(now, consumer, broker)
+        for (token, workflow_id), group in groups.items():
+            if all(item.result is None for item in group):
+                ids = [item.id for item in group]
+                changed = sum(apply_to_ids(conn, success, ids[start : start + _CHUNK], token, workflow_id=workflow_id)
+                              for start in range(0, len(ids), _CHUNK))
+            else:
+                changed = apply_each(conn, success, [(item.id, {M.result: item.result}) for item in group], token,
+                                     workflow_id=workflow_id)
+            if changed != len(group):
+                raise _SomeStale()
+
     def _each(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
               topics: Callable[[str], TopicSettings], freed: dict[int, tuple[str, int]],
-              finished: dict[int, str], handoff: Optional[HandOff] = None) -> list[AckOutcome]:
+              finished: dict[int, str], handoff: Optional[HandOff] = None,
+              known: Sequence[AckItem] = ()) -> list[AckOutcome]:
+        """The exact path: each outcome of ``items`` judged on its row, read and locked first; and
+        what every success and failure there and every step of ``known`` (successes already
+        recorded by ``_steps_succeeded``) releases or stops."""
         freed.clear()
         finished.clear()
         if handoff is not None:
@@ -134,6 +165,7 @@ class Acks:
                 else:
                     done[row.id] = (row.status, row.lease_token)
         outcomes, succeeded, failed, cancelled = sort_acks(items, held, done)
+        in_workflow.update((item.id, item.workflow_id) for item in known)  # type: ignore[misc]
         stopped = [item.id for item in cancelled]
         ended: dict[int, str] = {id: lifecycle.CANCELLED.value for id in stopped if id in in_workflow}
         if failed:
@@ -151,11 +183,11 @@ class Acks:
         tally = Tally()
         due: dict[str, list[tuple[int, int, datetime]]] = {}  # released steps due now: for the hand-off
         read: dict[int, Released] = {}  # and what their delivery holds, as the release read it
-        if succeeded:
-            # The rows are locked FOR UPDATE and their tokens checked above.
-            success = lifecycle.succeed(now, consumer, broker)
-            apply_each(conn, success, [(item.id, {M.result: item.result}) for item in succeeded])
-            done = [item.id for item in succeeded if item.id in in_workflow]
+        if succeeded or known:
+            if succeeded:  # the rows are locked FOR UPDATE and their tokens checked above
+                success = lifecycle.succeed(now, consumer, broker)
+                apply_each(conn, success, [(item.id, {M.result: item.result}) for item in succeeded])
+            done = [item.id for item in succeeded if item.id in in_workflow] + [item.id for item in known]
             tally.end_many((in_workflow[id], lifecycle.SUCCESS.value) for id in done)
             if handoff is None:
                 freed.update(release_after(conn, done, now, broker, tally))

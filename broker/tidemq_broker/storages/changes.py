@@ -56,26 +56,30 @@ def apply(conn: Connection, change: Change, *where: Any) -> int:
 
 
 def apply_to_ids(conn: Connection, change: Change, ids: Sequence[int], lease_token: Optional[str] = None,
-                 no_workflow: bool = False) -> int:
+                 no_workflow: bool = False, workflow_id: Optional[int] = None) -> int:
     """``apply`` to the rows ``ids`` (and, when given, held under ``lease_token``; with
-    ``no_workflow``, only rows outside any workflow), by a statement built once per kind of
+    ``no_workflow``, only rows outside any workflow; with ``workflow_id``, only rows of that
+    workflow), by a statement built once per kind of
     change with every value bound at execution: the UPDATEs of every lease and every plain ack,
     where building the statement and its cache key each time cost more of a broker's CPU than
     the database's answer. Returns how many rows changed."""
     if change.delete or not ids:
         where = (() if lease_token is None else (m.c.lease_token == lease_token,)) \
-            + ((m.c.workflow_id.is_(None),) if no_workflow else ())
+            + ((m.c.workflow_id.is_(None),) if no_workflow else ()) \
+            + ((m.c.workflow_id == workflow_id,) if workflow_id is not None else ())
         return apply(conn, change, ids_in(ids), *where)
     stmt = _bound_update(tuple(change.source), change.target, tuple(sorted(change.values)), change.attempt_delta,
-                         change.bump_version, bool(change.trace), lease_token is not None, no_workflow)
+                         change.bump_version, bool(change.trace), lease_token is not None, no_workflow,
+                         workflow_id is not None)
     params = {f"v_{name}": value for name, value in change.values.items()}
-    params.update(ids=[int(i) for i in ids], v_trace=change.trace, v_token=lease_token)
+    params.update(ids=[int(i) for i in ids], v_trace=change.trace, v_token=lease_token, v_workflow=workflow_id)
     return conn.execute(stmt, params).rowcount
 
 
 @functools.lru_cache(maxsize=64)
 def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], attempt_delta: int,
-                  bump_version: bool, trace: bool, token: bool, no_workflow: bool = False) -> Any:
+                  bump_version: bool, trace: bool, token: bool, no_workflow: bool = False,
+                  in_workflow: bool = False) -> Any:
     values: dict[Any, Any] = {name: bindparam(f"v_{name}", type_=m.c[name].type) for name in names}
     if target is not None:
         values["status"] = target.value
@@ -90,16 +94,18 @@ def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], 
         where.append(m.c.lease_token == bindparam("v_token", type_=m.c.lease_token.type))
     if no_workflow:
         where.append(m.c.workflow_id.is_(None))
+    if in_workflow:
+        where.append(m.c.workflow_id == bindparam("v_workflow", type_=m.c.workflow_id.type))
     return update(m).where(*where).values(values)
 
 
 def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mapping[str, Any]]],
-               lease_token: Optional[str] = None, no_workflow: bool = False) -> int:
+               lease_token: Optional[str] = None, no_workflow: bool = False, workflow_id: Optional[int] = None) -> int:
     """Apply ``change`` to each row of ``rows`` ((id, {column: value}), every row naming the same
     columns) with that row's own values of those columns (each message's result), in one UPDATE
     per chunk: a column whose values differ is set by a CASE on the id. ``lease_token``: only
-    rows held under it change; ``no_workflow``: only rows outside any workflow (see
-    ``apply_to_ids``). Returns how many rows changed.
+    rows held under it change; ``no_workflow`` and ``workflow_id``: only rows outside any
+    workflow, or of that one (see ``apply_to_ids``). Returns how many rows changed.
 
     Each chunk's statement is built once per size class (a power of two; the last id and value
     repeat to fill it, a repeated WHEN never matches twice) with every value bound: built anew
@@ -121,10 +127,10 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
         bucket = 1 << (len(part) - 1).bit_length()
         stmt = _bound_case_update(tuple(change.source), change.target, tuple(sorted({*change.values, *own})), differ,
                                   change.attempt_delta, change.bump_version, bool(change.trace),
-                                  lease_token is not None, bucket, no_workflow)
+                                  lease_token is not None, bucket, no_workflow, workflow_id is not None)
         params: dict[str, Any] = {f"v_{name}": value for name, value in change.values.items() if name not in differ}
         params.update((f"v_{name}", got[0]) for name, got in columns.items() if name not in differ)
-        params.update(ids=[id for id, _ in part], v_trace=change.trace, v_token=lease_token)
+        params.update(ids=[id for id, _ in part], v_trace=change.trace, v_token=lease_token, v_workflow=workflow_id)
         last = len(part) - 1
         for k in range(bucket):
             params[f"w_{k}"] = part[min(k, last)][0]
@@ -140,9 +146,9 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
 @functools.lru_cache(maxsize=64)
 def _bound_case_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], differ: tuple[str, ...],
                        attempt_delta: int, bump_version: bool, trace: bool, token: bool, bucket: int,
-                       no_workflow: bool = False) -> Any:
+                       no_workflow: bool = False, in_workflow: bool = False) -> Any:
     stmt = _bound_update(source, target, tuple(name for name in names if name not in differ), attempt_delta,
-                         bump_version, trace, token, no_workflow)
+                         bump_version, trace, token, no_workflow, in_workflow)
     cases = {name: case(*[(m.c.id == bindparam(f"w_{k}", type_=m.c.id.type),
                            bindparam(f"c_{name}_{k}", type_=m.c[name].type)) for k in range(bucket)],
                         else_=m.c[name])

@@ -59,7 +59,7 @@ def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
         return []
     check_workflow_steps(len(steps))
     for i, step in enumerate(steps):
-        count = len(set(step.depends_on))
+        count = len(set(step.depends_on)) if step.depends_on else 0
         if count > MAX_DEPENDENCIES:
             raise WorkflowTooLargeError(f"step {i} waits on {count:,} stored messages, more than MAX_DEPENDENCIES "
                                         f"({MAX_DEPENDENCIES:,}): wait on a group of them through one step, or "
@@ -83,11 +83,12 @@ def check_steps(steps: Sequence[WorkflowStep]) -> list[int]:
 def _order(steps: Sequence[WorkflowStep]) -> list[int]:
     """Kahn's order of the steps along their ``after`` edges; a cycle is named, never stored
     (no step of a cycle could ever become due)."""
-    waits = [len(set(step.after)) for step in steps]
+    waits = [len(set(step.after)) if step.after else 0 for step in steps]
     children: dict[int, list[int]] = {}
     for i, step in enumerate(steps):
-        for j in set(step.after):
-            children.setdefault(j, []).append(i)
+        if step.after:  # most steps of a wide group wait on nothing of the submission
+            for j in set(step.after):
+                children.setdefault(j, []).append(i)
     order = [i for i, n in enumerate(waits) if n == 0]
     for i in order:  # grows while it is walked
         for child in children.get(i, ()):
@@ -168,6 +169,8 @@ def edges(steps: Sequence[WorkflowStep], ids: Sequence[int], statuses: Mapping[i
     the step's handler reads (``Delivery.depends_on``)."""
     found: set[tuple[int, int]] = set()
     for i, step in enumerate(steps):
-        found.update((ids[j], ids[i]) for j in step.after)
-        found.update((id, ids[i]) for id in step.depends_on)
+        if step.after:
+            found.update((ids[j], ids[i]) for j in step.after)
+        if step.depends_on:
+            found.update((id, ids[i]) for id in step.depends_on)
     return sorted(found)

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidemq/rpc/tidemq.proto\x12\ttidemq.v1\"\x8b\x02\n\nNewMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12\x17\n\rdelay_seconds\x18\x03 \x01(\x01H\x00\x12\x18\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03H\x00\x12\x12\n\nunique_key\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x16\n\x0eretry_schedule\x18\x07 \x03(\x01\x12\x15\n\rtrace_context\x18\x08 \x01(\t\x12\x10\n\x08priority\x18\t \x01(\x05\x12\x0b\n\x03key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\x03\x12\r\n\x05\x61\x66ter\x18\x0c \x03(\x05\x12\x11\n\twait_mode\x18\r \x01(\x05\x42\x06\n\x04when\"f\n\x0eProduceRequest\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.tidemq.v1.NewMessage\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x1b\n\x0cProduceReply\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\xc8\x01\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\x12\x0e\n\x06serial\x18\x05 \x01(\x08\x12\x14\n\x0cmax_messages\x18\x06 \x01(\x05\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x13\n\x0blease_token\x18\t \x01(\t\x12\x15\n\rahead_seconds\x18\n \x01(\x01\"\xdf\x01\n\x08\x44\x65livery\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretry_remaining\x18\x05 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\x13\n\x0blease_token\x18\x07 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x15\n\rtrace_context\x18\t \x01(\t\x12\x12\n\ndepends_on\x18\n \x03(\x03\x12\x13\n\x0bworkflow_id\x18\x0b \x01(\x03\"2\n\tPullReply\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.Delivery\"\x7f\n\x07\x41\x63kItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06result\x18\x05 \x01(\t\x12\x11\n\tcancelled\x18\x06 \x01(\x08\x12\x10\n\x08workflow\x18\x07 \x01(\x08\"P\n\nAckRequest\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tidemq.v1.AckItem\x12\r\n\x05topic\x18\x03 \x01(\t\"3\n\x08\x41\x63kReply\x12\'\n\x08outcomes\x18\x01 \x03(\x0e\x32\x15.tidemq.v1.AckOutcome\"D\n\x0cTouchRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x03 \x01(\x01\"\x1e\n\nTouchReply\x12\x10\n\x08\x65xtended\x18\x01 \x01(\x08\"+\n\x08LeaseRef\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"o\n\x0eProgressReport\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x01\x12\r\n\x05total\x18\x04 \x01(\x01\x12\x11\n\thas_total\x18\x05 \x01(\x08\x12\x0c\n\x04note\x18\x06 \x01(\t\"\x88\x01\n\rExtendRequest\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.LeaseRef\x12\x13\n\x0bttr_seconds\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12+\n\x08progress\x18\x04 \x03(\x0b\x32\x19.tidemq.v1.ProgressReport\"9\n\x0b\x45xtendReply\x12\x10\n\x08\x65xtended\x18\x01 \x03(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x03(\x08\"7\n\x0eReleaseRequest\x12\x13\n\x0blease_token\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\" \n\x0cReleaseReply\x12\x10\n\x08released\x18\x01 \x01(\x03\"?\n\rCancelRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x08\x12\x10\n\x08workflow\x18\x03 \x01(\x08\" \n\x0b\x43\x61ncelReply\x12\x11\n\tcancelled\x18\x01 \x03(\x08\"3\n\x0eResultsRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\xa4\x01\n\x0bResultState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x10\n\x08progress\x18\x05 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x06 \x01(\x03\x12\x16\n\x0e\x66inish_time_ms\x18\x07 \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x08 \x01(\x08\"6\n\x0cResultsReply\x12&\n\x06states\x18\x01 \x03(\x0b\x32\x16.tidemq.v1.ResultState\"3\n\x0fWorkflowRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\xa5\x01\n\rWorkflowReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x13\n\x0bsteps_total\x18\x04 \x01(\x05\x12\x12\n\nsteps_left\x18\x05 \x01(\x05\x12\x14\n\x0csteps_failed\x18\x06 \x01(\x05\x12\x12\n\ncreated_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x66inished_ms\x18\x08 \x01(\x03\";\n\x0eRequeueRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05retry\x18\x03 \x01(\x05\" \n\x0cRequeueReply\x12\x10\n\x08requeued\x18\x01 \x01(\x03\"~\n\x12PutScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x63ron\x18\x03 \x01(\t\x12\x10\n\x08timezone\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x0e\n\x06missed\x18\x07 \x01(\t\"9\n\x10PutScheduleReply\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x14\n\x0cnext_tick_ms\x18\x02 \x01(\x03*A\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41PPLIED\x10\x01\x12\t\n\x05STALE\x10\x02\x32\xf4\x05\n\x06\x42roker\x12=\n\x07Produce\x12\x19.tidemq.v1.ProduceRequest\x1a\x17.tidemq.v1.ProduceReply\x12G\n\rProduceStream\x12\x19.tidemq.v1.ProduceRequest\x1a\x17.tidemq.v1.ProduceReply(\x01\x30\x01\x12\x34\n\x04Pull\x12\x16.tidemq.v1.PullRequest\x1a\x14.tidemq.v1.PullReply\x12\x31\n\x03\x41\x63k\x12\x15.tidemq.v1.AckRequest\x1a\x13.tidemq.v1.AckReply\x12\x37\n\x05Touch\x12\x17.tidemq.v1.TouchRequest\x1a\x15.tidemq.v1.TouchReply\x12:\n\x06\x45xtend\x12\x18.tidemq.v1.ExtendRequest\x1a\x16.tidemq.v1.ExtendReply\x12=\n\x07Release\x12\x19.tidemq.v1.ReleaseRequest\x1a\x17.tidemq.v1.ReleaseReply\x12:\n\x06\x43\x61ncel\x12\x18.tidemq.v1.CancelRequest\x1a\x16.tidemq.v1.CancelReply\x12=\n\x07Requeue\x12\x19.tidemq.v1.RequeueRequest\x1a\x17.tidemq.v1.RequeueReply\x12I\n\x0bPutSchedule\x12\x1d.tidemq.v1.PutScheduleRequest\x1a\x1b.tidemq.v1.PutScheduleReply\x12=\n\x07Results\x12\x19.tidemq.v1.ResultsRequest\x1a\x17.tidemq.v1.ResultsReply\x12@\n\x08Workflow\x12\x1a.tidemq.v1.WorkflowRequest\x1a\x18.tidemq.v1.WorkflowReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tidemq/rpc/tidemq.proto\x12\ttidemq.v1\"\x8b\x02\n\nNewMessage\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12\x17\n\rdelay_seconds\x18\x03 \x01(\x01H\x00\x12\x18\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03H\x00\x12\x12\n\nunique_key\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x16\n\x0eretry_schedule\x18\x07 \x03(\x01\x12\x15\n\rtrace_context\x18\x08 \x01(\t\x12\x10\n\x08priority\x18\t \x01(\x05\x12\x0b\n\x03key\x18\n \x01(\t\x12\x12\n\ndepends_on\x18\x0b \x03(\x03\x12\r\n\x05\x61\x66ter\x18\x0c \x03(\x05\x12\x11\n\twait_mode\x18\r \x01(\x05\x42\x06\n\x04when\"f\n\x0eProduceRequest\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.tidemq.v1.NewMessage\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x01\"\x1b\n\x0cProduceReply\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"\xc8\x01\n\x0bPullRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\x12\x0e\n\x06serial\x18\x05 \x01(\x08\x12\x14\n\x0cmax_messages\x18\x06 \x01(\x05\x12\x14\n\x0cwait_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x13\n\x0blease_token\x18\t \x01(\t\x12\x15\n\rahead_seconds\x18\n \x01(\x01\"\xdf\x01\n\x08\x44\x65livery\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x04 \x01(\x03\x12\x17\n\x0fretry_remaining\x18\x05 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\x13\n\x0blease_token\x18\x07 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x08 \x01(\x01\x12\x15\n\rtrace_context\x18\t \x01(\t\x12\x12\n\ndepends_on\x18\n \x03(\x03\x12\x13\n\x0bworkflow_id\x18\x0b \x01(\x03\"2\n\tPullReply\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.Delivery\"\x94\x01\n\x07\x41\x63kItem\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06result\x18\x05 \x01(\t\x12\x11\n\tcancelled\x18\x06 \x01(\x08\x12\x10\n\x08workflow\x18\x07 \x01(\x08\x12\x13\n\x0bworkflow_id\x18\x08 \x01(\x03\"P\n\nAckRequest\x12\x10\n\x08\x63onsumer\x18\x01 \x01(\t\x12!\n\x05items\x18\x02 \x03(\x0b\x32\x12.tidemq.v1.AckItem\x12\r\n\x05topic\x18\x03 \x01(\t\"3\n\x08\x41\x63kReply\x12\'\n\x08outcomes\x18\x01 \x03(\x0e\x32\x15.tidemq.v1.AckOutcome\"D\n\x0cTouchRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x13\n\x0bttr_seconds\x18\x03 \x01(\x01\"\x1e\n\nTouchReply\x12\x10\n\x08\x65xtended\x18\x01 \x01(\x08\"+\n\x08LeaseRef\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"o\n\x0eProgressReport\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x01\x12\r\n\x05total\x18\x04 \x01(\x01\x12\x11\n\thas_total\x18\x05 \x01(\x08\x12\x0c\n\x04note\x18\x06 \x01(\t\"\x88\x01\n\rExtendRequest\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.tidemq.v1.LeaseRef\x12\x13\n\x0bttr_seconds\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12+\n\x08progress\x18\x04 \x03(\x0b\x32\x19.tidemq.v1.ProgressReport\"9\n\x0b\x45xtendReply\x12\x10\n\x08\x65xtended\x18\x01 \x03(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x03(\x08\"7\n\x0eReleaseRequest\x12\x13\n\x0blease_token\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\" \n\x0cReleaseReply\x12\x10\n\x08released\x18\x01 \x01(\x03\"?\n\rCancelRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x08\x12\x10\n\x08workflow\x18\x03 \x01(\x08\" \n\x0b\x43\x61ncelReply\x12\x11\n\tcancelled\x18\x01 \x03(\x08\"3\n\x0eResultsRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\xa4\x01\n\x0bResultState\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0e\n\x06result\x18\x04 \x01(\t\x12\x10\n\x08progress\x18\x05 \x01(\t\x12\x16\n\x0e\x65\x66\x66\x65\x63t_time_ms\x18\x06 \x01(\x03\x12\x16\n\x0e\x66inish_time_ms\x18\x07 \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x08 \x01(\x08\"6\n\x0cResultsReply\x12&\n\x06states\x18\x01 \x03(\x0b\x32\x16.tidemq.v1.ResultState\"3\n\x0fWorkflowRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\"\xa5\x01\n\rWorkflowReply\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x13\n\x0bsteps_total\x18\x04 \x01(\x05\x12\x12\n\nsteps_left\x18\x05 \x01(\x05\x12\x14\n\x0csteps_failed\x18\x06 \x01(\x05\x12\x12\n\ncreated_ms\x18\x07 \x01(\x03\x12\x13\n\x0b\x66inished_ms\x18\x08 \x01(\x03\";\n\x0eRequeueRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x12\r\n\x05topic\x18\x02 \x01(\t\x12\r\n\x05retry\x18\x03 \x01(\x05\" \n\x0cRequeueReply\x12\x10\n\x08requeued\x18\x01 \x01(\x03\"~\n\x12PutScheduleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x0c\n\x04\x63ron\x18\x03 \x01(\t\x12\x10\n\x08timezone\x18\x04 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x05 \x01(\t\x12\r\n\x05retry\x18\x06 \x01(\x05\x12\x0e\n\x06missed\x18\x07 \x01(\t\"9\n\x10PutScheduleReply\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x14\n\x0cnext_tick_ms\x18\x02 \x01(\x03*A\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x41PPLIED\x10\x01\x12\t\n\x05STALE\x10\x02\x32\xf4\x05\n\x06\x42roker\x12=\n\x07Produce\x12\x19.tidemq.v1.ProduceRequest\x1a\x17.tidemq.v1.ProduceReply\x12G\n\rProduceStream\x12\x19.tidemq.v1.ProduceRequest\x1a\x17.tidemq.v1.ProduceReply(\x01\x30\x01\x12\x34\n\x04Pull\x12\x16.tidemq.v1.PullRequest\x1a\x14.tidemq.v1.PullReply\x12\x31\n\x03\x41\x63k\x12\x15.tidemq.v1.AckRequest\x1a\x13.tidemq.v1.AckReply\x12\x37\n\x05Touch\x12\x17.tidemq.v1.TouchRequest\x1a\x15.tidemq.v1.TouchReply\x12:\n\x06\x45xtend\x12\x18.tidemq.v1.ExtendRequest\x1a\x16.tidemq.v1.ExtendReply\x12=\n\x07Release\x12\x19.tidemq.v1.ReleaseRequest\x1a\x17.tidemq.v1.ReleaseReply\x12:\n\x06\x43\x61ncel\x12\x18.tidemq.v1.CancelRequest\x1a\x16.tidemq.v1.CancelReply\x12=\n\x07Requeue\x12\x19.tidemq.v1.RequeueRequest\x1a\x17.tidemq.v1.RequeueReply\x12I\n\x0bPutSchedule\x12\x1d.tidemq.v1.PutScheduleRequest\x1a\x1b.tidemq.v1.PutScheduleReply\x12=\n\x07Results\x12\x19.tidemq.v1.ResultsRequest\x1a\x17.tidemq.v1.ResultsReply\x12@\n\x08Workflow\x12\x1a.tidemq.v1.WorkflowRequest\x1a\x18.tidemq.v1.WorkflowReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidemq.rpc.tidemq_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACKOUTCOME']._serialized_start=2613
-  _globals['_ACKOUTCOME']._serialized_end=2678
+  _globals['_ACKOUTCOME']._serialized_start=2635
+  _globals['_ACKOUTCOME']._serialized_end=2700
   _globals['_NEWMESSAGE']._serialized_start=39
   _globals['_NEWMESSAGE']._serialized_end=306
   _globals['_PRODUCEREQUEST']._serialized_start=308
@@ -45,50 +45,50 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELIVERY']._serialized_end=868
   _globals['_PULLREPLY']._serialized_start=870
   _globals['_PULLREPLY']._serialized_end=920
-  _globals['_ACKITEM']._serialized_start=922
-  _globals['_ACKITEM']._serialized_end=1049
-  _globals['_ACKREQUEST']._serialized_start=1051
-  _globals['_ACKREQUEST']._serialized_end=1131
-  _globals['_ACKREPLY']._serialized_start=1133
-  _globals['_ACKREPLY']._serialized_end=1184
-  _globals['_TOUCHREQUEST']._serialized_start=1186
-  _globals['_TOUCHREQUEST']._serialized_end=1254
-  _globals['_TOUCHREPLY']._serialized_start=1256
-  _globals['_TOUCHREPLY']._serialized_end=1286
-  _globals['_LEASEREF']._serialized_start=1288
-  _globals['_LEASEREF']._serialized_end=1331
-  _globals['_PROGRESSREPORT']._serialized_start=1333
-  _globals['_PROGRESSREPORT']._serialized_end=1444
-  _globals['_EXTENDREQUEST']._serialized_start=1447
-  _globals['_EXTENDREQUEST']._serialized_end=1583
-  _globals['_EXTENDREPLY']._serialized_start=1585
-  _globals['_EXTENDREPLY']._serialized_end=1642
-  _globals['_RELEASEREQUEST']._serialized_start=1644
-  _globals['_RELEASEREQUEST']._serialized_end=1699
-  _globals['_RELEASEREPLY']._serialized_start=1701
-  _globals['_RELEASEREPLY']._serialized_end=1733
-  _globals['_CANCELREQUEST']._serialized_start=1735
-  _globals['_CANCELREQUEST']._serialized_end=1798
-  _globals['_CANCELREPLY']._serialized_start=1800
-  _globals['_CANCELREPLY']._serialized_end=1832
-  _globals['_RESULTSREQUEST']._serialized_start=1834
-  _globals['_RESULTSREQUEST']._serialized_end=1885
-  _globals['_RESULTSTATE']._serialized_start=1888
-  _globals['_RESULTSTATE']._serialized_end=2052
-  _globals['_RESULTSREPLY']._serialized_start=2054
-  _globals['_RESULTSREPLY']._serialized_end=2108
-  _globals['_WORKFLOWREQUEST']._serialized_start=2110
-  _globals['_WORKFLOWREQUEST']._serialized_end=2161
-  _globals['_WORKFLOWREPLY']._serialized_start=2164
-  _globals['_WORKFLOWREPLY']._serialized_end=2329
-  _globals['_REQUEUEREQUEST']._serialized_start=2331
-  _globals['_REQUEUEREQUEST']._serialized_end=2390
-  _globals['_REQUEUEREPLY']._serialized_start=2392
-  _globals['_REQUEUEREPLY']._serialized_end=2424
-  _globals['_PUTSCHEDULEREQUEST']._serialized_start=2426
-  _globals['_PUTSCHEDULEREQUEST']._serialized_end=2552
-  _globals['_PUTSCHEDULEREPLY']._serialized_start=2554
-  _globals['_PUTSCHEDULEREPLY']._serialized_end=2611
-  _globals['_BROKER']._serialized_start=2681
-  _globals['_BROKER']._serialized_end=3437
+  _globals['_ACKITEM']._serialized_start=923
+  _globals['_ACKITEM']._serialized_end=1071
+  _globals['_ACKREQUEST']._serialized_start=1073
+  _globals['_ACKREQUEST']._serialized_end=1153
+  _globals['_ACKREPLY']._serialized_start=1155
+  _globals['_ACKREPLY']._serialized_end=1206
+  _globals['_TOUCHREQUEST']._serialized_start=1208
+  _globals['_TOUCHREQUEST']._serialized_end=1276
+  _globals['_TOUCHREPLY']._serialized_start=1278
+  _globals['_TOUCHREPLY']._serialized_end=1308
+  _globals['_LEASEREF']._serialized_start=1310
+  _globals['_LEASEREF']._serialized_end=1353
+  _globals['_PROGRESSREPORT']._serialized_start=1355
+  _globals['_PROGRESSREPORT']._serialized_end=1466
+  _globals['_EXTENDREQUEST']._serialized_start=1469
+  _globals['_EXTENDREQUEST']._serialized_end=1605
+  _globals['_EXTENDREPLY']._serialized_start=1607
+  _globals['_EXTENDREPLY']._serialized_end=1664
+  _globals['_RELEASEREQUEST']._serialized_start=1666
+  _globals['_RELEASEREQUEST']._serialized_end=1721
+  _globals['_RELEASEREPLY']._serialized_start=1723
+  _globals['_RELEASEREPLY']._serialized_end=1755
+  _globals['_CANCELREQUEST']._serialized_start=1757
+  _globals['_CANCELREQUEST']._serialized_end=1820
+  _globals['_CANCELREPLY']._serialized_start=1822
+  _globals['_CANCELREPLY']._serialized_end=1854
+  _globals['_RESULTSREQUEST']._serialized_start=1856
+  _globals['_RESULTSREQUEST']._serialized_end=1907
+  _globals['_RESULTSTATE']._serialized_start=1910
+  _globals['_RESULTSTATE']._serialized_end=2074
+  _globals['_RESULTSREPLY']._serialized_start=2076
+  _globals['_RESULTSREPLY']._serialized_end=2130
+  _globals['_WORKFLOWREQUEST']._serialized_start=2132
+  _globals['_WORKFLOWREQUEST']._serialized_end=2183
+  _globals['_WORKFLOWREPLY']._serialized_start=2186
+  _globals['_WORKFLOWREPLY']._serialized_end=2351
+  _globals['_REQUEUEREQUEST']._serialized_start=2353
+  _globals['_REQUEUEREQUEST']._serialized_end=2412
+  _globals['_REQUEUEREPLY']._serialized_start=2414
+  _globals['_REQUEUEREPLY']._serialized_end=2446
+  _globals['_PUTSCHEDULEREQUEST']._serialized_start=2448
+  _globals['_PUTSCHEDULEREQUEST']._serialized_end=2574
+  _globals['_PUTSCHEDULEREPLY']._serialized_start=2576
+  _globals['_PUTSCHEDULEREPLY']._serialized_end=2633
+  _globals['_BROKER']._serialized_start=2703
+  _globals['_BROKER']._serialized_end=3459
 # @@protoc_insertion_point(module_scope)
