@@ -119,6 +119,7 @@ def check_pull(request: pb.PullRequest) -> None:
     """Reject pull requests whose numbers make no sense."""
     validation.check_pull(request.topic, rank=request.rank, total=request.total, max_messages=request.max_messages,
                           wait=request.wait_seconds, ttr=request.ttr_seconds, ahead=request.ahead_seconds,
+                          hold=request.hold_seconds,
                           consumer=request.consumer, lease_token=request.lease_token)
 
 

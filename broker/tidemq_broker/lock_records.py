@@ -85,6 +85,7 @@ class LockRequest:
     lease_token: Optional[str] = None
     broker: str = ""
     limits: Optional[FlowLimits] = None
+    hold: float = 0.0  # the lease until a handler starts, when shorter than ttr (``lifecycle.lease``)
 
     @property
     def topic(self) -> str:

@@ -108,7 +108,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         wait = request.wait_seconds if remaining is None else min(request.wait_seconds, max(remaining - 0.2, 0))
         deadline = time.monotonic() + wait
         rank, total = (0, 1) if request.serial else (request.rank, request.total)
-        ahead = request.ahead_seconds
+        ahead, hold = request.ahead_seconds, request.hold_seconds
 
         def shard() -> Shard:
             return Shard(topic, rank, total, self.hub.hints.get(topic, (rank, total)))
@@ -127,7 +127,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     found = self.storage.leases.lock_batch(LockRequest(
                         where, consumer, ttr, now, limit=request.max_messages, ahead=ahead,
                         lease_token=request.lease_token or None, broker=self.name,
-                        limits=self.topics.get(topic).limits))
+                        limits=self.topics.get(topic).limits, hold=hold))
                     reached = getattr(found, "reached", None)  # LeasedBatch.reached
                     if reached:
                         self.hub.hints.reached(topic, (rank, total), where.hint, reached)
@@ -143,7 +143,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     or not context.is_active():
                 return None
             return LockRequest(shard(), consumer, ttr, now, limit=request.max_messages, ahead=ahead,
-                               lease_token=request.lease_token or None, broker=self.name)
+                               lease_token=request.lease_token or None, broker=self.name, hold=hold)
 
         def next_due() -> Any:
             if request.serial:

@@ -272,16 +272,16 @@ class Client:
     # -- consuming: the BrokerLink calls (tidemq types in and out; protobuf stays here) -------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
              max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
-             track: Optional[PullHandle] = None, ahead: float = 0.0) -> list[Delivery]:
+             track: Optional[PullHandle] = None, ahead: float = 0.0, hold: float = 0.0) -> list[Delivery]:
         """Lease up to ``max_messages`` due messages, long-polling up to ``wait`` seconds.
 
         ``lease_token`` (32 hex characters) names the lease in advance, so a caller whose call
         failed or was abandoned can :meth:`release` whatever it may have locked. ``track`` lets
-        another thread cancel the long-poll (then PullCancelledError is raised). ``ahead``: see
-        :meth:`tidemq.link.BrokerLink.pull`.
+        another thread cancel the long-poll (then PullCancelledError is raised). ``ahead``,
+        ``hold``: see :meth:`tidemq.link.BrokerLink.pull`.
         """
         request = pull_request(topic, consumer, rank=rank, total=total, serial=serial, max_messages=max_messages,
-                               wait=wait, ttr=ttr, lease_token=lease_token, ahead=ahead)
+                               wait=wait, ttr=ttr, lease_token=lease_token, ahead=ahead, hold=hold)
         answered: list[str] = []
         reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track, answered=answered)
         return [delivery(d, answered[-1] if answered else "") for d in reply.messages]

@@ -2,9 +2,18 @@
 
 A heartbeat thread extends every lease held in one call every ttr/3: prefetched, running, and
 finished ones whose outcome the :class:`~tidemq.ack_sender.AckSender` is still sending. A handler
-may therefore run far longer than its ttr while its worker lives; a worker killed with -9 stops
-beating, and its messages come back within ttr plus one period. A lease found lost before its
+may therefore run far longer than its ttr while its worker lives. A lease found lost before its
 handler started is reported, so the runner does not start it.
+
+**Held, not started: a short lease.** With ``hold`` (shorter than ttr), a pull asks for leases of
+``hold`` seconds, and the messages a worker holds but has not started (prefetched, or leased
+ahead of their effect time) are extended by ``hold`` every hold/3; once a handler starts one, the
+next of those beats extends it by ttr and it joins the ttr/3 rhythm. A worker killed with -9
+thus gives back what it never started within ``hold`` (plus the brokers' expiry period), not
+ttr; what it was running comes back within ttr, as before. A message is started only while its
+lease has at least hold/2 left by this keeper's reckoning (counted from when the call that
+granted it was sent, so the broker's clock is never ahead of it); a worker whose beats have
+been failing extends that one lease first, by ttr, and does not start it if the broker refuses.
 
 The heartbeat also carries the handlers' progress reports (the latest per message; a report
 brings the next heartbeat of its lease forward, to at most one a second) and brings back which
@@ -14,6 +23,7 @@ messages' cancel was requested: their runs' :class:`~tidemq.control.RunControl` 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -25,7 +35,7 @@ from .drain import LAST_CALL, Drain
 from .errors import RetriableError, StorageUnavailableError, TidemqError
 from .link import BrokerLink, Delivery, LeaseRef, ProgressRef
 
-__all__ = ["LeaseKeeper", "SMALLEST"]
+__all__ = ["LeaseKeeper", "SMALLEST", "HOLD"]
 
 log = logging.getLogger(__name__)
 # A call the brokers' database failed (a heartbeat, an ack batch) is sent again in halves, down to
@@ -35,14 +45,22 @@ log = logging.getLogger(__name__)
 SMALLEST = 50
 #: Seconds between two heartbeats a handler's progress reports bring forward.
 PROGRESS_EVERY = 1.0
+#: Seconds before a failed beat of short leases is tried again (they have hold/2 left at least).
+SHORT_RETRY = 0.1
+#: The short lease a QUEUE runner asks for (``hold``): with the brokers' lease expiry every 0.5 s,
+#: what a killed worker held but never started is due again within 2 s. Its cost: a beat of the
+#: held messages every 0.5 s while a worker holds any.
+HOLD = 1.5
 
 
 class LeaseKeeper:
     """Heartbeats for one consumer; ``consumer()`` names it in calls."""
 
-    def __init__(self, link: BrokerLink, spec: ConsumerSpec, consumer: Callable[[], str], drain: Drain) -> None:
+    def __init__(self, link: BrokerLink, spec: ConsumerSpec, consumer: Callable[[], str], drain: Drain,
+                 hold: float = 0.0) -> None:
         self.link = link
         self.spec = spec
+        self.hold_seconds = hold if 0 < hold < spec.ttr else 0.0  # the short lease of held messages (0: none)
         self._consumer = consumer
         self._drain = drain
         self._lock = threading.Lock()
@@ -54,6 +72,11 @@ class LeaseKeeper:
         self._cancel_seen: set[LeaseRef] = set()  # cancel requested before the run started
         self._progress: dict[LeaseRef, ProgressRef] = {}  # the latest report not yet sent, per lease
         self._progress_sent = 0.0  # monotonic time of the last heartbeat a report brought forward
+        # Leases of ``hold`` seconds, each with the monotonic time it surely lasts until: held
+        # ones, and started ones until a beat extends them by ttr.
+        self._short: dict[LeaseRef, float] = {}
+        self._started: set[LeaseRef] = set()
+        self._next_short = math.inf  # when the short leases are beaten next
         self._nudge = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"tidemq-heartbeat-{spec.topic}", daemon=True)
@@ -69,16 +92,29 @@ class LeaseKeeper:
         self._thread.join(self._drain.left() + LAST_CALL + 1.0)
 
     # -- the leases held ---------------------------------------------------------------------
-    def hold(self, deliveries: Sequence[Delivery]) -> None:
-        """Beat the leases of ``deliveries`` from now until their outcome is recorded."""
+    def hold(self, deliveries: Sequence[Delivery], sent: Optional[float] = None) -> None:
+        """Beat the leases of ``deliveries`` from now until their outcome is recorded. ``sent``:
+        the monotonic time the pull that leased them was sent, with ``hold``: they last that plus
+        ``hold`` seconds at least."""
+        leases = [LeaseRef(d.id, d.lease_token) for d in deliveries]
         with self._lock:
-            self._held.update(LeaseRef(d.id, d.lease_token) for d in deliveries)
+            self._held.update(leases)
+            if self.hold_seconds and sent is not None:
+                first = not self._short
+                if first:
+                    self._next_short = sent + self.hold_seconds / 3
+                self._short.update((lease, sent + self.hold_seconds) for lease in leases)
+            else:
+                first = False
+        if first:
+            self._nudge.set()  # the loop may be asleep until the next ttr/3 beat
 
     def reporting(self, leases: Sequence[LeaseRef]) -> None:
-        """Their handlers are done and their outcomes on their way: keep beating them."""
+        """Their handlers are done and their outcomes on their way: keep beating them (by ttr)."""
         with self._lock:
             self._held.difference_update(leases)
             self._reporting.update(leases)
+            self._started.update(lease for lease in leases if lease in self._short)
 
     def reported(self, leases: Sequence[LeaseRef]) -> None:
         """Their outcomes were recorded (or given up): stop beating them."""
@@ -86,6 +122,8 @@ class LeaseKeeper:
             self._reporting.difference_update(leases)
             for lease in leases:
                 self._touched.pop(lease, None)
+                self._short.pop(lease, None)
+                self._started.discard(lease)
                 self._controls.pop(lease, None)
                 self._cancel_seen.discard(lease)
                 self._progress.pop(lease, None)
@@ -96,6 +134,8 @@ class LeaseKeeper:
         control = RunControl(lease.id, lambda done, total, note: self.progress(lease, done, total, note))
         with self._lock:
             self._controls[lease] = control
+            if lease in self._short:
+                self._started.add(lease)  # the next beat of short leases extends it by ttr
             seen = lease in self._cancel_seen
         if seen:
             control.request_cancel()
@@ -111,11 +151,23 @@ class LeaseKeeper:
         self._nudge.set()
 
     def lost_before_start(self, delivery: Delivery) -> bool:
-        """True (and counted stale) when a heartbeat found the lease gone while it waited."""
+        """True (and counted stale) when a heartbeat found the lease gone while it waited, or
+        when its short lease may run out soon and the broker would not extend it now."""
         lease = LeaseRef(delivery.id, delivery.lease_token)
         with self._lock:
             lost = lease in self._lost
             self._lost.discard(lease)
+            until = self._short.get(lease)
+        if not lost and until is not None and until - time.monotonic() < self.hold_seconds / 2:
+            # The beats of short leases have been failing (or late): extend this one by ttr
+            # before it starts; started on a lease that may have run out, it could run twice.
+            called = self._beat([lease], self.spec.ttr)
+            with self._lock:
+                lost = not called or lease in self._lost
+                self._lost.discard(lease)
+                if lost:
+                    self._held.discard(lease)
+                    self._short.pop(lease, None)
         if lost:
             self.stale += 1
         return lost
@@ -136,44 +188,60 @@ class LeaseKeeper:
         # Every ttr/3: a lease then always has two thirds of its life left when it is extended,
         # so one failed heartbeat (a broker failing over) does not lose it. Progress reports
         # bring the heartbeat of their leases forward, to at most one per PROGRESS_EVERY.
+        # Short leases (``hold``) are beaten every hold/3 while there are any.
         period = self.spec.ttr / 3
         next_full = time.monotonic() + period
         while not self._stop.is_set():
             now = time.monotonic()
             with self._lock:
                 pending = bool(self._progress)
-            wake = min(next_full, self._progress_sent + PROGRESS_EVERY) if pending else next_full
+                short = self._next_short if self._short else math.inf
+            wake = min(next_full, short, self._progress_sent + PROGRESS_EVERY if pending else math.inf)
             if wake > now:
                 self._nudge.wait(wake - now)
                 self._nudge.clear()
                 continue
             if now >= next_full:
-                self.beat()
+                failed = self.beat()
                 next_full = time.monotonic() + period
             else:
                 with self._lock:
-                    reported = set(self._progress)
-                self.beat(reported)
+                    only = set(self._progress) | (set(self._short) if now >= short else set())
+                failed = self.beat(only)
+            if now >= short:
+                with self._lock:
+                    self._next_short = time.monotonic() + (SHORT_RETRY if failed else self.hold_seconds / 3)
             if pending:
                 self._progress_sent = time.monotonic()
 
-    def beat(self, only: Optional[set[LeaseRef]] = None) -> None:
+    def beat(self, only: Optional[set[LeaseRef]] = None) -> bool:
         """Extend every lease held now (or those of ``only``) in one call (one per ttr when a
-        handler lengthened its lease with ``touch``), with the progress reports waiting; forget
-        (and report) those found lost, tell the runs whose cancel was requested."""
+        handler lengthened its lease with ``touch``; held messages not started by ``hold``), with
+        the progress reports waiting; forget (and report) those found lost, tell the runs whose
+        cancel was requested. Returns True when a call that carried short leases failed."""
         with self._lock:
             by_ttr: dict[float, list[LeaseRef]] = {}
+            shorts: set[float] = set()  # the calls that carry short leases
             for lease in self._held | self._reporting:
                 if only is None or lease in only:
-                    by_ttr.setdefault(self._touched.get(lease, self.spec.ttr), []).append(lease)
+                    short = lease in self._short and lease not in self._started
+                    ttr = self.hold_seconds if short else self._touched.get(lease, self.spec.ttr)
+                    by_ttr.setdefault(ttr, []).append(lease)
+                    if lease in self._short:
+                        shorts.add(ttr)
             progress, self._progress = self._progress, {}
+        failed = False
         for ttr, leases in by_ttr.items():
-            self._beat(leases, ttr, [progress[lease] for lease in leases if lease in progress])
+            if not self._beat(leases, ttr, [progress[lease] for lease in leases if lease in progress]) and ttr in shorts:
+                failed = True
+        return failed
 
-    def _beat(self, leases: list[LeaseRef], ttr: float, progress: Sequence[ProgressRef] = ()) -> None:
+    def _beat(self, leases: list[LeaseRef], ttr: float, progress: Sequence[ProgressRef] = ()) -> bool:
+        """One heartbeat call; False when it failed (the leases stay as they were)."""
         # One call always fits: at most threads + batch (2,024) leases plus the outcomes on their
         # way, and MAX_BATCH is 10,000.
         heartbeat = getattr(self.link, "heartbeat", None)
+        sent = time.monotonic()
         try:
             if heartbeat is not None:
                 reply = heartbeat(leases, ttr, self._consumer(), progress, timeout=self._drain.call_timeout())
@@ -185,13 +253,13 @@ class LeaseKeeper:
             log.debug("heartbeat of %d lease(s) of %s failed (%s)", len(leases), self.spec.topic, exc)
             if isinstance(exc, StorageUnavailableError) and len(leases) > SMALLEST:
                 half = len(leases) // 2  # each half once, now: see SMALLEST
-                self._beat(leases[:half], ttr, progress)
-                self._beat(leases[half:], ttr, progress)
-            return
+                first = self._beat(leases[:half], ttr, progress)
+                return self._beat(leases[half:], ttr, progress) and first
+            return False
         except TidemqError as exc:
             log.info("heartbeat of %d lease(s) of %s refused (%s); next one in %.1f s",
                      len(leases), self.spec.topic, exc, self.spec.ttr / 3)
-            return
+            return False
         lost = []
         stop: list[RunControl] = []
         with self._lock:
@@ -201,9 +269,18 @@ class LeaseKeeper:
                 elif flag and lease in self._held:
                     self._cancel_seen.add(lease)
             for lease, ok in zip(leases, extended):
+                if ok and lease in self._short:
+                    if ttr == self.hold_seconds and lease not in self._started:
+                        self._short[lease] = sent + self.hold_seconds
+                    else:  # extended by ttr (started, or about to): a long lease from now on
+                        self._short.pop(lease, None)
+                        self._started.discard(lease)
                 # Only a lease still waiting for (or in) its handler is reported here. One whose
                 # outcome is on its way was either recorded meanwhile (so not extended) or lost,
                 # which its ack will say.
+                if not ok:
+                    self._short.pop(lease, None)
+                    self._started.discard(lease)
                 if not ok and lease in self._held:
                     self._held.discard(lease)
                     self._touched.pop(lease, None)
@@ -215,3 +292,4 @@ class LeaseKeeper:
             log.warning("lease of message %d of %s was lost (expired or taken over): its ack will be "
                         "refused as STALE", msg_id, self.spec.topic,
                         extra={"tidemq_message_id": msg_id, "tidemq_topic": self.spec.topic})
+        return True

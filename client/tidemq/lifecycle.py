@@ -200,15 +200,21 @@ def produce(now: datetime, **who: object) -> Change:
 
 
 # -- a consumer's lease ----------------------------------------------------------------------
-def lease(now: datetime, ttr: int, consumer: str, lease_token: str, ahead: float = 0.0, **who: object) -> Change:
+def lease(now: datetime, ttr: int, consumer: str, lease_token: str, ahead: float = 0.0, hold: float = 0.0,
+          **who: object) -> Change:
     """NEW -> RUNNING for ``ttr`` seconds under ``lease_token``; the delivery is counted.
 
     ``ahead`` > 0: the messages may be up to that many seconds from due, held by the consumer
-    until their effect_time; the lease covers that wait on top of ``ttr``.
+    until their effect_time; the lease covers that wait on top of ``ttr``. ``hold``, when shorter
+    than ``ttr``, is the lease instead: the consumer's heartbeats extend a message by ``hold``
+    until its handler starts, by ``ttr`` from then on (``tidemq.lease_keeper``).
     """
-    values = {M.lease_token: lease_token, M.lease_expire: after(now, ttr + ahead), M.ttr: ttr,
+    length = hold if 0 < hold < ttr else ttr
+    values = {M.lease_token: lease_token, M.lease_expire: after(now, length + ahead), M.ttr: ttr,
               M.consumer: consumer[:255], M.start_time: now, M.update_time: now}
     extra = {"ahead": f"{ahead:g}s"} if ahead > 0 else {}
+    if length < ttr:
+        extra["hold"] = f"{hold:g}s"
     return Change(Event.LOCKED, (NEW,), RUNNING, values, attempt_delta=1,
                   trace=_line(now, Event.LOCKED, consumer=consumer, **who, ttr=ttr, **extra))
 

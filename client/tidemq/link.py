@@ -141,12 +141,14 @@ class BrokerLink(Protocol):
 
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
              max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
-             track: Optional[PullHandle] = None, ahead: float = 0.0) -> list[Delivery]:
+             track: Optional[PullHandle] = None, ahead: float = 0.0, hold: float = 0.0) -> list[Delivery]:
         """Lease up to ``max_messages`` due messages of shard ``MOD(id, total) = rank`` (serial:
         only the topic's head, when nothing of it is RUNNING), long-polling up to ``wait`` s.
 
         ``ahead`` > 0 also leases messages due within that many seconds; the caller must not
-        start one before its ``effect_time`` (its lease covers the wait).
+        start one before its ``effect_time`` (its lease covers the wait). ``hold``, when shorter
+        than ``ttr``, is the lease instead: the caller extends a message by ``hold`` until it
+        starts it, by ``ttr`` from then on, and must not start one whose lease may have run out.
 
         ``ttr`` is the lease length (0: the topic's default). ``lease_token`` (32 lowercase hex
         characters, empty: the broker picks) names the lease in advance, so whatever an abandoned

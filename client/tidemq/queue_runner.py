@@ -18,7 +18,7 @@ from .drain import Drain
 from .due import DueTimer
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
-from .lease_keeper import LeaseKeeper
+from .lease_keeper import HOLD, LeaseKeeper
 from .lifecycle import HandlerOutcome
 from .limits import new_lease_token
 from .link import BrokerLink, Delivery, LeaseRef, PullHandle
@@ -103,7 +103,8 @@ class QueueRunner:
         # What the runner owns besides its pulls: the leases it holds (heartbeats) and the
         # outcomes on their way (acks), both bounded by one drain deadline when it stops.
         self._drain = Drain()
-        self._keeper = LeaseKeeper(link, spec, lambda: self._consumer, self._drain)
+        # A serial head runs as soon as it is leased: it keeps the plain ttr lease.
+        self._keeper = LeaseKeeper(link, spec, lambda: self._consumer, self._drain, 0.0 if self.serial else HOLD)
         # A serial consumer's one slot frees once its outcome is recorded, a QUEUE slot when its
         # handler returns (see _finish).
         self._acks = AckSender(link, spec, lambda: self._consumer, self._keeper, self._drain,
@@ -259,10 +260,12 @@ class QueueRunner:
             # The token is ours before the call: if we abandon the call, whatever the broker locked
             # under it (even in a reply already on its way) can be given back at once.
             token = new_lease_token()
+            sent = time.monotonic()  # a short lease lasts at least ``hold`` from here
             try:
                 deliveries = self.link.pull(
                     self.spec.topic, self._consumer, rank=rank, total=total, serial=self.serial, max_messages=want,
-                    wait=self._long_poll, ttr=self.spec.ttr, lease_token=token, track=handle, ahead=self.spec.ahead)
+                    wait=self._long_poll, ttr=self.spec.ttr, lease_token=token, track=handle, ahead=self.spec.ahead,
+                    hold=self._keeper.hold_seconds)
                 backoff = 0.1
             except PullCancelledError:
                 self._give_back(token)
@@ -283,7 +286,7 @@ class QueueRunner:
             with self._cond:
                 self._inflight += len(deliveries)
                 self._changed_at = time.monotonic()
-            self._keeper.hold(deliveries)
+            self._keeper.hold(deliveries, sent)
             self._due.add(deliveries)
 
     def _give_back(self, token: str) -> None:

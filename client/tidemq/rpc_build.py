@@ -207,10 +207,10 @@ def requeue_request(ids: Optional[Sequence[int]], topic: Optional[str], retry: i
 
 def pull_request(topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
                  max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
-                 ahead: float = 0.0) -> pb.PullRequest:
+                 ahead: float = 0.0, hold: float = 0.0) -> pb.PullRequest:
     return pb.PullRequest(topic=topic, consumer=consumer, rank=rank, total=total, serial=serial,
                           max_messages=max_messages, wait_seconds=wait, ttr_seconds=ttr, lease_token=lease_token,
-                          ahead_seconds=ahead)
+                          ahead_seconds=ahead, hold_seconds=hold)
 
 
 def ack_request(topic: str, consumer: str, items: Sequence[AckItem]) -> pb.AckRequest:

@@ -190,9 +190,9 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
     # -- BrokerLink --------------------------------------------------------------------------
     def pull(self, topic: str, consumer: str, *, rank: int = 0, total: int = 1, serial: bool = False,
              max_messages: int = 100, wait: float = 5.0, ttr: float = 0.0, lease_token: str = "",
-             track: Optional[PullHandle] = None, ahead: float = 0.0) -> list[Delivery]:
+             track: Optional[PullHandle] = None, ahead: float = 0.0, hold: float = 0.0) -> list[Delivery]:
         check_pull(topic, rank=rank, total=total, max_messages=max_messages, wait=wait, ttr=ttr, ahead=ahead,
-                   consumer=consumer, lease_token=lease_token)
+                   consumer=consumer, lease_token=lease_token, hold=hold)
         call = _Call()
 
         def abort() -> None:
@@ -211,7 +211,7 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
                 track.bind(abort)
             try:
                 while not call.cancelled:
-                    leased = self._lease(topic, rank, total, serial, max_messages, ttr, consumer, token, ahead)
+                    leased = self._lease(topic, rank, total, serial, max_messages, ttr, consumer, token, ahead, hold)
                     remaining = deadline - time.monotonic()
                     if leased or remaining <= 0:
                         record.outcome, record.ids = ("leased" if leased else "empty"), tuple(r[M.id] for r in leased)
@@ -325,7 +325,7 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
                       key=lambda row: (-row[M.priority], row[M.effect_time], row[M.id]))
 
     def _lease(self, topic: str, rank: int, total: int, serial: bool, n: int, ttr: float, consumer: str,
-               token: str, ahead: float) -> list[dict[str, Any]]:
+               token: str, ahead: float, hold: float = 0.0) -> list[dict[str, Any]]:
         settings = self.topic(topic)
         if settings.paused:
             return []
@@ -334,7 +334,7 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
         chosen = [row for row in self._due(topic, rank, total, serial) if row[M.effect_time] <= due_by][:n]
         if chosen:
             who = {} if serial else {"rank": f"{rank}/{total}"}
-            change = lifecycle.lease(now, ttr or settings.ttr, consumer, token, ahead, **who, broker=self.name)
+            change = lifecycle.lease(now, ttr or settings.ttr, consumer, token, ahead, hold, **who, broker=self.name)
             for row in chosen:
                 self._apply(row, change)
             self.peak_running[topic] = max(self.peak_running[topic], len(self._running(topic)))

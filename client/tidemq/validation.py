@@ -297,7 +297,7 @@ def check_priority(priority: Any) -> int:
 
 
 def check_pull(topic: str, *, rank: int, total: int, max_messages: int, wait: float, ttr: float, ahead: float,
-               consumer: str = "", lease_token: str = "") -> None:
+               consumer: str = "", lease_token: str = "", hold: float = 0.0) -> None:
     """Refuse a pull whose numbers make no sense (ttr 0: the topic's default)."""
     check_topic(topic)
     if not 1 <= max_messages <= MAX_PULL:
@@ -308,6 +308,8 @@ def check_pull(topic: str, *, rank: int, total: int, max_messages: int, wait: fl
         raise MalformedRequestError(f"ttr_seconds must be between 0 (topic default) and {MAX_TTR}, got {ttr}")
     if not (math.isfinite(ahead) and 0 <= ahead <= MAX_AHEAD):
         raise MalformedRequestError(f"ahead_seconds must be between 0 and {MAX_AHEAD}, got {ahead}")
+    if not (math.isfinite(hold) and 0 <= hold <= MAX_TTR):
+        raise MalformedRequestError(f"hold_seconds must be between 0 (the ttr) and {MAX_TTR}, got {hold}")
     if total < 1 or not 0 <= rank < total:
         raise MalformedRequestError(f"rank must be in [0, total) with total >= 1, got rank={rank} total={total}")
     if len(consumer) > 255:

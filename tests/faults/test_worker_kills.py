@@ -11,7 +11,7 @@ import pytest
 from tests.observe import all_messages, handler_runs, success_records
 from tests.processes import TIDEMQ, process_env, start_broker_process
 from tests.servers import wait_until
-from tidemq import Client
+from tidemq import Client, clock
 from tidemq import trace
 from tidemq_broker.storages import open_storage
 
@@ -94,6 +94,51 @@ def test_a_worker_killed_holding_messages_leased_ahead_loses_none_of_them(settin
         starts = {int(line.split()[0]): float(line.split()[3]) for line in log.read_text().splitlines()}
         for msg_id, started in starts.items():  # leased ahead again, and still never run early
             assert started >= messages[msg_id].effect_time.replace(tzinfo=timezone.utc).timestamp()
+    finally:
+        client.close()
+        storage.close()
+
+
+def test_a_killed_workers_held_messages_it_never_started_come_back_long_before_its_ttr(settings, spawn, tmp_path):
+    # A worker holds more than it runs (4 handler threads, pulls of 8): what it held but never
+    # started had a short lease (``lease_keeper.HOLD``) and comes back once that runs out; what
+    # it was running keeps its ttr (60 s here), since it may have had effects already.
+    log = tmp_path / "runs.log"
+    topic = "fault.held"
+    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=topic, FAULT_TTR="60", FAULT_SLEEP="120",
+                      FAULT_AHEAD="0")
+    start_broker_process(spawn, tmp_path, env)
+    first = spawn("w0", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+    client = Client(settings)
+    storage = open_storage(settings.db_url)
+    try:
+        wait_until(lambda: len(client.coordinator.consumers(topic)) == 1, 30, what="the first worker registered")
+        ids = client.produce_many(topic, [{"n": n} for n in range(8)])
+
+        def leases() -> dict[int, float]:  # id -> seconds its lease has left, of RUNNING ones
+            now = clock.now()
+            return {m.id: (m.lease_expire - now).total_seconds() for m in all_messages(storage, topic)
+                    if m.status == "RUNNING"}
+
+        # The four started are extended by their ttr at the first beat after they start; the
+        # other four stay on the short lease while they wait for a handler thread.
+        wait_until(lambda: len(leases()) == 8 and sum(left > 30 for left in leases().values()) == 4, 30, 0.05,
+                   "four running on their ttr, four held on the short lease")
+        running = {i for i, left in leases().items() if left > 30}
+        assert all(left < 5 for i, left in leases().items() if i not in running)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        spawn("w1", TIDEMQ + ["worker", "tests.faults.handlers_faults"], {**env, "FAULT_SLEEP": "0"})
+        held = set(ids) - running
+        wait_until(lambda: {m.id for m in all_messages(storage, topic) if m.status == "SUCCESS"} == held, 40, 0.2,
+                   "the held messages to run on the second worker")
+        # Well inside the 60 s ttr: the ones the killed worker was running still wait for it.
+        assert set(leases()) == running
+        messages = {m.id: m for m in all_messages(storage, topic)}
+        for msg_id in held:
+            events = [e["event"] for e in trace.parse(messages[msg_id].trace)]
+            assert events.count("LOCKED") == 2 and "LEASE_EXPIRED" in events, events
+        assert handler_runs(log) == {i: 1 for i in held}  # none ran on the killed worker
     finally:
         client.close()
         storage.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ from tests.servers import wait_until
 from tidemq import Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq.coordinators.local import LocalCoordinator
+from tidemq.errors import StorageUnavailableError
 from tidemq.link import LeaseRef
 from tidemq.message import MessageType
 from tidemq.stub import StubBroker
@@ -125,3 +127,71 @@ def test_heartbeats_never_shorten_a_lease_the_handler_lengthened_with_touch(stub
     finally:
         gate.set()
     wait_until(lambda: stub.status(msg_id) == "SUCCESS", 10, what="the message to succeed")
+
+
+def test_held_messages_keep_a_short_lease_by_frequent_beats_and_a_started_one_gets_its_ttr(stub, start):
+    # ttr 30 s: messages the runner holds but has not started are leased for HOLD seconds and
+    # beaten every HOLD/3; the one it runs is extended by its ttr at the first beat after it starts.
+    topic = "t.hold"
+    gate = threading.Event()
+
+    def handler(message) -> None:
+        gate.wait(20)
+
+    ids = [stub.produce(topic, n) for n in range(3)]
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=3))
+    wait_until(lambda: len(stub.ids(topic, "RUNNING")) == 3, 5, what="one running and two held")
+
+    def left(msg_id: int) -> float:
+        return stub.message(msg_id).lease_expire - time.time()
+
+    wait_until(lambda: sum(left(i) > 20 for i in ids) == 1, 5, what="the running one on its ttr")
+    [running] = [i for i in ids if left(i) > 20]
+    held = [i for i in ids if i != running]
+    assert all(left(i) <= 2.5 for i in held)  # HOLD (1.5 s), a beat rounds it up to whole seconds
+    # Three beats of the held ones take about 1.5 s: without them their leases would have run out.
+    wait_until(lambda: min(stub.message(i).extended for i in held) >= 3, 10, what="three short beats each")
+    assert stub.expire_leases() == []
+    assert all(left(i) <= 2.5 for i in held) and left(running) > 20
+    gate.set()
+    wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 3, 10, what="every message to succeed")
+    assert {stub.message(i).attempt for i in ids} == {1}
+    assert worker.runners[0].stale == 0
+
+
+def test_a_held_message_whose_short_lease_may_have_run_out_is_extended_before_it_starts_or_not_started(stub, start):
+    # Beats that keep failing leave a held message's short lease near its end: the runner then
+    # extends it by ttr itself before starting it, and does not start it if that fails too.
+    topic = "t.hold.late"
+    gate = threading.Event()
+    runs: list[int] = []
+
+    def handler(message) -> None:
+        runs.append(message.id)
+        gate.wait(20)
+
+    ids = [stub.produce(topic, n) for n in range(2)]
+    failing = threading.Event()
+    heartbeat = stub.heartbeat
+
+    def flaky_heartbeat(leases, ttr, *args, **kwargs):
+        if failing.is_set():
+            raise StorageUnavailableError("the brokers' database is away")
+        return heartbeat(leases, ttr, *args, **kwargs)
+
+    stub.heartbeat = flaky_heartbeat
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=2))
+    wait_until(lambda: len(runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5, what="one running, one held")
+    # The running one has its ttr once a beat after its start went through.
+    wait_until(lambda: stub.message(runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
+    failing.set()
+    wait_until(lambda: min(stub.message(i).lease_expire for i in ids if i not in runs) < time.time(), 10,
+               what="the held one's short lease to run out while beats fail")
+    stub.expire_leases()  # the broker's expiry: the held message is NEW again, under no lease
+    failing.clear()
+    gate.set()
+    # The next beat, or the runner's own extension before it starts the message, finds the lease
+    # gone: the old delivery is not run, and the message runs once, delivered again.
+    wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 2, 10, what="both to succeed")
+    assert sorted(runs) == sorted(ids) and len(runs) == 2  # each ran once
+    assert worker.runners[0].stale >= 1

@@ -66,7 +66,7 @@ def lease_change(request: LockRequest, serial: bool = False) -> Change:
     batch lease names the shard in the trace."""
     where = {} if serial else {"rank": f"{request.shard.rank}/{request.shard.total}"}
     return lifecycle.lease(request.now, request.ttr, request.consumer, request.lease_token or new_lease_token(),
-                           request.ahead, **where, broker=request.broker or None)
+                           request.ahead, request.hold, **where, broker=request.broker or None)
 
 
 def lock_order(row: Mapping[str, Any]) -> tuple[int, Any, int]:
