@@ -150,9 +150,11 @@ class LeaseKeeper:
         metrics.progress_reported(self.spec.topic, done, total)
         self._nudge.set()
 
-    def lost_before_start(self, delivery: Delivery) -> bool:
+    def lost_before_start(self, delivery: Delivery, extend: bool = True) -> bool:
         """True (and counted stale) when a heartbeat found the lease gone while it waited, or
-        when its short lease may run out soon and the broker would not extend it now."""
+        when its short lease may run out soon and the broker would not extend it now (without
+        ``extend``, an event loop's caller that must not wait for a call: not started either; it
+        is then no longer beaten, and delivered again once its lease runs out)."""
         lease = LeaseRef(delivery.id, delivery.lease_token)
         with self._lock:
             lost = lease in self._lost
@@ -161,7 +163,7 @@ class LeaseKeeper:
         if not lost and until is not None and until - time.monotonic() < self.hold_seconds / 2:
             # The beats of short leases have been failing (or late): extend this one by ttr
             # before it starts; started on a lease that may have run out, it could run twice.
-            called = self._beat([lease], self.spec.ttr)
+            called = extend and self._beat([lease], self.spec.ttr)
             with self._lock:
                 lost = not called or lease in self._lost
                 self._lost.discard(lease)

@@ -325,7 +325,7 @@ class QueueRunner:
     async def _handle_async(self, delivery: Delivery) -> None:
         """:meth:`_handle` for an ``async def`` handler, as a task on the event loop; a cancel
         request cancels the task while its handler runs."""
-        if self._lost_before_start(delivery):
+        if self._lost_before_start(delivery, extend=False):  # no call on the event loop
             return
         run = self._start(delivery)
         started = time.perf_counter()
@@ -347,9 +347,10 @@ class QueueRunner:
             run.outcome = HandlerOutcome.CANCELLED
         return run
 
-    def _lost_before_start(self, delivery: Delivery) -> bool:
-        """True (and the slot freed) when a heartbeat found the lease gone while it waited."""
-        lost = self._keeper.lost_before_start(delivery)
+    def _lost_before_start(self, delivery: Delivery, extend: bool = True) -> bool:
+        """True (and the slot freed) when a heartbeat found the lease gone while it waited (or its
+        short lease may be running out: ``LeaseKeeper.lost_before_start``)."""
+        lost = self._keeper.lost_before_start(delivery, extend)
         if lost:  # it waited for a slot and a heartbeat found it gone: someone else may run it
             log.warning("message %d lost its lease while it waited for a handler slot; not running it", delivery.id,
                         extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
