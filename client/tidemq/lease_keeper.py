@@ -11,9 +11,12 @@ ahead of their effect time) are extended by ``hold`` every hold/3; once a handle
 next of those beats extends it by ttr and it joins the ttr/3 rhythm. A worker killed with -9
 thus gives back what it never started within ``hold`` (plus the brokers' expiry period), not
 ttr; what it was running comes back within ttr, as before. A message is started only while its
-lease has at least hold/2 left by this keeper's reckoning (counted from when the call that
-granted it was sent, so the broker's clock is never ahead of it); a worker whose beats have
-been failing extends that one lease first, by ttr, and does not start it if the broker refuses.
+lease has at least hold/2 left by this keeper's reckoning: a beat's extension counts from when
+its call was sent (the broker's clock cannot be ahead of that), a pull's lease from when its
+reply arrived, less :data:`REPLY_MARGIN` (a long poll may wait seconds before its lock, so its
+sending says nothing; the lock commits just before the reply goes out). A worker whose beats
+have been failing extends that one lease first, by ttr, and does not start it if the broker
+refuses.
 
 The heartbeat also carries the handlers' progress reports (the latest per message; a report
 brings the next heartbeat of its lease forward, to at most one a second) and brings back which
@@ -35,7 +38,7 @@ from .drain import LAST_CALL, Drain
 from .errors import RetriableError, StorageUnavailableError, TidemqError
 from .link import BrokerLink, Delivery, LeaseRef, ProgressRef
 
-__all__ = ["LeaseKeeper", "SMALLEST", "HOLD"]
+__all__ = ["LeaseKeeper", "SMALLEST", "HOLD", "REPLY_MARGIN"]
 
 log = logging.getLogger(__name__)
 # A call the brokers' database failed (a heartbeat, an ack batch) is sent again in halves, down to
@@ -51,6 +54,9 @@ SHORT_RETRY = 0.1
 #: what a killed worker held but never started is due again within 2 s. Its cost: a beat of the
 #: held messages every 0.5 s while a worker holds any.
 HOLD = 1.5
+#: Seconds a pull's reply may have taken from its lock's commit to this worker: a short lease
+#: counts as granted that long before the reply arrived.
+REPLY_MARGIN = 0.25
 
 
 class LeaseKeeper:
@@ -92,18 +98,18 @@ class LeaseKeeper:
         self._thread.join(self._drain.left() + LAST_CALL + 1.0)
 
     # -- the leases held ---------------------------------------------------------------------
-    def hold(self, deliveries: Sequence[Delivery], sent: Optional[float] = None) -> None:
-        """Beat the leases of ``deliveries`` from now until their outcome is recorded. ``sent``:
-        the monotonic time the pull that leased them was sent, with ``hold``: they last that plus
-        ``hold`` seconds at least."""
+    def hold(self, deliveries: Sequence[Delivery], received: Optional[float] = None) -> None:
+        """Beat the leases of ``deliveries`` from now until their outcome is recorded.
+        ``received``: the monotonic time the reply of the pull that leased them arrived; with
+        ``hold``, they are on the short lease (see the module's docstring)."""
         leases = [LeaseRef(d.id, d.lease_token) for d in deliveries]
         with self._lock:
             self._held.update(leases)
-            if self.hold_seconds and sent is not None:
+            if self.hold_seconds and received is not None:
                 first = not self._short
                 if first:
-                    self._next_short = sent + self.hold_seconds / 3
-                self._short.update((lease, sent + self.hold_seconds) for lease in leases)
+                    self._next_short = received + self.hold_seconds / 3
+                self._short.update((lease, received - REPLY_MARGIN + self.hold_seconds) for lease in leases)
             else:
                 first = False
         if first:

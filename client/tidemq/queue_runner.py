@@ -260,7 +260,6 @@ class QueueRunner:
             # The token is ours before the call: if we abandon the call, whatever the broker locked
             # under it (even in a reply already on its way) can be given back at once.
             token = new_lease_token()
-            sent = time.monotonic()  # a short lease lasts at least ``hold`` from here
             try:
                 deliveries = self.link.pull(
                     self.spec.topic, self._consumer, rank=rank, total=total, serial=self.serial, max_messages=want,
@@ -286,7 +285,7 @@ class QueueRunner:
             with self._cond:
                 self._inflight += len(deliveries)
                 self._changed_at = time.monotonic()
-            self._keeper.hold(deliveries, sent)
+            self._keeper.hold(deliveries, time.monotonic())  # the reply's arrival: see LeaseKeeper.hold
             self._due.add(deliveries)
 
     def _give_back(self, token: str) -> None:

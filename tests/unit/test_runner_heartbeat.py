@@ -15,6 +15,7 @@ from tidemq import Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq.coordinators.local import LocalCoordinator
 from tidemq.errors import StorageUnavailableError
+from tidemq.lease_keeper import HOLD
 from tidemq.link import LeaseRef
 from tidemq.message import MessageType
 from tidemq.stub import StubBroker
@@ -185,9 +186,9 @@ def test_a_held_message_whose_short_lease_may_have_run_out_is_extended_before_it
     # The running one has its ttr once a beat after its start went through.
     wait_until(lambda: stub.message(runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
     failing.set()
-    wait_until(lambda: min(stub.message(i).lease_expire for i in ids if i not in runs) < time.time(), 10,
-               what="the held one's short lease to run out while beats fail")
-    stub.expire_leases()  # the broker's expiry: the held message is NEW again, under no lease
+    [held] = [i for i in ids if i not in runs]
+    # The broker's expiry, once the short lease ran out while beats fail: NEW again, under no lease.
+    wait_until(lambda: stub.expire_leases() == [held], 10, what="the held one's short lease to run out")
     failing.clear()
     gate.set()
     # The next beat, or the runner's own extension before it starts the message, finds the lease
@@ -195,3 +196,30 @@ def test_a_held_message_whose_short_lease_may_have_run_out_is_extended_before_it
     wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 2, 10, what="both to succeed")
     assert sorted(runs) == sorted(ids) and len(runs) == 2  # each ran once
     assert worker.runners[0].stale >= 1
+
+
+@pytest.mark.parametrize("kind", ["threads", "async"])
+def test_a_message_a_long_poll_waited_for_starts_at_once_on_its_short_lease(stub, start, kind):
+    # A pull may wait seconds in the broker before its lock: the short lease counts from the
+    # reply's arrival, not from the pull's sending, so the message starts at once, with no
+    # extension first, and runs once (an async runner used to drop it as running out, again and
+    # again, until its deliveries ran out).
+    topic = f"t.hold.poll.{kind}"
+    ran: list[tuple[int, int]] = []
+
+    def record(message) -> None:
+        ran.append((message.id, len(stub.extend_calls)))
+
+    async def async_handler(message) -> None:
+        record(message)
+
+    handler = async_handler if kind == "async" else record
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=4))
+    wait_until(lambda: stub.pulls and stub.pulls[-1].outcome == "waiting", 5, what="a pull waiting")
+    waiting_since = time.monotonic()
+    wait_until(lambda: time.monotonic() - waiting_since > HOLD + 0.5, 5, what="the pull to wait past the short lease")
+    before = len(stub.extend_calls)
+    msg_id = stub.produce(topic, 1)
+    wait_until(lambda: stub.message(msg_id).status == "SUCCESS", 10, what="the message to succeed")
+    assert ran == [(msg_id, before)]  # once, and started before any extension
+    assert stub.message(msg_id).attempt == 1 and worker.runners[0].stale == 0
