@@ -61,10 +61,8 @@ class Acks:
             steps = [item for item in items if item.workflow and item.workflow_id is None]
 
             def both(conn: Connection) -> list[AckOutcome]:
-                by_id = dict(zip((item.id for item in plain), self._all_succeeded(conn, plain, now, consumer, broker)))
-                if known:
-                    self._steps_succeeded(conn, known, now, consumer, broker)
-                    by_id.update((item.id, AckOutcome.APPLIED) for item in known)
+                fast = plain + known
+                by_id = dict(zip((item.id for item in fast), self._all_succeeded(conn, fast, now, consumer, broker)))
                 if steps or known:
                     by_id.update(zip((item.id for item in steps), self._each(
                         conn, steps, now, consumer, broker, topics, freed, finished, handoff, known)))
@@ -92,51 +90,33 @@ class Acks:
 
     def _all_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
                        broker: str) -> list[AckOutcome]:
-        """The common case in one statement per lease token instead of a locking read first.
+        """The common case in one statement per lease token (and workflow) instead of a locking
+        read first.
 
         A row is marked only while it is RUNNING under the very token the item names (tokens are
-        per pulled batch) and outside any workflow. If any item does not match, the transaction
-        is rolled back and the exact path decides each outcome. A message of a workflow may have
-        steps waiting on it: the exact path reads its workflow id with its token and releases
-        them; guarding the UPDATE by the column spares every other ack a look for dependents.
+        per pulled batch) and outside any workflow, or, for a step whose workflow the consumer
+        named (``AckItem.workflow_id``), in that workflow: the count of rows changed proves both.
+        If any item does not match, the transaction is rolled back and the exact path decides
+        each outcome. A message of a workflow may have steps waiting on it: guarding the UPDATE
+        by the column spares every other ack a look for dependents, and the steps recorded here
+        have theirs released by ``_each(known=...)`` in the same transaction.
         """
-        by_token: dict[str, list[AckItem]] = {}
+        groups: dict[tuple[str, Optional[int]], list[AckItem]] = {}
         for item in items:
-            by_token.setdefault(item.lease_token, []).append(item)
-        plain = lifecycle.succeed(now, consumer, broker)
-        for token, group in by_token.items():
+            groups.setdefault((item.lease_token, item.workflow_id if item.workflow else None), []).append(item)
+        success = lifecycle.succeed(now, consumer, broker)
+        for (token, workflow_id), group in groups.items():
+            guard: dict = {"no_workflow": True} if workflow_id is None else {"workflow_id": workflow_id}
             if all(item.result is None for item in group):
                 ids = [item.id for item in group]
-                changed = sum(apply_to_ids(conn, plain, ids[start : start + _CHUNK], token, no_workflow=True)
+                changed = sum(apply_to_ids(conn, success, ids[start : start + _CHUNK], token, **guard)
                               for start in range(0, len(ids), _CHUNK))
             else:
-                changed = apply_each(conn, plain, [(item.id, {M.result: item.result}) for item in group],
-                                     token, no_workflow=True)
+                changed = apply_each(conn, success, [(item.id, {M.result: item.result}) for item in group],
+                                     token, **guard)
             if changed != len(group):
                 raise _SomeStale()
         return [AckOutcome.APPLIED] * len(items)
-
-    def _steps_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
-                         broker: str) -> None:
-        """The successes of workflow steps whose workflow the consumer named, one statement per
-        lease token and workflow, without the exact path's locking read: a row is marked only
-        while it is RUNNING under the item's token and in the item's workflow, so the count of
-        rows changed proves both (else :class:`_SomeStale`, and the exact path decides). Their
-        dependents are released by ``_each(known=items)`` in the same transaction."""
-        groups: dict[tuple[str, int], list[AckItem]] = {}
-        for item in items:
-            groups.setdefault((item.lease_token, item.workflow_id), []).append(item)  # type: ignore[arg-type]
-        success = lifecycle.succeed(now, consumer, broker)
-        for (token, workflow_id), group in groups.items():
-            if all(item.result is None for item in group):
-                ids = [item.id for item in group]
-                changed = sum(apply_to_ids(conn, success, ids[start : start + _CHUNK], token, workflow_id=workflow_id)
-                              for start in range(0, len(ids), _CHUNK))
-            else:
-                changed = apply_each(conn, success, [(item.id, {M.result: item.result}) for item in group], token,
-                                     workflow_id=workflow_id)
-            if changed != len(group):
-                raise _SomeStale()
 
     def _each(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
               topics: Callable[[str], TopicSettings], freed: dict[int, tuple[str, int]],
@@ -144,7 +124,7 @@ class Acks:
               known: Sequence[AckItem] = ()) -> list[AckOutcome]:
         """The exact path: each outcome of ``items`` judged on its row, read and locked first; and
         what every success and failure there and every step of ``known`` (successes already
-        recorded by ``_steps_succeeded``) releases or stops."""
+        recorded by ``_all_succeeded``) releases or stops."""
         freed.clear()
         finished.clear()
         if handoff is not None:
