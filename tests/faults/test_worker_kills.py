@@ -3,9 +3,11 @@ re-runs happen only for messages whose holder died."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from datetime import timezone
+from typing import Iterator
 
 import pytest
 
@@ -67,15 +69,9 @@ def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spa
 
 
 def test_a_worker_killed_holding_messages_leased_ahead_loses_none_of_them(settings, spawn, tmp_path):
-    log = tmp_path / "runs.log"
     topic = "fault.ahead"
-    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=topic, FAULT_TTR="8", FAULT_AHEAD="4")
-    start_broker_process(spawn, tmp_path, env)
-    first = spawn("w0", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
-    client = Client(settings)
-    storage = open_storage(settings.db_url)
-    try:
-        wait_until(lambda: len(client.coordinator.consumers(topic)) == 1, 30, what="the first worker registered")
+    with _one_worker(settings, spawn, tmp_path, topic, FAULT_TTR="8", FAULT_AHEAD="4") as (log, env, first, client,
+                                                                                           storage):
         ids = client.produce_many(topic, [{"n": n} for n in range(10)], delay=6)  # within the prefetch bound (12)
         # The pull takes them about 2 s before they are due (half the 4 s window): kill then.
         wait_until(lambda: storage.counts.count_by_status(topic).get(topic, {}).get("RUNNING", 0) == len(ids), 30, 0.02,
@@ -95,25 +91,15 @@ def test_a_worker_killed_holding_messages_leased_ahead_loses_none_of_them(settin
         starts = {int(line.split()[0]): float(line.split()[3]) for line in log.read_text().splitlines()}
         for msg_id, started in starts.items():  # leased ahead again, and still never run early
             assert started >= messages[msg_id].effect_time.replace(tzinfo=timezone.utc).timestamp()
-    finally:
-        client.close()
-        storage.close()
 
 
 def test_a_killed_workers_held_messages_it_never_started_come_back_long_before_its_ttr(settings, spawn, tmp_path):
     # A worker holds more than it runs (4 handler threads, pulls of 8): what it held but never
     # started had a short lease (``lease_keeper.HOLD``) and comes back once that runs out; what
     # it was running keeps its ttr (60 s here), since it may have had effects already.
-    log = tmp_path / "runs.log"
     topic = "fault.held"
-    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=topic, FAULT_TTR="60", FAULT_SLEEP="120",
-                      FAULT_AHEAD="0")
-    start_broker_process(spawn, tmp_path, env)
-    first = spawn("w0", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
-    client = Client(settings)
-    storage = open_storage(settings.db_url)
-    try:
-        wait_until(lambda: len(client.coordinator.consumers(topic)) == 1, 30, what="the first worker registered")
+    with _one_worker(settings, spawn, tmp_path, topic, FAULT_TTR="60", FAULT_SLEEP="120", FAULT_AHEAD="0") as (
+            log, env, first, client, storage):
         ids = client.produce_many(topic, [{"n": n} for n in range(8)])
 
         def leases() -> dict[int, float]:  # id -> seconds its lease has left, of RUNNING ones
@@ -145,6 +131,22 @@ def test_a_killed_workers_held_messages_it_never_started_come_back_long_before_i
         print(f"\nworker killed holding {len(held)} messages it never started and running {len(running)} (ttr 60 s): "
               f"the held ones succeeded on another worker {done - killed:.1f} s after the kill (a new worker's "
               "start included), the running ones still wait for their ttr")
+
+
+@contextlib.contextmanager
+def _one_worker(settings, spawn, tmp_path, topic: str, **fault: str) -> Iterator[tuple]:
+    """A broker and one worker of ``tests.faults.handlers_faults`` on ``topic`` (``fault``: its
+    FAULT_* settings), registered: (its run log, its environment, its process, a client, the
+    storage)."""
+    log = tmp_path / "runs.log"
+    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=topic, **fault)
+    start_broker_process(spawn, tmp_path, env)
+    worker = spawn("w0", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+    client = Client(settings)
+    storage = open_storage(settings.db_url)
+    try:
+        wait_until(lambda: len(client.coordinator.consumers(topic)) == 1, 30, what="the first worker registered")
+        yield log, env, worker, client, storage
     finally:
         client.close()
         storage.close()
