@@ -79,9 +79,9 @@ class LeaseKeeper:
         self._progress: dict[LeaseRef, ProgressRef] = {}  # the latest report not yet sent, per lease
         self._progress_sent = 0.0  # monotonic time of the last heartbeat a report brought forward
         # Leases of ``hold`` seconds, each with the monotonic time it surely lasts until: held
-        # ones, and started ones until a beat extends them by ttr.
+        # ones, and started ones (a run's control made, or its outcome on its way) until a beat
+        # extends them by ttr.
         self._short: dict[LeaseRef, float] = {}
-        self._started: set[LeaseRef] = set()
         self._next_short = math.inf  # when the short leases are beaten next
         self._nudge = threading.Event()
         self._stop = threading.Event()
@@ -103,24 +103,21 @@ class LeaseKeeper:
         ``received``: the monotonic time the reply of the pull that leased them arrived; with
         ``hold``, they are on the short lease (see the module's docstring)."""
         leases = [LeaseRef(d.id, d.lease_token) for d in deliveries]
+        nudge = False
         with self._lock:
             self._held.update(leases)
             if self.hold_seconds and received is not None:
-                first = not self._short
-                if first:
-                    self._next_short = received + self.hold_seconds / 3
+                if not self._short:  # the loop may be asleep until the next ttr/3 beat
+                    self._next_short, nudge = received + self.hold_seconds / 3, True
                 self._short.update((lease, received - REPLY_MARGIN + self.hold_seconds) for lease in leases)
-            else:
-                first = False
-        if first:
-            self._nudge.set()  # the loop may be asleep until the next ttr/3 beat
+        if nudge:
+            self._nudge.set()
 
     def reporting(self, leases: Sequence[LeaseRef]) -> None:
         """Their handlers are done and their outcomes on their way: keep beating them (by ttr)."""
         with self._lock:
             self._held.difference_update(leases)
             self._reporting.update(leases)
-            self._started.update(lease for lease in leases if lease in self._short)
 
     def reported(self, leases: Sequence[LeaseRef]) -> None:
         """Their outcomes were recorded (or given up): stop beating them."""
@@ -129,7 +126,6 @@ class LeaseKeeper:
             for lease in leases:
                 self._touched.pop(lease, None)
                 self._short.pop(lease, None)
-                self._started.discard(lease)
                 self._controls.pop(lease, None)
                 self._cancel_seen.discard(lease)
                 self._progress.pop(lease, None)
@@ -139,9 +135,7 @@ class LeaseKeeper:
         once, if a heartbeat saw one while the message waited), its progress sent by heartbeats."""
         control = RunControl(lease.id, lambda done, total, note: self.progress(lease, done, total, note))
         with self._lock:
-            self._controls[lease] = control
-            if lease in self._short:
-                self._started.add(lease)  # the next beat of short leases extends it by ttr
+            self._controls[lease] = control  # started: the next beat of short leases extends it by ttr
             seen = lease in self._cancel_seen
         if seen:
             control.request_cancel()
@@ -232,8 +226,8 @@ class LeaseKeeper:
             shorts: set[float] = set()  # the calls that carry short leases
             for lease in self._held | self._reporting:
                 if only is None or lease in only:
-                    short = lease in self._short and lease not in self._started
-                    ttr = self.hold_seconds if short else self._touched.get(lease, self.spec.ttr)
+                    waiting = lease in self._short and lease not in self._controls and lease not in self._reporting
+                    ttr = self.hold_seconds if waiting else self._touched.get(lease, self.spec.ttr)
                     by_ttr.setdefault(ttr, []).append(lease)
                     if lease in self._short:
                         shorts.add(ttr)
@@ -277,18 +271,13 @@ class LeaseKeeper:
                 elif flag and lease in self._held:
                     self._cancel_seen.add(lease)
             for lease, ok in zip(leases, extended):
-                if ok and lease in self._short:
-                    if ttr == self.hold_seconds and lease not in self._started:
-                        self._short[lease] = sent + self.hold_seconds
-                    else:  # extended by ttr (started, or about to): a long lease from now on
-                        self._short.pop(lease, None)
-                        self._started.discard(lease)
+                if ok and ttr == self.hold_seconds and lease in self._short:
+                    self._short[lease] = sent + self.hold_seconds  # still waiting: short again
+                    continue
+                self._short.pop(lease, None)  # extended by ttr (started, or about to), or lost
                 # Only a lease still waiting for (or in) its handler is reported here. One whose
                 # outcome is on its way was either recorded meanwhile (so not extended) or lost,
                 # which its ack will say.
-                if not ok:
-                    self._short.pop(lease, None)
-                    self._started.discard(lease)
                 if not ok and lease in self._held:
                     self._held.discard(lease)
                     self._touched.pop(lease, None)

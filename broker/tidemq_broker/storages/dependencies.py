@@ -46,7 +46,7 @@ from ..schema import message as m
 from ..schema import produce_request as r
 from ..schema import workflow as w
 from .changes import apply, apply_to_ids, guard
-from .ids import bound_ids_in, ids_in
+from .ids import bound_ids_in, concat_ids, ids_in
 from .request_ids import id_list, stored_answer
 from .rows import insert_columns, row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
@@ -259,8 +259,7 @@ def parents_of(conn: Connection, children: Sequence[int]) -> dict[int, tuple[int
     ids = [int(i) for i in children]
     found: dict[int, tuple[int, ...]] = {}
     for row in conn.execute(_PARENT_LISTS, {"ids": ids}):
-        text = row.ids.decode() if isinstance(row.ids, bytes) else row.ids
-        parents = tuple(sorted(int(id) for id in text.split(",") if id))
+        parents = tuple(concat_ids(row.ids))
         if len(parents) != row.n:
             return _parents_by_edge(conn, ids)
         found[row.child_id] = parents

@@ -10,13 +10,13 @@ in the cyclic garbage collector every few seconds.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Union
 
 from sqlalchemy import ColumnElement, bindparam
 
 from ..schema import message as m
 
-__all__ = ["ids_in", "bound_ids_in"]
+__all__ = ["ids_in", "bound_ids_in", "concat_ids"]
 
 
 def ids_in(ids: Iterable[int]) -> ColumnElement[bool]:
@@ -28,3 +28,10 @@ def bound_ids_in() -> ColumnElement[bool]:
     """``tidemq_message.id IN (:ids)`` for a statement built once: the ids are given at execution
     (``{"ids": [...]}``), rendered the same way as :func:`ids_in`'s."""
     return m.c.id.in_(bindparam("ids", expanding=True, literal_execute=True))
+
+
+def concat_ids(text: Union[str, bytes]) -> list[int]:
+    """The ids of a ``GROUP_CONCAT`` (MySQL and SQLite: comma separated), ascending."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    return sorted(int(id) for id in text.split(",") if id)

@@ -20,7 +20,7 @@ from ..records import RecentInserts, Shard
 from ..schema import message as m
 from .claims import range_start
 from .database import SqlDatabase
-from .ids import bound_ids_in
+from .ids import bound_ids_in, concat_ids
 from .reads import any_running
 
 __all__ = ["PullProbes"]
@@ -110,7 +110,7 @@ class PullProbes:
             if topic is None:  # the MAX row: a topic is never NULL
                 top = int(ids or 0)
             else:
-                groups.append((topic, priority, when, sorted(int(id) for id in ids.split(","))))
+                groups.append((topic, priority, when, concat_ids(ids)))
         return RecentInserts(groups, top)
 
 
