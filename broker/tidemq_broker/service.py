@@ -203,14 +203,17 @@ class BrokerService(pb_grpc.BrokerServicer):
         handoff = HandOff(self.hub, now) if any(item.workflow for item in items) else None
         committed = False
         try:
+            # The result waiters wake right after the COMMIT, before the connection's check-in: a
+            # waiter's read then overlaps it. An item refused as stale wakes its waiters for
+            # nothing but a read.
             outcomes = self.storage.acks.ack(items, now, request.consumer[:255] or context.peer(), self.name,
-                                             self.topics.get, released, handoff)
+                                             self.topics.get, released, handoff,
+                                             committed=lambda: self.results.notify(item.id for item in items))
             committed = True
             self._wake_released(handed_out(released, handoff), now)
         finally:
             if handoff is not None:
                 handoff.finish(committed)
-        self.results.notify(item.id for item, outcome in zip(items, outcomes) if outcome is AckOutcome.APPLIED)
         metrics.count_results(items, outcomes)
         stale = sum(1 for o in outcomes if o is AckOutcome.STALE)
         if stale:

@@ -155,14 +155,14 @@ class Acking(Protocol):
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None,
-            handoff: Optional[HandOff] = None) -> list[AckOutcome]:
+            handoff: Optional[HandOff] = None, committed: Optional[Callable[[], None]] = None) -> list[AckOutcome]:
         """Apply many outcomes in one transaction, each guarded by status RUNNING and its token:
-        ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL). An outcome that
-        lease already recorded (a SUCCESS or FAIL under the same token: an ack sent again after
-        its reply was lost) is answered APPLIED and changes nothing; any other is STALE. In the
-        same transaction a SUCCESS releases the dependents it was the last wait of ({id: priority}
-        per topic added to ``released``: the pulls to wake; those due now leased to the pulls
-        waiting for them through ``handoff``), a FAIL or CANCELLED stops the rest."""
+        ``lifecycle.succeed`` or ``lifecycle.fail_attempt`` (a retry or FAIL). An outcome that lease
+        already recorded (the same ack again, its reply lost) is APPLIED and changes nothing; any
+        other is STALE. In the same transaction a SUCCESS releases the dependents it was the last
+        wait of ({id: priority} per topic added to ``released``: the pulls to wake; those due now
+        leased to the pulls waiting through ``handoff``), a FAIL or CANCELLED stops the rest.
+        ``committed()``: right after the COMMIT (and the hand-off's delivery), to wake waiters."""
 
 
 class Probes(Protocol):

@@ -77,6 +77,8 @@ class Client:
                                self.settings.token, streams)
         # TIDEMQ_PRODUCE=direct: this process commits what it produces (tidemq.direct).
         self._direct = open_direct(self.settings) if self.settings.produce_path == "direct" else None
+        # (topic, consumer) -> the brokers tried by the pull in flight, the last one where it waits
+        self._pulls_at: dict[tuple[str, str], list[str]] = {}
         # Concurrent produce() calls share Produce RPCs, or direct commits (see tidemq.coalesce).
         self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
             self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
@@ -283,7 +285,12 @@ class Client:
         request = pull_request(topic, consumer, rank=rank, total=total, serial=serial, max_messages=max_messages,
                                wait=wait, ttr=ttr, lease_token=lease_token, ahead=ahead, hold=hold)
         answered: list[str] = []
-        reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track, answered=answered)
+        key = (topic, consumer)
+        try:
+            reply = self.pull_request(request, wait + self.settings.rpc_timeout, track=track, answered=answered)
+        finally:
+            if answered and self._pulls_at.get(key) is answered:
+                del self._pulls_at[key]
         return [delivery(d, answered[-1] if answered else "") for d in reply.messages]
 
     def pull_request(self, request: pb.PullRequest, timeout: float,
@@ -303,6 +310,7 @@ class Client:
             tries += 1
             if answered is not None:
                 answered.append(address)
+                self._pulls_at[(request.topic, request.consumer)] = answered
             if tries > 1 and request.lease_token:
                 try:
                     self.release(request.lease_token, request.consumer, timeout=5)
@@ -317,8 +325,16 @@ class Client:
         return int(reply.released)
 
     def ack(self, topic: str, consumer: str, items: Sequence[AckItem], timeout: Optional[float] = None) -> list[AckOutcome]:
-        """Report outcomes in one call and one transaction; returns the AckOutcome per item."""
-        return ack_outcomes(self._call("Ack", ack_request(topic, consumer, items), timeout))
+        """Report outcomes in one call and one transaction; returns the AckOutcome per item.
+
+        The ack goes first to the broker where this consumer's pull of ``topic`` waits, if one
+        does: what the ack makes due (a workflow's next step) is then handed to that pull in the
+        ack's own transaction, instead of reaching it through the brokers' signal."""
+        waiting = self._pulls_at.get((topic, consumer))
+        prefer = waiting[-1] if waiting else ""
+        reply = self.pool.call("Ack", ack_request(topic, consumer, items),
+                               timeout if timeout is not None else self.settings.rpc_timeout, prefer=prefer)
+        return ack_outcomes(reply)
 
     def extend(self, leases: Sequence[LeaseRef], ttr: float, consumer: str = "",
                timeout: Optional[float] = None) -> list[bool]:

@@ -74,6 +74,26 @@ def test_a_produce_leases_what_the_hand_off_takes_in_its_own_transaction(storage
     assert sorted(m.id for m in lock(storage, "t.ho")) == [ids[1], ids[3]]
 
 
+def test_a_produce_hands_off_its_rows_as_stored_in_the_lock_order(storage):
+    # The produce leases its own rows without reading them back: each delivery must still be
+    # what is stored, and in the lock's order (priority first, then effect time, then id).
+    handoff = Recording("t.hof")
+    now = clock.now()
+    earlier = clock.after(now, -5)
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    new = [NewRow("t.hof", '{"a": 1}', now, 3, trace_context=trace),
+           NewRow("t.hof", '{"b": "\u00e9"}', earlier, 0, priority=5),
+           NewRow("t.hof", "[]", earlier, 7)]
+    ids = storage.messages.insert_messages(new, now, handoff=handoff, broker="b1")
+    assert [m.id for m in handoff.got] == [ids[1], ids[2], ids[0]]
+    for m in handoff.got:
+        stored = storage.reads.get_message(m.id)
+        assert (m.topic, m.data, m.status, m.effect_time, m.retry_remaining, m.attempt, m.trace_context, m.priority,
+                m.ttr, m.lease_token, m.consumer, m.workflow_id, m.depends_on) == \
+            ("t.hof", stored.data, stored.status, stored.effect_time, stored.retry_remaining, stored.attempt,
+             stored.trace_context, stored.priority, stored.ttr, stored.lease_token, stored.consumer, None, ())
+
+
 def test_rows_already_stored_under_their_unique_key_are_not_offered(storage):
     now = clock.now()
     [old] = storage.messages.insert_messages([NewRow("t.hk", "1", now, 0, unique_key="k1")], now)

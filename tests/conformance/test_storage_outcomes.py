@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.conformance.storage_ops import ack, insert, lock
+from tests.conformance.storage_ops import ack, insert, lock, settings
 from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
 from tidemq import clock, trace
@@ -34,6 +34,24 @@ def test_ack_success_is_applied_once_and_stale_tokens_are_refused(storage):
     again = storage.reads.get_message(msg_id)
     assert again.status == "SUCCESS" and again.finish_time is not None
     assert again.trace.count("SUCCESS") == 1 and (again.version, again.trace) == (stored.version, stored.trace)
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_an_acks_committed_call_comes_once_after_its_outcomes_are_stored(storage, stale):
+    # The broker wakes its result waiters there: they must read the outcomes, never the state
+    # before. With a stale item the fast path rolls back and the exact path commits instead.
+    ids = insert(storage, "t.ackcommitted", 2)
+    leased = sorted(lock(storage, "t.ackcommitted"), key=lambda m: m.id)
+    seen = []
+
+    def committed():
+        seen.append([storage.reads.get_message(id).status for id in ids])
+
+    items = [AckItem(leased[0].id, leased[0].lease_token, True),
+             AckItem(leased[1].id, "wrong-token" if stale else leased[1].lease_token, True)]
+    outcomes = storage.acks.ack(items, clock.now(), "c1", "b1", settings, committed=committed)
+    assert outcomes == [AckOutcome.APPLIED, AckOutcome.STALE if stale else AckOutcome.APPLIED]
+    assert seen == [["SUCCESS", "RUNNING" if stale else "SUCCESS"]]
 
 
 def test_a_repeated_failure_ack_is_answered_once_it_ended_in_fail(storage):

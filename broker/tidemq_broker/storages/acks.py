@@ -47,13 +47,14 @@ class Acks:
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None,
-            handoff: Optional[HandOff] = None) -> list[AckOutcome]:
+            handoff: Optional[HandOff] = None, committed: Optional[Callable[[], None]] = None) -> list[AckOutcome]:
         freed: dict[int, tuple[str, int]] = {}  # replaced whole by each run of the transaction
         finished: dict[int, str] = {}  # likewise: the workflows this ack ended
         # Successes the consumer did not mark as workflow steps take the fast path, and so do the
         # steps whose workflow it names (their UPDATE guarded by that id); steps marked without
         # an id go straight to the exact path, in the same transaction (trying them on the fast
         # path first cost every ack of a step a statement and a rollback).
+        after = _in_turn(handoff.committed if handoff is not None else None, committed)
         plain = [item for item in items if not item.workflow]
         known = [item for item in items if item.workflow and item.workflow_id is not None]
         if (plain or known) and all(item.success and not item.cancelled for item in items) \
@@ -69,13 +70,13 @@ class Acks:
                 return [by_id[item.id] for item in items]
 
             try:
-                outcomes = self._db.tx(both, committed=handoff.committed if handoff is not None else None)
+                outcomes = self._db.tx(both, committed=after)
             except _SomeStale:  # rolled back: sort the batch out item by item below
                 pass
             else:
                 return self._ended(outcomes, freed, finished, released)
         outcomes = self._db.tx(lambda conn: self._each(conn, items, now, consumer, broker, topics, freed, finished,
-                                                       handoff), committed=handoff.committed if handoff is not None else None)
+                                                       handoff), committed=after)
         return self._ended(outcomes, freed, finished, released)
 
     def _ended(self, outcomes: list[AckOutcome], freed: dict[int, tuple[str, int]], finished: dict[int, str],
@@ -185,3 +186,16 @@ class Acks:
 def _chunked(conn: Connection, change: lifecycle.Change, ids: Sequence[int], *where: object) -> int:
     """Apply ``change`` to ``ids`` (and ``where``) a thousand ids per statement; return how many."""
     return sum(apply(conn, change, ids_in(ids[start : start + _CHUNK]), *where) for start in range(0, len(ids), _CHUNK))
+
+
+def _in_turn(*calls: Optional[Callable[[], None]]) -> Optional[Callable[[], None]]:
+    """One call that makes ``calls`` (None: none) in turn; None when there is none."""
+    present = [call for call in calls if call is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def each() -> None:
+        for call in present:
+            call()
+
+    return each

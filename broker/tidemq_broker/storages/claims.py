@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any, Collection, Mapping, Optional, Sequence
+from typing import Any, Collection, Mapping, NamedTuple, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
 
@@ -45,7 +45,7 @@ from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
-from ..records import HandOff, LeasedMessage, LockHint, Shard
+from ..records import HandOff, LeasedMessage, LockHint, NewRow, Shard
 from ..schema import message as m
 from .changes import apply_to_ids
 from .dependencies import parents_of
@@ -203,12 +203,13 @@ def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime
 
 
 def hand_off(conn: Connection, handoff: HandOff, due: dict[str, list[tuple[int, int, datetime]]],
-             released: Optional[Mapping[int, Any]] = None) -> None:
+             released: Optional[Mapping[int, Any]] = None, inserted: Optional[Mapping[int, NewRow]] = None) -> None:
     """Inside the transaction that made ``due`` due ({topic: [(id, priority, effect_time)]}):
     lease what the pulls waiting for them take (``tidemq_broker.handoff``), each under its own
     lease, as their own lock would. ``released``: steps this transaction released and read but
     has not written yet ({id: ``dependencies.Released``}): each is written now, and one a pull
-    takes is released and leased by one UPDATE, without reading it again."""
+    takes is released and leased by one UPDATE, without reading it again. ``inserted``: rows
+    this transaction inserted ({id: the row}), leased by one UPDATE without being read back."""
     taken: set[int] = set()
     for topic, messages in due.items():
         for request, ids in handoff.takers(topic, messages):
@@ -216,6 +217,8 @@ def hand_off(conn: Connection, handoff: HandOff, due: dict[str, list[tuple[int, 
             if released is not None and all(id in released for id in ids):
                 handoff.leased(request, _release_and_lease(conn, topic, [released[id] for id in ids], change))
                 taken.update(ids)
+            elif inserted is not None and all(id in inserted for id in ids):
+                handoff.leased(request, _lease_inserted(conn, topic, [(id, inserted[id]) for id in ids], change))
             else:
                 handoff.leased(request, lease_rows(conn, topic, ids, change))
     for change, ids in _by_release([step for step_id, step in sorted((released or {}).items()) if step_id not in taken]):
@@ -229,6 +232,28 @@ def _release_and_lease(conn: Connection, topic: str, steps: Sequence[Any], lease
     for release, ids in _by_release(steps):
         apply_to_ids(conn, release.then(lease), ids)
     return _deliveries(conn, topic, [(step.row, step.effect_time) for step in steps], lease)
+
+
+class _Inserted(NamedTuple):
+    """A row this transaction inserted, as ``_LOCK_BY_KEY`` would read it back."""
+
+    id: int
+    data: str
+    retry_remaining: int
+    trace_context: Optional[str]
+    priority: int
+    attempt: int = 0
+    workflow_id: None = None
+
+
+def _lease_inserted(conn: Connection, topic: str, rows: Sequence[tuple[int, NewRow]], lease: Change) -> list[LeasedMessage]:
+    """Lease rows this transaction inserted by one UPDATE, and return them as deliveries. No read
+    first: the insert holds their row locks until the COMMIT, so nobody else can have taken or
+    changed them, and what they hold is the insert's values."""
+    known = sorted(((_Inserted(id, row.data, row.retry_remaining, row.trace_context or None, row.priority),
+                     row.effect_time) for id, row in rows), key=lambda r: (-r[0].priority, r[1], r[0].id))
+    apply_to_ids(conn, lease, [row.id for row, _ in known])
+    return _deliveries(conn, topic, known, lease)
 
 
 def _by_release(steps: Sequence[Any]) -> list[tuple[Change, list[int]]]:

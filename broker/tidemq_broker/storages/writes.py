@@ -68,7 +68,8 @@ class Writes:
                 done = dialect.insert_plain_answering(conn, plain_values, answers, now)
                 if done is not None:
                     if handoff is not None:
-                        hand_off(conn, handoff, _new_by_topic(rows, done, plain))
+                        hand_off(conn, handoff, _new_by_topic(rows, done, plain),
+                                 inserted={done[i]: rows[i] for i in plain})
                     return done
             if plain:
                 new_ids = dialect.insert_plain(conn, plain_values)
@@ -88,7 +89,8 @@ class Writes:
                                           "ids": id_list(ids[ref.start : ref.start + ref.count])}
                                          for ref in ours])
             if handoff is not None:
-                hand_off(conn, handoff, _new_by_topic(rows, ids, plain))  # keyed rows may be old ones
+                # Keyed rows may be old ones: only the plain rows are known as inserted.
+                hand_off(conn, handoff, _new_by_topic(rows, ids, plain), inserted={ids[i]: rows[i] for i in plain})
             return ids
 
         # Retries are rare: the first attempt does not look for stored request ids (a round trip

@@ -235,7 +235,7 @@ class MemoryAcks:
 
     def ack(self, items: Sequence[AckItem], now: datetime, consumer: str, broker: str,
             topics: Callable[[str], TopicSettings], released: Optional[dict[str, dict[int, int]]] = None,
-            handoff: Optional[HandOff] = None) -> list[AckOutcome]:
+            handoff: Optional[HandOff] = None, committed: Optional[Callable[[], None]] = None) -> list[AckOutcome]:
         state = self._state
         with state.lock:
             # Judged on the rows as they were before this batch, as the SQL storage reads them.
@@ -271,6 +271,8 @@ class MemoryAcks:
                 for id, (topic, priority) in sorted(freed.items()):
                     released.setdefault(topic, {})[id] = priority
             finished = settle(state, tally, now)
+        if committed is not None:
+            committed()
         state.outcomes.ended(finished)
         return outcomes
 
