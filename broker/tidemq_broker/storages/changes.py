@@ -9,14 +9,14 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Optional, Sequence
 
-from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, update
+from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, tuple_, update
 
 from tidemq.lifecycle import Change
 
 from ..schema import message as m
 from .ids import bound_ids_in, ids_in
 
-__all__ = ["values_of", "guard", "apply", "apply_to_ids", "apply_each"]
+__all__ = ["values_of", "guard", "apply", "apply_to_ids", "apply_to_versions", "apply_each"]
 
 _CHUNK = 1000
 #: Text values (results) one statement carries at most: a batch of large results is split so no
@@ -76,10 +76,25 @@ def apply_to_ids(conn: Connection, change: Change, ids: Sequence[int], lease_tok
     return conn.execute(stmt, params).rowcount
 
 
+def apply_to_versions(conn: Connection, change: Change, rows: Sequence[tuple[int, int]],
+                      **options: Any) -> int:
+    """``apply_to_ids`` to the rows ``rows`` ((id, version)) that still have that version: an
+    optimistic lock, which leaves alone a row changed since it was read, whatever it is now.
+    ``options``: execution options of the statement. Returns how many rows changed."""
+    if not rows:
+        return 0
+    stmt = _bound_update(tuple(change.source), change.target, tuple(sorted(change.values)), change.attempt_delta,
+                         change.bump_version, bool(change.trace), False, versioned=True)
+    params = {f"v_{name}": value for name, value in change.values.items()}
+    params.update(ids=[int(id) for id, _ in rows], pairs=[(int(id), int(version)) for id, version in rows],
+                  v_trace=change.trace)
+    return conn.execute(stmt, params, execution_options=options).rowcount
+
+
 @functools.lru_cache(maxsize=64)
 def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], attempt_delta: int,
                   bump_version: bool, trace: bool, token: bool, no_workflow: bool = False,
-                  in_workflow: bool = False) -> Any:
+                  in_workflow: bool = False, versioned: bool = False) -> Any:
     values: dict[Any, Any] = {name: bindparam(f"v_{name}", type_=m.c[name].type) for name in names}
     if target is not None:
         values["status"] = target.value
@@ -96,6 +111,8 @@ def _bound_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], 
         where.append(m.c.workflow_id.is_(None))
     if in_workflow:
         where.append(m.c.workflow_id == bindparam("v_workflow", type_=m.c.workflow_id.type))
+    if versioned:  # beside the ids' own IN, which makes it a walk of the primary key
+        where.append(tuple_(m.c.id, m.c.version).in_(bindparam("pairs", expanding=True)))
     return update(m).where(*where).values(values)
 
 

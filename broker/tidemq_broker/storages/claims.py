@@ -21,6 +21,11 @@ So a lease is three statements in one transaction:
    it) is passed over, never waited for.
 3. **The change**, one UPDATE of exactly those rows by key.
 
+On MariaDB the first try is two statements on an autocommit connection (``lease_no_wait``): the
+candidates with their version and what a delivery needs, then that UPDATE by key, guarded by the
+version read and set to fail at once on a row another transaction holds (``no_wait``); only then
+does the lock take the transaction above.
+
 A leased row of a workflow (``workflow_id`` set) may have waited on others: one more read, of
 ``tidemq_dependency`` by its child index, names the parents of all such rows of the lease, so a
 delivery carries their ids (never their results, which may be large and many). A lease without
@@ -40,20 +45,22 @@ from datetime import datetime
 from typing import Any, Collection, Mapping, NamedTuple, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
+from sqlalchemy.exc import DBAPIError
 
 from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
-from ..records import HandOff, LeasedMessage, LockHint, NewRow, Shard
+from ..records import HandOff, LeasedBatch, LeasedMessage, LockHint, LockRequest, NewRow, Shard
 from ..schema import message as m
-from .changes import apply_to_ids
+from .changes import apply_to_ids, apply_to_versions
 from .dependencies import parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
+from .no_wait import NO_WAIT
 from .rows import lease_change
 
-__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "hand_off"]
+__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "lease_no_wait", "hand_off"]
 
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
@@ -61,6 +68,9 @@ _LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.a
                    m.c.priority, m.c.workflow_id]
 #: Step 2, built once (the ids are bound at execution).
 _LOCK_BY_KEY = select(*_LEASED_COLUMNS).where(bound_ids_in(), m.c.status == _NEW).with_for_update(skip_locked=True)
+#: What a no-wait lease reads with its candidates (they have id, priority and effect_time).
+_NO_WAIT_COLUMNS = (m.c.data, m.c.retry_remaining, m.c.attempt, m.c.trace_context, m.c.workflow_id, m.c.version)
+_HELD_BY = select(m.c.id).where(bound_ids_in(), m.c.lease_token == bindparam("token", type_=m.c.lease_token.type))
 
 
 def due_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime, now: datetime,
@@ -186,6 +196,37 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     apply_to_ids(conn, change, [row.id for row in rows])
     rows.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
     return _deliveries(conn, topic, [(row, row.effect_time) for row in rows], change)
+
+
+def lease_no_wait(conn: Connection, dialect: SqlDialect, request: LockRequest, change: Change,
+                  due_by: datetime) -> Optional[LeasedBatch]:
+    """``lock_batch`` in two statements on an autocommit connection, where the server can fail a
+    statement at once rather than wait for a row lock (``no_wait``); None when it did, and the
+    caller takes the three-statement transaction that skips locked rows.
+
+    The candidates are read with what a delivery needs and their version; one UPDATE by key
+    then leases those that are still NEW at the version read (an optimistic lock: a row leased,
+    released or edited since the read is left alone) and commits by itself. When it changed
+    fewer rows than asked, the rows held under the lease's token say which. Run again after a
+    lost connection, it finds its rows by their token the same way."""
+    read = request.limit + 1
+    rows = read_candidates(conn, dialect, request.shard, read, due_by, request.now, _NO_WAIT_COLUMNS)
+    take = rows[:request.limit]
+    if take:
+        try:
+            changed = apply_to_versions(conn, change, [(row.id, row.version) for row in take], **{NO_WAIT: True})
+        except DBAPIError as exc:
+            if dialect.is_transient(exc):  # a row held by another transaction (or a deadlock)
+                return None
+            raise
+        if changed < len(take):
+            ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take],
+                                               "token": change.values["lease_token"]}).scalars())
+            take = [row for row in take if row.id in ours]
+    take.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
+    leased = _deliveries(conn, request.topic, [(row, row.effect_time) for row in take], change)
+    return LeasedBatch(leased, reached(request.shard, rows, read, {lm.id for lm in leased}, due_by),
+                       drained=len(leased) == len(rows))
 
 
 def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime]], change: Change) -> list[LeasedMessage]:

@@ -24,6 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from tidemq.outage import Outage
 
 from ..errors import StorageUnavailableError
+from . import no_wait
 from .dialect import SqlDialect
 from .workflow_tally import Outcomes
 
@@ -53,10 +54,13 @@ class SqlDatabase:
         # letting them fail with "database is locked" (it also keeps a multi-row INSERT's rowids
         # consecutive). MySQL runs transactions concurrently.
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
-        # Autocommit connections for ``read``, opened when first needed (None until then).
+        # Autocommit connections for ``read`` and ``autocommit``, opened when first needed (None
+        # until then).
         self._readers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
+        self._writers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
         for _ in range(_READERS):
             self._readers.put(None)
+            self._writers.put(None)
         #: Logs a database outage once, and its end; the callers of ``tx`` that get its
         #: StorageUnavailableError do not log it again.
         self.outage = Outage(log, "calls to the database")
@@ -65,6 +69,7 @@ class SqlDatabase:
         self._local = threading.local()  # .lost: connections this thread's unit of work lost so far
         for pooled in {self.engine, self.produce_engine}:
             event.listen(pooled, "handle_error", self._on_error)
+        no_wait.enable(self.engine)
 
     def _on_error(self, context: Any) -> None:
         """On a lost connection, renew the whole pool only when the unit of work lost one before.
@@ -143,10 +148,20 @@ class SqlDatabase:
         another (a read changes nothing); if that fails too, the database is unavailable.
         SQLite (one writer, reads through ``tx``) keeps its process lock instead.
         """
+        return self._autocommit(work, self._readers)
+
+    def autocommit(self, work: Callable[[Connection], T]) -> T:
+        """``read``, for a unit of work whose statements may write, each committed by itself
+        (the no-wait lease, ``claims.lease_no_wait``): it must be safe to run twice, as it runs
+        again on another connection when its own was lost. Its connections are not the
+        readers': a slow probe must not hold up a lease."""
+        return self._autocommit(work, self._writers)
+
+    def _autocommit(self, work: Callable[[Connection], T], connections: "queue.LifoQueue[Optional[Connection]]") -> T:
         if self.dialect.single_writer:
             return self.tx(work)
         try:
-            reader = self._readers.get(timeout=_READER_WAIT)
+            reader = connections.get(timeout=_READER_WAIT)
         except queue.Empty:
             raise self._unavailable(PoolTimeoutError(f"no read connection free within {_READER_WAIT} s")) from None
         try:
@@ -176,7 +191,7 @@ class SqlDatabase:
                     reader = _dropped(reader)  # its state is not known: not for the next read
                     raise
         finally:
-            self._readers.put(reader)
+            connections.put(reader)
         self.outage.succeeded()
         return result
 
@@ -186,11 +201,12 @@ class SqlDatabase:
 
     def close(self) -> None:
         """Release every pooled connection."""
-        while True:
-            try:
-                _dropped(self._readers.get_nowait())
-            except queue.Empty:
-                break
+        for connections in (self._readers, self._writers):
+            while True:
+                try:
+                    _dropped(connections.get_nowait())
+                except queue.Empty:
+                    break
         self.engine.dispose()
         if self.produce_engine is not self.engine:
             self.produce_engine.dispose()

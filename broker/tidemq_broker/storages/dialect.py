@@ -97,6 +97,11 @@ class SqlDialect(abc.ABC):
         if add_index:
             conn.exec_driver_sql(f"CREATE INDEX {add_index.replace(' (', f' ON {table} (', 1)}")
 
+    def no_wait(self, conn: Connection) -> bool:
+        """Whether ``conn``'s server fails a statement with the execution option
+        ``no_wait.NO_WAIT`` at once instead of letting it wait for a row lock (MariaDB only)."""
+        return bool(getattr(conn.dialect, "is_mariadb", False))
+
     def id_step(self, conn: Connection) -> int:
         """How far apart the ids one server hands out are (1 here; see the MySQL dialect)."""
         return 1

@@ -17,7 +17,7 @@ from tidemq.lifecycle import MessageStatus
 from ..records import LeasedBatch, LeasedMessage, LockRequest, OutageGrace, TopicSettings
 from ..schema import message as m
 from .changes import apply
-from .claims import lease_rows, reached, read_candidates
+from .claims import lease_no_wait, lease_rows, reached, read_candidates
 from .database import SqlDatabase
 from .dependencies import stop_after
 from .workflow_tally import Tally
@@ -38,13 +38,20 @@ class Leases:
 
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
+        self._no_wait = not db.dialect.single_writer  # until a connection says its server cannot
 
     def lock_batch(self, request: LockRequest) -> list[LeasedMessage]:
         change = lease_change(request)
         due_by = clock.after(request.now, request.ahead)
+        limited = request.limits is not None and request.limits.any
+        if not limited and self._no_wait:
+            # Two statements, no transaction to open and end: see claims.lease_no_wait.
+            batch = self._db.autocommit(lambda conn: self._leased_no_wait(conn, request, change, due_by))
+            if batch is not None:
+                return batch
 
         def work(conn: Connection) -> list[LeasedMessage]:
-            if request.limits is not None and request.limits.any:
+            if limited:
                 # The stored limits decide (the caller's may be seconds old); see storages/flow.py.
                 return lock_limited(conn, self._db.dialect, request, change, due_by)
             # One row more than the batch takes: a lock that fills its batch can then still tell
@@ -57,6 +64,13 @@ class Leases:
                                drained=len(leased) == len(rows))
 
         return self._db.tx(work)
+
+    def _leased_no_wait(self, conn: Connection, request: LockRequest, change: lifecycle.Change,
+                        due_by: datetime) -> Optional[LeasedBatch]:
+        if not self._db.dialect.no_wait(conn):
+            self._no_wait = False  # the server cannot: every lease takes the transaction
+            return None
+        return lease_no_wait(conn, self._db.dialect, request, change, due_by)
 
     def lock_serial(self, request: LockRequest) -> list[LeasedMessage]:
         topic = request.topic
