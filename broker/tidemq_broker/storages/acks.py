@@ -1,7 +1,9 @@
 """Acks: many outcomes in one transaction, each guarded by status RUNNING and its lease token,
 so an outcome from a consumer that lost its lease is refused, never applied. A result is
 written by the same statement as its status, and the steps waiting on a message are released
-or stopped in the transaction that finishes it (``storages/dependencies.py``)."""
+or stopped in the transaction that finishes it (``storages/dependencies.py``). A batch of plain
+successes (no workflow) needs no transaction: its UPDATEs commit by themselves
+(``Acks._plain_autocommit``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from datetime import datetime
 from typing import Callable, Optional, Sequence
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import DBAPIError
 
 from tidemq import lifecycle
 from tidemq.lifecycle import MessageStatus
@@ -57,8 +60,18 @@ class Acks:
         after = _in_turn(handoff.committed if handoff is not None else None, committed)
         plain = [item for item in items if not item.workflow]
         known = [item for item in items if item.workflow and item.workflow_id is not None]
-        if (plain or known) and all(item.success and not item.cancelled for item in items) \
-                and len({item.id for item in items}) == len(items):
+        all_fast = (plain or known) and all(item.success and not item.cancelled for item in items) \
+            and len({item.id for item in items}) == len(items)
+        if all_fast and len(plain) == len(items) and not self._db.dialect.single_writer:
+            # An item that did not match sends the batch to the exact path at once: the fast
+            # path in a transaction would find the rows marked here and not match either.
+            all_fast = False
+            outcomes = self._db.autocommit(lambda conn: self._plain_autocommit(conn, items, now, consumer, broker))
+            if outcomes is not None:
+                if after is not None:
+                    after()
+                return outcomes
+        if all_fast:
             steps = [item for item in items if item.workflow and item.workflow_id is None]
 
             def both(conn: Connection) -> list[AckOutcome]:
@@ -88,6 +101,24 @@ class Acks:
             for id, (topic, priority) in sorted(freed.items()):
                 released.setdefault(topic, {})[id] = priority
         return outcomes
+
+    def _plain_autocommit(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
+                          broker: str) -> Optional[list[AckOutcome]]:
+        """The fast path of plain successes on an autocommit connection: each UPDATE commits by
+        itself, a round trip instead of three (with the COMMIT and the rollback at check-in).
+        Nothing else waits on a plain message, so nothing has to commit with it. None when an
+        item did not match (or the server asked for a retry): the exact path then judges the
+        batch, and answers a row an UPDATE here already marked SUCCESS under the item's token
+        APPLIED, as it answers an ack sent twice; the same holds when this runs again after a
+        lost connection."""
+        try:
+            return self._all_succeeded(conn, items, now, consumer, broker)
+        except _SomeStale:
+            return None
+        except DBAPIError as exc:
+            if self._db.dialect.is_transient(exc):  # a deadlock, a Galera certification conflict
+                return None
+            raise
 
     def _all_succeeded(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,
                        broker: str) -> list[AckOutcome]:

@@ -1,7 +1,8 @@
-"""The no-wait lease on MariaDB (``claims.lease_no_wait``): candidates read with their version,
-then one UPDATE by key that fails at once rather than wait for a row lock. A row changed between
-the two is left for the next lock; a row another transaction holds sends the lock to the
-transaction that skips locked rows, which never waits either."""
+"""What MariaDB runs without a transaction: the no-wait lease (``claims.lease_no_wait``), its
+candidates read with their version, then one UPDATE by key that fails at once rather than wait
+for a row lock; and the ack of plain successes (``Acks._plain_autocommit``). A row changed
+between the lease's two statements is left for the next lock; a row another transaction holds
+sends the lock to the transaction that skips locked rows, which never waits either."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import time
 import pytest
 from sqlalchemy import text
 
-from tests.conformance.storage_ops import insert, lock
+from tests.conformance.storage_ops import ack, insert, lock
+from tidemq_broker.storage import AckItem, AckOutcome
 from tidemq_broker.storages import claims, open_storage
 
 
@@ -58,3 +60,27 @@ def test_a_row_another_transaction_holds_is_passed_over_without_waiting(storage,
         other.rollback()
     [late] = lock(storage, "t.nowaitheld")
     assert late.id == ids[0] and late.attempt == 1
+
+
+def _transactions(mysql_db) -> int:
+    """COMMITs and ROLLBACKs the server ran so far (every session's)."""
+    with mysql_db.engine.connect() as conn:
+        rows = conn.execute(text("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Com_rollback')")).all()
+    return sum(int(value) for _name, value in rows)
+
+
+def test_a_lease_and_an_ack_of_plain_successes_open_no_transaction(storage, mysql_db):
+    insert(storage, "t.autocommit", 1)
+    [warm] = lock(storage, "t.autocommit")
+    ack(storage, [AckItem(warm.id, warm.lease_token, True)])  # the autocommit connections are open now
+    ids = insert(storage, "t.autocommit", 3)
+    before = _transactions(mysql_db)
+    leased = lock(storage, "t.autocommit")
+    assert sorted(m.id for m in leased) == ids
+    assert ack(storage, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
+    # Our own reads of the counter each end with the pool's rollback: one, after ``before``.
+    assert _transactions(mysql_db) - before == 1
+    assert {storage.reads.get_message(id).status for id in ids} == {"SUCCESS"}
+    # The same ack again (its reply lost): answered as recorded by the exact path, which locks.
+    assert ack(storage, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
+    assert all(storage.reads.get_message(id).trace.count("SUCCESS") == 1 for id in ids)
