@@ -70,6 +70,16 @@ def mysql_db(mysql_url, _mysql_store):
     return _mysql_store[1]
 
 
+@pytest.fixture
+def mysql_store(mysql_url):
+    """A storage opened on ``mysql_url`` (MariaDB, tables truncated), closed after the test."""
+    from tidemq_broker.storages import open_storage
+
+    storage = open_storage(mysql_url)
+    yield storage
+    storage.close()
+
+
 @pytest.fixture(scope="session")
 def galera():
     """A 3-node MariaDB Galera cluster (galera-4), started once for the session."""

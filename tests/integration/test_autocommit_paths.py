@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from sqlalchemy import text
 
 from tests.conformance.storage_ops import ack, insert, lock
 from tidemq_broker.storage import AckItem, AckOutcome
-from tidemq_broker.storages import claims, open_storage
-
-
-@pytest.fixture
-def storage(mysql_url):
-    store = open_storage(mysql_url)
-    yield store
-    store.close()
+from tidemq_broker.storages import claims
 
 
 def test_a_row_edited_between_the_read_and_the_update_is_left_alone_then_leased_as_edited(
-        storage, mysql_db, monkeypatch):
-    ids = insert(storage, "t.nowait", 3)
+        mysql_store, mysql_db, monkeypatch):
+    ids = insert(mysql_store, "t.nowait", 3)
     edited = ids[1]
     real, reads = claims.read_candidates, []
 
@@ -38,27 +30,27 @@ def test_a_row_edited_between_the_read_and_the_update_is_left_alone_then_leased_
         return rows
 
     monkeypatch.setattr(claims, "read_candidates", read_then_edit)
-    first = lock(storage, "t.nowait")
+    first = lock(mysql_store, "t.nowait")
     assert "version" in [c.name for c in reads[0]]  # the no-wait lease read the candidates
     assert sorted(m.id for m in first) == [ids[0], ids[2]]
-    assert storage.reads.get_message(edited).status == "NEW"
+    assert mysql_store.reads.get_message(edited).status == "NEW"
     for m in first:  # the rows leased are delivered as stored
-        stored = storage.reads.get_message(m.id)
+        stored = mysql_store.reads.get_message(m.id)
         assert (m.status, m.attempt, m.lease_token, m.data) == ("RUNNING", stored.attempt, stored.lease_token, stored.data)
-    [second] = lock(storage, "t.nowait")
+    [second] = lock(mysql_store, "t.nowait")
     assert (second.id, second.data, second.attempt) == (edited, '{"edited": true}', 1)
 
 
-def test_a_row_another_transaction_holds_is_passed_over_without_waiting(storage, mysql_db):
-    ids = insert(storage, "t.nowaitheld", 3)
+def test_a_row_another_transaction_holds_is_passed_over_without_waiting(mysql_store, mysql_db):
+    ids = insert(mysql_store, "t.nowaitheld", 3)
     with mysql_db.engine.connect() as other:
         other.execute(text("SELECT id FROM tidemq_message WHERE id = :id FOR UPDATE"), {"id": ids[0]})
         began = time.monotonic()
-        got = lock(storage, "t.nowaitheld")
+        got = lock(mysql_store, "t.nowaitheld")
         # Functional bound: waiting for the lock would take innodb_lock_wait_timeout (50 s).
         assert sorted(m.id for m in got) == ids[1:] and time.monotonic() - began < 5.0
         other.rollback()
-    [late] = lock(storage, "t.nowaitheld")
+    [late] = lock(mysql_store, "t.nowaitheld")
     assert late.id == ids[0] and late.attempt == 1
 
 
@@ -69,18 +61,18 @@ def _transactions(mysql_db) -> int:
     return sum(int(value) for _name, value in rows)
 
 
-def test_a_lease_and_an_ack_of_plain_successes_open_no_transaction(storage, mysql_db):
-    insert(storage, "t.autocommit", 1)
-    [warm] = lock(storage, "t.autocommit")
-    ack(storage, [AckItem(warm.id, warm.lease_token, True)])  # the autocommit connections are open now
-    ids = insert(storage, "t.autocommit", 3)
+def test_a_lease_and_an_ack_of_plain_successes_open_no_transaction(mysql_store, mysql_db):
+    insert(mysql_store, "t.autocommit", 1)
+    [warm] = lock(mysql_store, "t.autocommit")
+    ack(mysql_store, [AckItem(warm.id, warm.lease_token, True)])  # the autocommit connections are open now
+    ids = insert(mysql_store, "t.autocommit", 3)
     before = _transactions(mysql_db)
-    leased = lock(storage, "t.autocommit")
+    leased = lock(mysql_store, "t.autocommit")
     assert sorted(m.id for m in leased) == ids
-    assert ack(storage, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
+    assert ack(mysql_store, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
     # Our own reads of the counter each end with the pool's rollback: one, after ``before``.
     assert _transactions(mysql_db) - before == 1
-    assert {storage.reads.get_message(id).status for id in ids} == {"SUCCESS"}
+    assert {mysql_store.reads.get_message(id).status for id in ids} == {"SUCCESS"}
     # The same ack again (its reply lost): answered as recorded by the exact path, which locks.
-    assert ack(storage, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
-    assert all(storage.reads.get_message(id).trace.count("SUCCESS") == 1 for id in ids)
+    assert ack(mysql_store, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
+    assert all(mysql_store.reads.get_message(id).trace.count("SUCCESS") == 1 for id in ids)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import statistics
 
-import pytest
 
 from tests.integration.handlers_common import read_log
 from tests.observe import count
@@ -14,16 +13,9 @@ from tests.processes import start_broker_process, start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings, clock
 from tidemq_broker.storage import FlowLimits
-from tidemq_broker.storages import open_storage
 
 WORKERS = 4
 
-
-@pytest.fixture
-def store(mysql_url):
-    storage = open_storage(mysql_url)
-    yield storage
-    storage.close()
 
 
 def run(topic, mysql_url, zk_hosts, spawn, tmp_path, produce, workers=WORKERS, threads=4, sleep=0.0):
@@ -55,9 +47,9 @@ def most_at_once(intervals):
     return peak
 
 
-def finish(client, store, topic, ids, log, timeout=90):
+def finish(client, mysql_store, topic, ids, log, timeout=90):
     try:
-        wait_until(lambda: count(store, topic, "SUCCESS") == len(ids), timeout, 0.2, f"every message of {topic} SUCCESS")
+        wait_until(lambda: count(mysql_store, topic, "SUCCESS") == len(ids), timeout, 0.2, f"every message of {topic} SUCCESS")
     finally:
         client.close()
     entries = [e for e in read_log(log) if e.end is not None]
@@ -65,39 +57,39 @@ def finish(client, store, topic, ids, log, timeout=90):
     return entries
 
 
-def test_running_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp_path, store):
+def test_running_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp_path, mysql_store):
     topic = "it.flow.running"
-    store.topics.set_topic_limits(topic, FlowLimits(max_running=3), clock.now())
+    mysql_store.topics.set_topic_limits(topic, FlowLimits(max_running=3), clock.now())
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(90))), sleep=0.1)
-    entries = finish(client, store, topic, ids, log)
+    entries = finish(client, mysql_store, topic, ids, log)
     # 16 handler threads in all: without the limit far more than 3 would run at once.
     assert most_at_once([(e.start, e.end) for e in entries]) == 3
     assert len({e.pid for e in entries}) > 1
 
 
-def test_per_key_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp_path, store):
+def test_per_key_limit_holds_across_four_workers(mysql_url, zk_hosts, spawn, tmp_path, mysql_store):
     topic = "it.flow.key"
-    store.topics.set_topic_limits(topic, FlowLimits(max_running_per_key=2), clock.now())
+    mysql_store.topics.set_topic_limits(topic, FlowLimits(max_running_per_key=2), clock.now())
     keys = [f"customer-{i % 3}" for i in range(60)]
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(60)), keys=keys), sleep=0.1)
-    entries = finish(client, store, topic, ids, log)
+    entries = finish(client, mysql_store, topic, ids, log)
     key_of = dict(zip(ids, keys))
     for key in set(keys):
         assert most_at_once([(e.start, e.end) for e in entries if key_of[e.id] == key]) <= 2, key
     assert most_at_once([(e.start, e.end) for e in entries]) > 2  # the keys together ran more
 
 
-def test_started_rate_stays_within_a_tenth_of_the_limit(mysql_url, zk_hosts, spawn, tmp_path, store):
+def test_started_rate_stays_within_a_tenth_of_the_limit(mysql_url, zk_hosts, spawn, tmp_path, mysql_store):
     topic, rate, n = "it.flow.rate", 20.0, 120
-    store.topics.set_topic_limits(topic, FlowLimits(rate_per_second=rate), clock.now())
+    mysql_store.topics.set_topic_limits(topic, FlowLimits(rate_per_second=rate), clock.now())
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path,
                            lambda c: c.produce_many(topic, list(range(n))), sleep=0.01)
-    finish(client, store, topic, ids, log)
+    finish(client, mysql_store, topic, ids, log)
     # The limit is on leases, stamped by the brokers' clock; handler starts in the workers follow
     # them, later and less evenly on a loaded machine.
-    starts = sorted(store.reads.get_message(i).start_time.timestamp() for i in ids)
+    starts = sorted(mysql_store.reads.get_message(i).start_time.timestamp() for i in ids)
     # The slope of leases over time (least squares): a pull takes what accrued since the last
     # one, so leases come in clumps, and a first-to-last rate moves by a clump at either end.
     mean_t, mean_k = statistics.fmean(starts), (len(starts) - 1) / 2
@@ -111,7 +103,7 @@ def test_started_rate_stays_within_a_tenth_of_the_limit(mysql_url, zk_hosts, spa
     assert busiest <= rate * 1.5
 
 
-def test_due_messages_run_higher_priority_first(mysql_url, zk_hosts, spawn, tmp_path, store):
+def test_due_messages_run_higher_priority_first(mysql_url, zk_hosts, spawn, tmp_path, mysql_store):
     topic = "it.flow.priority"
 
     def produce(client):
@@ -121,6 +113,6 @@ def test_due_messages_run_higher_priority_first(mysql_url, zk_hosts, spawn, tmp_
         return low + high + middle
 
     ids, log, client = run(topic, mysql_url, zk_hosts, spawn, tmp_path, produce, workers=1, threads=1)
-    entries = finish(client, store, topic, ids, log)
+    entries = finish(client, mysql_store, topic, ids, log)
     order = [e.id for e in sorted(entries, key=lambda e: e.start)]
     assert order == ids[20:40] + ids[40:60] + ids[:20]

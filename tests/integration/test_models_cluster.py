@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 
 from tests.integration.handlers_common import read_log
 from tests.observe import all_messages, count
@@ -20,18 +19,11 @@ from tidemq.coordinator import ConnectionState
 from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq.message import MessageType
 from tidemq import trace
-from tidemq_broker.storages import open_storage
 
-
-@pytest.fixture
-def store(mysql_url):
-    storage = open_storage(mysql_url)
-    yield storage
-    storage.close()
 
 
 def test_killing_the_zookeeper_leader_and_a_broker_loses_and_duplicates_nothing(
-        mysql_url, ensemble, ensemble_chroot, spawn, tmp_path, store):
+        mysql_url, ensemble, ensemble_chroot, spawn, tmp_path, mysql_store):
     topic = "it.cluster"
     hosts = ensemble.hosts + ensemble_chroot
     log = tmp_path / "handler.log"
@@ -78,8 +70,8 @@ def test_killing_the_zookeeper_leader_and_a_broker_loses_and_duplicates_nothing(
         wait_until(lambda: client.coordinator.leader() == survivor, 60, 0.1, "the surviving broker leads")
         stop.set()
         producer.join(30)
-        wait_until(lambda: count(store, topic, "SUCCESS") >= len(ids) and not count(store, topic, "NEW")
-                   and not count(store, topic, "RUNNING"), 90, 0.2, "every produced message SUCCESS")
+        wait_until(lambda: count(mysql_store, topic, "SUCCESS") >= len(ids) and not count(mysql_store, topic, "NEW")
+                   and not count(mysql_store, topic, "RUNNING"), 90, 0.2, "every produced message SUCCESS")
     finally:
         stop.set()
         if producer.is_alive():
@@ -87,7 +79,7 @@ def test_killing_the_zookeeper_leader_and_a_broker_loses_and_duplicates_nothing(
         client.close()
 
     assert errors == []
-    by_id = {m.id: m for m in all_messages(store, topic)}
+    by_id = {m.id: m for m in all_messages(mysql_store, topic)}
     assert set(ids) <= set(by_id), "a produce returned an id that is not stored"
     for m in by_id.values():
         assert m.status == "SUCCESS"
@@ -96,7 +88,7 @@ def test_killing_the_zookeeper_leader_and_a_broker_loses_and_duplicates_nothing(
 
 
 def test_a_suspended_consumer_goes_on_consuming_its_last_known_share(
-        mysql_url, ensemble, ensemble_chroot, spawn, tmp_path, store):
+        mysql_url, ensemble, ensemble_chroot, spawn, tmp_path, mysql_store):
     topic = "it.suspend"
     hosts = ensemble.hosts + ensemble_chroot
     start_broker_process(spawn, tmp_path, {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": hosts}, "broker")
@@ -123,14 +115,14 @@ def test_a_suspended_consumer_goes_on_consuming_its_last_known_share(
         wait_until(lambda: ConnectionState.SUSPENDED in states, 30, what="SUSPENDED reported")
         held = producer.produce_many(topic, list(range(20)))
         # Brokers and the database need no ZooKeeper: the consumer keeps its last rank and total.
-        wait_until(lambda: count(store, topic, "SUCCESS") == 30, 30, what="consumed while suspended")
+        wait_until(lambda: count(mysql_store, topic, "SUCCESS") == 30, 30, what="consumed while suspended")
         assert states[-1] is ConnectionState.SUSPENDED
 
         follower.start()
         wait_until(lambda: states[-1] is ConnectionState.CONNECTED, 60, 0.1, "reconnected")
         assert coordinator.session_id() == session and ConnectionState.LOST not in states
         later = producer.produce_many(topic, list(range(5)))
-        wait_until(lambda: count(store, topic, "SUCCESS") == 35, 30, what="consumed after reconnecting")
+        wait_until(lambda: count(mysql_store, topic, "SUCCESS") == 35, 30, what="consumed after reconnecting")
         assert sorted(ran) == sorted(first + held + later)
     finally:
         worker.stop()

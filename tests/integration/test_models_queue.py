@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 
 from tests.integration.handlers_common import read_log
 from tests.observe import all_messages, count
@@ -13,19 +12,12 @@ from tests.processes import kill9, start_broker_process, start_worker, wait_regi
 from tests.servers import wait_until
 from tidemq import Client, Settings
 from tidemq import trace
-from tidemq_broker.storages import open_storage
 
 TOPIC = "it.queue"
 
 
-@pytest.fixture
-def store(mysql_url):
-    storage = open_storage(mysql_url)
-    yield storage
-    storage.close()
 
-
-def test_workers_joining_and_killed_leave_every_message_success_once(mysql_url, zk_hosts, spawn, tmp_path, store):
+def test_workers_joining_and_killed_leave_every_message_success_once(mysql_url, zk_hosts, spawn, tmp_path, mysql_store):
     log = tmp_path / "handler.log"
     env = {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": zk_hosts, "HANDLER_LOG": str(log),
            "HANDLER_TOPIC": TOPIC, "HANDLER_TTR": "2", "HANDLER_SLEEP": "0.01", "HANDLER_THREADS": "4"}
@@ -44,11 +36,11 @@ def test_workers_joining_and_killed_leave_every_message_success_once(mysql_url, 
         workers.append(start_worker(spawn, "w4", "tests.integration.handlers_queue", env))
         ids += client.produce_many(TOPIC, list(range(600)))
         # The killed workers' nodes vanish when their sessions expire; then ranks cover every shard.
-        wait_until(lambda: count(store, TOPIC, "SUCCESS") == len(ids), 90, 0.2, "every message SUCCESS")
+        wait_until(lambda: count(mysql_store, TOPIC, "SUCCESS") == len(ids), 90, 0.2, "every message SUCCESS")
     finally:
         client.close()
 
-    messages = all_messages(store, TOPIC)
+    messages = all_messages(mysql_store, TOPIC)
     assert sorted(m.id for m in messages) == sorted(ids)
     assert {m.status for m in messages} == {"SUCCESS"}
     runs = Counter(e.id for e in read_log(log) if e.end is not None)

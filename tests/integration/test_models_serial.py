@@ -5,7 +5,6 @@ retried before any later one."""
 
 from __future__ import annotations
 
-import pytest
 
 from tests.integration.handlers_common import read_log
 from tests.observe import all_messages, count
@@ -13,16 +12,9 @@ from tests.processes import kill9, start_broker_process, start_worker, wait_regi
 from tests.servers import wait_until
 from tidemq import Client, Settings
 from tidemq import trace
-from tidemq_broker.storages import open_storage
 
 TOPIC = "it.serial"
 
-
-@pytest.fixture
-def store(mysql_url):
-    storage = open_storage(mysql_url)
-    yield storage
-    storage.close()
 
 
 def intervals(entries, killed_pid, killed_at):
@@ -39,7 +31,7 @@ def intervals(entries, killed_pid, killed_at):
     return sorted(runs)
 
 
-def test_top_worker_killed_mid_message_keeps_one_at_a_time_in_order(mysql_url, zk_hosts, spawn, tmp_path, store):
+def test_top_worker_killed_mid_message_keeps_one_at_a_time_in_order(mysql_url, zk_hosts, spawn, tmp_path, mysql_store):
     log = tmp_path / "handler.log"
     env = {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": zk_hosts, "HANDLER_LOG": str(log),
            "HANDLER_TOPIC": TOPIC, "HANDLER_TTR": "2", "HANDLER_SLEEP": "0.03"}
@@ -60,7 +52,7 @@ def test_top_worker_killed_mid_message_keeps_one_at_a_time_in_order(mysql_url, z
         top = read_log(log)[0].pid
         assert top == workers[0].pid, "only the top-ranked worker may run a serial topic"
         killed_at = kill9(workers[0])
-        wait_until(lambda: count(store, TOPIC, "SUCCESS") == len(ids), 60, 0.2, "every message SUCCESS")
+        wait_until(lambda: count(mysql_store, TOPIC, "SUCCESS") == len(ids), 60, 0.2, "every message SUCCESS")
     finally:
         client.close()
 
@@ -76,5 +68,5 @@ def test_top_worker_killed_mid_message_keeps_one_at_a_time_in_order(mysql_url, z
     assert len(rerun) == 2 and rerun[1][3] != top and rerun[1][0] >= killed_at
     failed = [i for i, run in enumerate(runs) if run[2] == ids[25]]
     assert len(failed) == 2 and failed[1] == failed[0] + 1, "the failed message is retried before the next"
-    for m in all_messages(store, TOPIC):
+    for m in all_messages(mysql_store, TOPIC):
         assert [e["event"] for e in trace.parse(m.trace)].count("SUCCESS") == 1
