@@ -9,9 +9,14 @@ from __future__ import annotations
 import time
 
 from sqlalchemy import text
+import pymysql
+import pytest
+from sqlalchemy.exc import OperationalError
 
 from tests.conformance.storage_ops import ack, insert, lock
-from tidemq_broker.storage import AckItem, AckOutcome
+from tidemq import clock
+from tidemq.errors import StorageUnavailableError
+from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard
 from tidemq_broker.storages import claims
 
 
@@ -76,3 +81,26 @@ def test_a_lease_and_an_ack_of_plain_successes_open_no_transaction(mysql_store, 
     # The same ack again (its reply lost): answered as recorded by the exact path, which locks.
     assert ack(mysql_store, [AckItem(m.id, m.lease_token, True) for m in leased]) == [AckOutcome.APPLIED] * 3
     assert all(mysql_store.reads.get_message(id).trace.count("SUCCESS") == 1 for id in ids)
+
+
+def test_a_lease_whose_connection_is_lost_after_its_update_fails_and_its_token_gives_the_rows_back(
+        mysql_store, monkeypatch):
+    # Run again, the lease would take other rows under the same token and leave these held until
+    # their lease ran out: it fails instead, as a lost COMMIT does, and the caller gives the
+    # token back (a worker does so after every failed pull).
+    ids = insert(mysql_store, "t.nowaitlost", 3)
+    real = claims.apply_to_versions
+
+    def update_then_lose(*args, **kwargs):
+        real(*args, **kwargs)  # committed by itself
+        raise OperationalError("UPDATE", {}, pymysql.err.OperationalError(2013, "Lost connection"),
+                               connection_invalidated=True)
+
+    monkeypatch.setattr(claims, "apply_to_versions", update_then_lose)
+    request = LockRequest(Shard("t.nowaitlost"), "c1", 30, clock.now(), limit=100, lease_token="a" * 32)
+    with pytest.raises(StorageUnavailableError):
+        mysql_store.leases.lock_batch(request)
+    assert {mysql_store.reads.get_message(id).status for id in ids} == {"RUNNING"}
+    monkeypatch.setattr(claims, "apply_to_versions", real)
+    assert mysql_store.leases.release("a" * 32, clock.now()) == 3
+    assert sorted(m.id for m in lock(mysql_store, "t.nowaitlost")) == ids

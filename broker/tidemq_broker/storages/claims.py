@@ -45,12 +45,13 @@ from datetime import datetime
 from typing import Any, Collection, Mapping, NamedTuple, Optional, Sequence
 
 from sqlalchemy import Connection, Integer, bindparam, literal, not_, select, union_all
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from tidemq import clock
 from tidemq.lifecycle import Change, MessageStatus
 from tidemq.validation import PRIORITIES_DESC
 
+from ..errors import StorageUnavailableError
 from ..records import HandOff, LeasedBatch, LeasedMessage, LockHint, LockRequest, NewRow, Shard
 from ..schema import message as m
 from .changes import apply_to_ids, apply_to_versions
@@ -207,24 +208,32 @@ def lease_no_wait(conn: Connection, dialect: SqlDialect, request: LockRequest, c
     The candidates are read with what a delivery needs and their version; one UPDATE by key
     then leases those that are still NEW at the version read (an optimistic lock: a row leased,
     released or edited since the read is left alone) and commits by itself. When it changed
-    fewer rows than asked, the rows held under the lease's token say which. Run again after a
-    lost connection, it finds its rows by their token the same way."""
+    fewer rows than asked, the rows held under the lease's token say which.
+
+    A connection lost from the UPDATE on leaves the lease's outcome unknown, and running it
+    again would lease other rows under the same token: it fails instead, as a lost COMMIT does,
+    and the consumer whose pull failed gives its token back (``Client.pull_request``)."""
     read = request.limit + 1
     rows = read_candidates(conn, dialect, request.shard, read, due_by, request.now, _NO_WAIT_COLUMNS)
     take = rows[:request.limit]
-    if take:
-        try:
-            changed = apply_to_versions(conn, change, [(row.id, row.version) for row in take], **{NO_WAIT: True})
-        except DBAPIError as exc:
-            if dialect.is_transient(exc):  # a row held by another transaction (or a deadlock)
-                return None
-            raise
-        if changed < len(take):
-            ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take],
-                                               "token": change.values["lease_token"]}).scalars())
-            take = [row for row in take if row.id in ours]
-    take.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
-    leased = _deliveries(conn, request.topic, [(row, row.effect_time) for row in take], change)
+    try:
+        if take:
+            try:
+                changed = apply_to_versions(conn, change, [(row.id, row.version) for row in take], **{NO_WAIT: True})
+            except DBAPIError as exc:
+                if dialect.is_transient(exc) and not exc.connection_invalidated:  # a held row, a deadlock
+                    return None
+                raise
+            if changed < len(take):
+                ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take],
+                                                   "token": change.values["lease_token"]}).scalars())
+                take = [row for row in take if row.id in ours]
+        take.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
+        leased = _deliveries(conn, request.topic, [(row, row.effect_time) for row in take], change)
+    except DBAPIError as exc:
+        if exc.connection_invalidated or isinstance(exc, OperationalError):
+            raise StorageUnavailableError(f"a lease's outcome is unknown: {exc.orig!r}") from exc
+        raise
     return LeasedBatch(leased, reached(request.shard, rows, read, {lm.id for lm in leased}, due_by),
                        drained=len(leased) == len(rows))
 

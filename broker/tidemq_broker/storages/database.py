@@ -152,9 +152,10 @@ class SqlDatabase:
 
     def autocommit(self, work: Callable[[Connection], T]) -> T:
         """``read``, for a unit of work whose statements may write, each committed by itself
-        (the no-wait lease, ``claims.lease_no_wait``): it must be safe to run twice, as it runs
-        again on another connection when its own was lost. Its connections are not the
-        readers': a slow probe must not hold up a lease."""
+        (the no-wait lease, ``claims.lease_no_wait``; the ack of plain successes). It runs again
+        on another connection when its own was lost, so it must be safe to run twice, or raise
+        something else than the driver's error once a write may have committed (the lease
+        does). Its connections are not the readers': a slow probe must not hold up a lease."""
         return self._autocommit(work, self._writers)
 
     def _autocommit(self, work: Callable[[Connection], T], connections: "queue.LifoQueue[Optional[Connection]]") -> T:
