@@ -162,37 +162,37 @@ class SqlDatabase:
         if self.dialect.single_writer:
             return self.tx(work)
         try:
-            reader = connections.get(timeout=_READER_WAIT)
+            conn = connections.get(timeout=_READER_WAIT)
         except queue.Empty:
-            raise self._unavailable(PoolTimeoutError(f"no read connection free within {_READER_WAIT} s")) from None
+            raise self._unavailable(PoolTimeoutError(f"no autocommit connection free within {_READER_WAIT} s")) from None
         try:
             for attempt in range(2):
                 try:
-                    if reader is None:
-                        reader = self.engine.connect()
+                    if conn is None:
+                        conn = self.engine.connect()
                         # Not wrapped by SQLAlchemy: a connection lost here raises the driver's error.
-                        reader.execution_options(isolation_level="AUTOCOMMIT")
-                    result = work(reader)
+                        conn.execution_options(isolation_level="AUTOCOMMIT")
+                    result = work(conn)
                     break
                 except DBAPIError as exc:
-                    reader = _dropped(reader)
+                    conn = _dropped(conn)
                     if exc.connection_invalidated and attempt == 0:
                         continue
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
                         raise self._unavailable(exc.orig) from exc
                     raise
                 except self.engine.dialect.loaded_dbapi.Error as exc:
-                    reader = _dropped(reader)
+                    conn = _dropped(conn)
                     if attempt == 0:
                         continue
                     raise self._unavailable(exc) from exc
                 except PoolTimeoutError as exc:
                     raise self._unavailable(exc) from exc
                 except BaseException:
-                    reader = _dropped(reader)  # its state is not known: not for the next read
+                    conn = _dropped(conn)  # its state is not known: not for the next unit
                     raise
         finally:
-            connections.put(reader)
+            connections.put(conn)
         self.outage.succeeded()
         return result
 

@@ -68,8 +68,7 @@ class Writes:
                 done = dialect.insert_plain_answering(conn, plain_values, answers, now)
                 if done is not None:
                     if handoff is not None:
-                        hand_off(conn, handoff, _new_by_topic(rows, done, plain),
-                                 inserted={done[i]: rows[i] for i in plain})
+                        _hand_off_inserted(conn, handoff, rows, done, plain)
                     return done
             if plain:
                 new_ids = dialect.insert_plain(conn, plain_values)
@@ -89,8 +88,7 @@ class Writes:
                                           "ids": id_list(ids[ref.start : ref.start + ref.count])}
                                          for ref in ours])
             if handoff is not None:
-                # Keyed rows may be old ones: only the plain rows are known as inserted.
-                hand_off(conn, handoff, _new_by_topic(rows, ids, plain), inserted={ids[i]: rows[i] for i in plain})
+                _hand_off_inserted(conn, handoff, rows, ids, plain)  # keyed rows may be old ones
             return ids
 
         # Retries are rare: the first attempt does not look for stored request ids (a round trip
@@ -281,10 +279,15 @@ def _ended(conn: Connection, gone: dict[int, int], finished: dict[int, str]) -> 
     return released
 
 
-def _new_by_topic(rows: Sequence[NewRow], ids: Sequence[int], new: Sequence[int]) -> dict[str, list[tuple[int, int, datetime]]]:
-    """{topic: [(id, priority, effect_time)]} of the rows at positions ``new``, just inserted."""
-    found: dict[str, list[tuple[int, int, datetime]]] = {}
+def _hand_off_inserted(conn: Connection, handoff: HandOff, rows: Sequence[NewRow], ids: Sequence[int],
+                       new: Sequence[int]) -> None:
+    """Offer the rows at positions ``new``, just inserted with ``ids``, to the pulls waiting for
+    them (``claims.hand_off``: {topic: [(id, priority, effect_time)]}, and each row by its id,
+    which a pull that takes it leases without reading it back)."""
+    due: dict[str, list[tuple[int, int, datetime]]] = {}
+    inserted: dict[int, NewRow] = {}
     for i in new:
         row = rows[i]
-        found.setdefault(row.topic, []).append((ids[i], row.priority, row.effect_time))
-    return found
+        due.setdefault(row.topic, []).append((ids[i], row.priority, row.effect_time))
+        inserted[ids[i]] = row
+    hand_off(conn, handoff, due, inserted=inserted)
