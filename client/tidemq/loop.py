@@ -9,6 +9,7 @@ every async handler of the worker: such code belongs in a threaded (``def``) han
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -71,51 +72,66 @@ class EventLoopThread:
 
 class AsyncHandlers:
     """Runs ``run(delivery)`` as a task on ``loop`` for each delivery put, at most
-    ``concurrency`` at once; the rest wait on a semaphore, in arrival order."""
+    ``concurrency`` at once; the rest wait in arrival order, except those put ``on_time`` (a
+    delayed message whose time came), which start before every other waiting one."""
 
     def __init__(self, loop: EventLoopThread, run: Callable[[Delivery], Awaitable[None]], concurrency: int) -> None:
         self._loop = loop
         self._run = run
         self._concurrency = concurrency
-        self._semaphore: Optional[asyncio.Semaphore] = None  # made on the loop, its owner
+        # Both touched on the loop's thread only.
+        self._waiting: "collections.deque[Delivery]" = collections.deque()
         self._tasks: dict["asyncio.Task[None]", Delivery] = {}
         #: Handlers running now and the most that ever ran at once (tests and metrics read them).
         self.running = 0
         self.peak = 0
 
-    def put(self, delivery: Delivery) -> None:
-        """Start handling ``delivery`` (thread-safe: the fetch and timer threads call it)."""
-        self._loop.call_soon(self._spawn, delivery)
+    def put(self, delivery: Delivery, on_time: bool = False) -> None:
+        """Start handling ``delivery`` when a place is free (thread-safe: the fetch and timer
+        threads call it); ``on_time``: ahead of every delivery still waiting."""
+        self._loop.call_soon(self._arrive, delivery, on_time)
 
-    def _spawn(self, delivery: Delivery) -> None:
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self._concurrency)
-        task = asyncio.get_running_loop().create_task(self._guarded(delivery, self._semaphore))
+    def _arrive(self, delivery: Delivery, on_time: bool) -> None:
+        if len(self._tasks) < self._concurrency:
+            self._start(delivery)
+        elif on_time:
+            self._waiting.appendleft(delivery)
+        else:
+            self._waiting.append(delivery)
+
+    def _start(self, delivery: Delivery) -> None:
+        task = asyncio.get_running_loop().create_task(self._guarded(delivery))
         self._tasks[task] = delivery
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
+        task.add_done_callback(self._ended)
 
-    async def _guarded(self, delivery: Delivery, semaphore: asyncio.Semaphore) -> None:
-        async with semaphore:
-            self.running += 1
-            self.peak = max(self.peak, self.running)
-            try:
-                await self._run(delivery)
-            except Exception:  # a bug of ours must not end the task silently
-                log.exception("handling message %d of %s failed", delivery.id, delivery.topic)
-            finally:
-                self.running -= 1
+    def _ended(self, task: "asyncio.Task[None]") -> None:
+        self._tasks.pop(task, None)
+        if self._waiting and len(self._tasks) < self._concurrency:
+            self._start(self._waiting.popleft())
+
+    async def _guarded(self, delivery: Delivery) -> None:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await self._run(delivery)
+        except Exception:  # a bug of ours must not end the task silently
+            log.exception("handling message %d of %s failed", delivery.id, delivery.topic)
+        finally:
+            self.running -= 1
 
     def cancel(self, timeout: float) -> list[Delivery]:
         """Cancel every handler still running or waiting (a drain that ran out of time) and
         return their deliveries, once the cancelled tasks have ended or ``timeout`` passed."""
 
         async def cancel_all() -> list[Delivery]:
+            waiting = list(self._waiting)  # never started: given back as they are
+            self._waiting.clear()
             pending = dict(self._tasks)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(list(pending), timeout=timeout)
-            return list(pending.values())
+            return list(pending.values()) + waiting
 
         if self._loop.loop is None or self._loop.loop.is_closed():
             return []

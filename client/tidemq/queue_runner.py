@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import queue
 import threading
 import time
 from typing import Callable, Optional
@@ -15,7 +14,7 @@ from .ack_sender import AckSender
 from .consumer import ConsumerSpec
 from .coordinator import Coordinator, Registration, rank_of
 from .drain import Drain
-from .due import DueTimer
+from .due import DueTimer, WorkQueue
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
 from .lease_keeper import HOLD, LeaseKeeper
@@ -73,8 +72,9 @@ class QueueRunner:
     and the new ranks apply from the next pull.
 
     Pulls may lease delayed messages up to ``spec.ahead`` seconds before they are due; a timer
-    thread hands each to the handlers at its effect_time, never before, so how late a delayed
-    message runs depends on this process's timer, not on a lock transaction after it is due.
+    thread hands each to the handlers at its effect_time, never before, ahead of what was
+    prefetched meanwhile (``due.WorkQueue``), so how late a delayed message runs depends on
+    this process's timer, not on a lock transaction after it is due nor on the backlog.
     Such a message counts against the prefetch bound and is heartbeaten like any other.
 
     An ``async def`` handler runs as tasks on ``loop`` (the worker's event loop; the runner
@@ -111,15 +111,18 @@ class QueueRunner:
                                self._release if self.serial else lambda n: None)
         # Handler threads take deliveries from one queue: an executor's Future and Condition per
         # message were a third of a worker's CPU at thousands of messages a second.
-        self._work: "queue.SimpleQueue[Optional[Delivery]]" = queue.SimpleQueue()
+        self._work = WorkQueue()
         self._own_loop: Optional[EventLoopThread] = None
         self._tasks: Optional[AsyncHandlers] = None  # async handlers: tasks instead of handler threads
         if spec.is_async:
             if loop is None:
                 loop = self._own_loop = EventLoopThread(f"tidemq-loop-{spec.topic}")
             self._tasks = AsyncHandlers(loop, self._handle_async, 1 if self.serial else spec.slots)
-        # Deliveries leased ahead of their effect_time wait here for it.
-        self._due = DueTimer(self._work.put if self._tasks is None else self._tasks.put,
+        # Deliveries leased ahead of their effect_time wait here for it, then start ahead of
+        # what the pulls prefetched meanwhile.
+        tasks = self._tasks
+        self._due = DueTimer(self._work.put if tasks is None else tasks.put,
+                             self._work.put_on_time if tasks is None else functools.partial(tasks.put, on_time=True),
                              name=f"tidemq-timer-{spec.topic}")
         # Log context, span, metrics and the outcome around every run (tidemq.handling).
         self._handling = HandlerWrapper([measured, in_log_context, deciding(self._log_failure), in_span], results=True)
