@@ -16,7 +16,7 @@ from tidemq.errors import ValidationError, quote
 from .storage import FlowLimits
 
 __all__ = ["MAX_RUNNING_LIMIT", "MAX_RATE", "check_limits", "parse_limit", "BURST_SECONDS", "CATCH_UP_SECONDS",
-           "KEY_WINDOW", "refill", "within_key_limit"]
+           "KEY_WINDOW", "FIRST_DEPTH", "refill", "within_key_limit"]
 
 MAX_RUNNING_LIMIT = 1_000_000
 MAX_RATE = 1_000_000.0  # messages per second
@@ -63,6 +63,9 @@ CATCH_UP_SECONDS = 1.0
 #: How many due messages a per-key lock looks at for each one it may take: keys at their limit
 #: are passed over, up to this depth.
 KEY_WINDOW = 10
+#: How deep a per-key lock of the SQL storages reads first; it reads the whole window only when
+#: keys at their limit leave it short.
+FIRST_DEPTH = 2
 
 
 def refill(tokens: Optional[float], at: Optional[datetime], rate: float, now: datetime) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tidemq import clock
+from tidemq_broker.flow import FIRST_DEPTH, KEY_WINDOW
 from tidemq_broker.storage import AckItem, FlowLimits, LockHint, LockRequest, NewRow, Shard, TopicSettings
 
 
@@ -131,6 +132,22 @@ def test_per_key_limit_passes_over_keys_at_their_limit(storage):
     a = next(m for m in got if m.id == ids[0])
     storage.acks.ack([AckItem(a.id, a.lease_token, True)], clock.now(), "c1", "b1", TopicSettings)
     assert [m.id for m in lock(storage, "f.key", limits=limits)] == [ids[1]]
+
+
+def test_per_key_limit_looks_past_a_key_at_its_limit_up_to_the_window(storage):
+    # A lock of 2 first reads 2 x FIRST_DEPTH candidates: all of key "a", one of which it may
+    # take. The others are further down the window (KEY_WINDOW per message), and must be found.
+    assert FIRST_DEPTH < KEY_WINDOW
+    depth = 2 * FIRST_DEPTH + 2
+    limits = limit(storage, "f.deep", max_running_per_key=1)
+    ids = produce(storage, "f.deep", [(0, "a")] * depth + [(0, "b"), (0, "c")])
+    assert [m.id for m in lock(storage, "f.deep", limit=2, limits=limits)] == [ids[0], ids[depth]]
+    assert [m.id for m in lock(storage, "f.deep", limit=2, limits=limits)] == [ids[depth + 1]]
+    # Beyond the window: a lock of 1 reads KEY_WINDOW candidates, every one of key "a" (held).
+    far = produce(storage, "f.far", [(0, "a")] * (KEY_WINDOW + 1) + [(0, "b")])
+    limits = limit(storage, "f.far", max_running_per_key=1)
+    assert [m.id for m in lock(storage, "f.far", limit=1, limits=limits)] == [far[0]]
+    assert lock(storage, "f.far", limit=1, limits=limits) == []
 
 
 def test_per_key_and_running_limits_together_follow_priority(storage):

@@ -79,8 +79,13 @@ def due_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: i
     """Up to ``limit`` NEW messages of ``shard.topic`` due by ``due_by`` in the lock's order
     (``id``, ``priority``, ``effect_time``, ``part`` and ``columns`` of each), by a non-locking
     read of the lock index where ``shard.hint`` says they can be: first the shard's own, then
-    (``hint.stranded``, several shards) other shards' messages due for longer than that."""
-    return read_candidates(conn, dialect, shard, limit, due_by, now, columns)[:limit]
+    (``hint.stranded``, several shards) other shards' messages due for longer than that.
+
+    The server cuts the ranges' union to the first ``limit`` (and reads ``columns`` of those
+    only): a topic with ten priorities has ten ranges of up to ``limit`` rows each, and a lock
+    with flow limits, which asks for ten candidates a message under a per-key limit, received
+    up to a hundred times what it could take."""
+    return _read(conn, dialect, shard, limit, due_by, now, tuple(columns), cut=True)
 
 
 def read_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime,
@@ -93,6 +98,11 @@ def read_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: 
     LIMIT`` per priority, one statement, and a second for other shards' stranded messages when
     the own ones leave room), merged here.
     """
+    return _read(conn, dialect, shard, limit, due_by, now, tuple(columns), cut=False)
+
+
+def _read(conn: Connection, dialect: SqlDialect, shard: Shard, limit: int, due_by: datetime, now: datetime,
+          columns: tuple[Any, ...], cut: bool) -> list[Any]:
     topic, rank, total, hint = shard.topic, shard.rank, shard.total, shard.hint
     priorities = _read_priorities(hint)
     if not priorities:
@@ -101,13 +111,14 @@ def read_candidates(conn: Connection, dialect: SqlDialect, shard: Shard, limit: 
     params = {"topic": topic, "due_by": due_by, "floor": hint.floor, "limit": limit, "total": total, "rank": rank}
     params.update((f"floor_{p}", when) for p, when in hint.floors if p in priorities)
     shape = (dialect, priorities, hint.floor is not None, floored)
-    rows = conn.execute(_candidates(*shape, _ALL if total <= 1 else _OWN, tuple(columns)), params).all()
+    statement = _first_candidates if cut else _candidates
+    rows = conn.execute(statement(*shape, _ALL if total <= 1 else _OWN, columns), params).all()
     if total > 1 and hint.stranded > 0 and len(rows) < limit:
         # Other shards' stranded messages only fill what the shard's own leave: under a backlog
         # (everything due for longer than the grace) the own ranges are full, and reading the
         # others' too doubled the cost of every lock.
         params.update(limit=limit - len(rows), stranded_by=clock.after(now, -hint.stranded))
-        rows += conn.execute(_candidates(*shape, _OTHERS, tuple(columns)), params).all()
+        rows += conn.execute(statement(*shape, _OTHERS, columns), params).all()
     rows.sort(key=lambda row: (row.part, -row.priority, row.effect_time, row.id))
     return rows
 
@@ -173,6 +184,19 @@ def _candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, f
                      *since(priority), *where)
               .order_by(m.c.effect_time, m.c.id).limit(limit).subquery() for priority in priorities]
     return union_all(*[select(each) for each in ranges])
+
+
+@functools.lru_cache(maxsize=256)
+def _first_candidates(dialect: SqlDialect, priorities: tuple[int, ...], floor: bool, floored: tuple[int, ...],
+                      shards: str, columns: tuple[Any, ...]) -> Any:
+    """``_candidates`` of the same shape cut to its first ``limit`` rows in the lock's order by
+    the server, ``columns`` read by key for those only (the ranges read the index alone)."""
+    ranges = _candidates(dialect, priorities, floor, floored, shards, ()).subquery("ranges")
+    first = select(ranges).order_by(ranges.c.priority.desc(), ranges.c.effect_time, ranges.c.id) \
+        .limit(bindparam("limit", type_=Integer)).subquery("first")
+    if not columns:
+        return select(first)
+    return select(first, *columns).join_from(first, m, m.c.id == first.c.id)
 
 
 def range_start(priority: Optional[int], floored: Collection[int], floor: bool) -> list[Any]:
