@@ -200,7 +200,9 @@ def test_concurrent_transactions_with_one_key_store_one_message(app_engine, brok
     with isolation.connect() as one, isolation.connect() as two:
         first = tidemq.enqueue(one, "enq.race", {"by": 1}, unique_key="k")
         second = InThread(lambda: (tidemq.enqueue(two, "enq.race", {"by": 2}, unique_key="k"), two.commit())[0])
-        wait_until(lambda: _lock_waits(app_engine) >= 1, 10, what="the second transaction to wait on the key")
+        # InnoDB refills INNODB_TRX only when nobody read it in the last 0.1 s: a faster poll
+        # would keep reading the table as it was before the second transaction began to wait.
+        wait_until(lambda: _lock_waits(app_engine) >= 1, 10, 0.25, what="the second transaction to wait on the key")
         assert second.is_alive()
         one.commit() if first_commits else one.rollback()
         got = second.value()
