@@ -31,6 +31,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: InnoDB refills ``information_schema.INNODB_TRX`` only when nobody read it in the last 0.1 s:
+#: a faster poll keeps reading the table as it was when the polling began. Poll it this slowly.
+INNODB_TRX_POLL = 0.25
+#: How many transactions wait for a row lock now (poll it every ``INNODB_TRX_POLL``).
+LOCK_WAITS = "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.02, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; raise TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout

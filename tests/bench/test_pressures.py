@@ -19,7 +19,7 @@ from benchmarks.env import Proc, exited
 from benchmarks.pressure_env import APP_PASSWORD, APP_USER, DATABASE, PressureCluster, add_users, connect
 from benchmarks.pressures import (ConnectionHog, ConnectionKiller, Dump, IdleView, Outage, Overload, ProcessKiller,
                                   Readers, make, KINDS)
-from tests.servers import MariaDB, ZooKeeper, wait_until
+from tests.servers import INNODB_TRX_POLL, MariaDB, ZooKeeper, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -75,9 +75,7 @@ def test_the_idle_view_holds_back_purge_until_stopped(server):
     assert history() >= 200
     pressure.stop()
     assert pressure.fault_end is not None
-    # INNODB_TRX is a cache InnoDB refills only when nobody read it in the last 0.1 s: a poll
-    # every 0.05 s would keep reading the transaction that has ended.
-    wait_until(lambda: open_transactions() == [], 5, 0.25, "the transaction ended")
+    wait_until(lambda: open_transactions() == [], 5, INNODB_TRX_POLL, "the transaction ended")
 
 
 def test_readers_scan_the_table_until_stopped_mid_scan(server):

@@ -15,7 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Session
 
 import tidemq
 from tests.background import InThread
-from tests.servers import wait_until
+from tests.servers import INNODB_TRX_POLL, LOCK_WAITS, wait_until
 from tidemq import BatchConsumer, Message, MessageType, Worker, clock
 from tidemq.consumer import ConsumerSpec
 from tidemq.errors import ConfigurationError, DataTooLargeError, InvalidDelayError, InvalidTopicError
@@ -200,9 +200,8 @@ def test_concurrent_transactions_with_one_key_store_one_message(app_engine, brok
     with isolation.connect() as one, isolation.connect() as two:
         first = tidemq.enqueue(one, "enq.race", {"by": 1}, unique_key="k")
         second = InThread(lambda: (tidemq.enqueue(two, "enq.race", {"by": 2}, unique_key="k"), two.commit())[0])
-        # InnoDB refills INNODB_TRX only when nobody read it in the last 0.1 s: a faster poll
-        # would keep reading the table as it was before the second transaction began to wait.
-        wait_until(lambda: _lock_waits(app_engine) >= 1, 10, 0.25, what="the second transaction to wait on the key")
+        wait_until(lambda: _lock_waits(app_engine) >= 1, 10, INNODB_TRX_POLL,
+                   what="the second transaction to wait on the key")
         assert second.is_alive()
         one.commit() if first_commits else one.rollback()
         got = second.value()
@@ -216,8 +215,7 @@ def test_concurrent_transactions_with_one_key_store_one_message(app_engine, brok
 
 def _lock_waits(engine) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(text(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")).scalar())
+        return int(conn.execute(text(LOCK_WAITS)).scalar())
 
 
 def test_an_orm_session_commits_the_order_and_its_delayed_close_together(app_engine, client, broker, received):

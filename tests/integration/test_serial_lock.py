@@ -8,7 +8,7 @@ import threading
 
 from sqlalchemy import text
 
-from tests.servers import wait_until
+from tests.servers import INNODB_TRX_POLL, LOCK_WAITS, wait_until
 from tests.sqldb import open_sql
 from tidemq import clock
 from tidemq_broker.storage import LockRequest, NewRow, Shard, TopicSettings
@@ -27,10 +27,8 @@ def test_a_serial_lease_waits_for_the_topics_row_lock(mysql_url):
                 storage.leases.lock_serial(LockRequest(Shard("t.serial.lock"), "c2", 30, clock.now()))))
             leasing.start()
             with db.engine.connect() as probe:
-                # InnoDB refreshes innodb_trx only when it was last read over 0.1 s ago: poll slower.
-                wait_until(lambda: probe.execute(text(
-                    "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'")).scalar(), 10,
-                    0.25, what="the serial lease to wait for the topic's row lock")
+                wait_until(lambda: probe.execute(text(LOCK_WAITS)).scalar(), 10, INNODB_TRX_POLL,
+                           what="the serial lease to wait for the topic's row lock")
             assert not result
             holder.rollback()
         leasing.join(10)
