@@ -14,8 +14,11 @@ Which pulls and which messages:
   limits are decided by the lock itself, under the topic's row lock;
 - only from the moment it has nothing to lock (its lock found nothing, or its shard was quiet)
   until it locks again, and not once something else was notified for it;
-- only messages due within its ``ahead`` window, of its shard, in the lock's order (priority,
-  effect time, id), at most its pull size; the rest is left NEW and the pulls woken as before.
+- only messages due within its ``ahead`` window, in the lock's order (priority, effect time,
+  id), at most its pull size: those of its shard first, then, with room left, those of shards
+  no pull here waits for (their owner waits at another broker or is busy: handing them to an
+  idle consumer here spares the owner's broker a wake-up and a lock); the rest is left NEW and
+  the pulls woken as before.
 
 **Claims.** Before a transaction leases for a pull it claims it (``HandOffClaims.claim``), and
 the pull does not end, even at its deadline, until the transaction has handed it its messages
@@ -159,21 +162,36 @@ class HandOff:
         if not waiters:
             return []
         order = sorted(due, key=lambda d: (-d[1], d[2], d[0]))
-        step, taken, found = self._hub.id_step(), set(), []
+        step, taken = self._hub.id_step(), set()
+        plans: list[tuple[LockRequest, Waiter, list[int], bool, list[int]]] = []
         for waiter in waiters:
             assert waiter.taker is not None  # only such waiters are claimable
             request = waiter.taker(self._now)
             if request is None:
                 continue
             due_by = clock.after(self._now, request.ahead)
-            mine = [id for id, _, when in order if id not in taken and when <= due_by
-                    and (waiter.shard is None or holds(waiter.shard, (id,), step))]
-            if not mine:
-                continue
+            reach = [id for id, _, when in order if when <= due_by]
+            mine = [id for id in reach if id not in taken and (waiter.shard is None or holds(waiter.shard, (id,), step))]
             chosen = mine[:request.limit]
             taken.update(chosen)
-            self._requests[id(request)] = (request, waiter, len(chosen), len(chosen) == len(mine))
-            found.append((request, chosen))
+            plans.append((request, waiter, chosen, len(chosen) == len(mine), reach))
+        # A message of a shard whose pull does not wait here (it waits at another broker, or is
+        # busy) goes to a pull here that has room: it starts now instead of after the other
+        # broker's wake-up and lock. The shard rule stays what every lock reads; this only
+        # spares an idle consumer's wait (its owner's next lock finds it taken, and moves on).
+        here = {waiter.shard for _, waiter, _, _, _ in plans if waiter.shard is not None}
+        found = []
+        for request, waiter, chosen, every, reach in plans:
+            room = request.limit - len(chosen)
+            if room > 0 and waiter.shard is not None:
+                extra = [id for id in reach if id not in taken and not any(holds(s, (id,), step) for s in here)][:room]
+                if extra:
+                    taken.update(extra)
+                    picked = set(chosen).union(extra)
+                    chosen = [id for id in reach if id in picked]  # in the lock's order
+            if chosen:
+                self._requests[id(request)] = (request, waiter, len(chosen), every)
+                found.append((request, chosen))
         return found
 
     def leased(self, request: LockRequest, messages: list[LeasedMessage]) -> None:

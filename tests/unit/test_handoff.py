@@ -136,6 +136,20 @@ def test_each_shard_gets_its_own_messages_and_a_pull_no_more_than_its_size(stora
     assert len(left) == 4 and all(storage.reads.get_message(id).status == _NEW for id in left)
 
 
+def test_a_shard_whose_pull_does_not_wait_here_is_handed_to_a_pull_here_with_room(storage, hub):
+    step = storage.probes.id_step()
+    pull = Pull(storage, hub, "t.foreign", rank=0, total=2, limit=4).start()
+    ids = _writer(storage, hub).write([_row("t.foreign", n) for n in range(6)], 10)
+    got = [m.id for m in pull.join()]
+    mine = [id for id in ids if (id // step) % 2 == 0]
+    others = [id for id in ids if (id // step) % 2 == 1]
+    assert len(mine) < 4 and others  # room left, and another shard's messages to take
+    # Its own shard first, then what no pull here waits for, up to its size, in id order.
+    assert got == sorted(mine + others[:4 - len(mine)])
+    left = [id for id in ids if id not in got]
+    assert all(storage.reads.get_message(id).status == _NEW for id in left)
+
+
 def test_higher_priorities_go_first_and_messages_not_due_are_not_handed(storage, hub):
     pull = Pull(storage, hub, "t.order", limit=2).start()
     low, later, high = _writer(storage, hub).write(
