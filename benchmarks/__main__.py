@@ -39,7 +39,7 @@ SMOKE = {
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
     "results_samples": 20, "results_messages": 1_000, "results_waiters": 100, "results_idle_seconds": 1.0,
     "results_warmup": 0.5,
-    "workflow_group": 50, "workflow_samples": 20, "workflow_dag": 30,
+    "workflow_group": 50, "workflow_rounds": 1, "workflow_samples": 20, "workflow_dag": 30,
     # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
     # starts and stops every other kind against real servers.
     "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 2.0,
@@ -129,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--results-warmup", type=float, default=2.0, help="seconds for every waiter to be waiting first")
     g = p.add_argument_group("workflow (chord fan-in, dependency latency, a DAG; no-op steps)")
     g.add_argument("--workflow-group", type=int, default=10_000, help="members of the group with a chord callback")
+    g.add_argument("--workflow-rounds", type=int, default=6,
+                   help="interleaved rounds of the chord and the plain group (a round takes about 3 s: "
+                        "two rounds left the ratio's noise as wide as its margin)")
     g.add_argument("--workflow-samples", type=int, default=500, help="2-step chains timed, one at a time")
     g.add_argument("--workflow-dag", type=int, default=1000, help="nodes of the random DAG")
     g.add_argument("--workflow-seed", type=int, default=30, help="seed of the random DAG")

@@ -3,7 +3,7 @@
 - fan-in: a group of ``--workflow-group`` no-op steps with a chord callback, from the first
   submit call to the callback's handler start, against the same number of plain messages
   (produce_many, no dependencies) consumed by the same workers, from the first produce call to
-  the last SUCCESS the broker stamped; alternating over ``--rounds``, total against total. The
+  the last SUCCESS the broker stamped; alternating over ``--workflow-rounds``, total against total. The
   chord is one submission however wide (``tests/workflow_runs.wide_chord``: the callback waits
   on every member); the plain messages go in produce_many calls of MAX_BATCH (10,000).
 - dependency latency, idle system: ``--workflow-samples`` 2-step chains one after another. The
@@ -95,7 +95,7 @@ def _chord_seconds(cluster: Cluster, client, log: Path, n: int) -> dict[str, flo
 
 
 def _fan_in(cluster: Cluster, report: Report, args: Namespace, client, procs: list, log: Path) -> None:
-    n, rounds = args.workflow_group, args.rounds
+    n, rounds = args.workflow_group, args.workflow_rounds
     chord_s = {"total": 0.0, "submit": 0.0, "members": 0.0}
     plain_s = {"total": 0.0, "submit": 0.0}
     for round_ in range(rounds):

@@ -99,7 +99,7 @@ def released(now: datetime, effect_time: datetime, parent_id: int, broker: str) 
     or now, whichever is later: a step produced with a delay keeps it, and one whose time passed
     while it waited is due now, not at a time below the floor the brokers' lock hints read from
     (``tidemq_broker.hints``: no NEW message is due before it), where no lock would look."""
-    values = {M.effect_time: max(effect_time, now), M.update_time: now}
+    values = {M.effect_time: max(effect_time, now), M.update_time: now, M.deps_left: 0}
     return Change(Event.DEPENDENCY_MET, (WAITING,), NEW, values,
                   trace=trace.line(now, Event.DEPENDENCY_MET.value, dependency=parent_id, broker=broker))
 

@@ -366,3 +366,23 @@ def test_a_bad_wait_mode_is_refused_naming_the_modes(storage):
     with pytest.raises(DependencyError, match=r"wait_mode 7; the modes are 0 \(after_success\)"):
         _submit(storage, _steps("t.mode", (), (0,), modes={1: 7}))
     assert _count(storage, "t.mode") == {}
+
+
+def test_an_ack_of_more_members_than_one_statement_counts_takes_the_fan_in_to_one_then_zero(storage):
+    # Over a thousand acked ids: the children's counts come in chunks, summed before any child
+    # is judged, so the body is lowered once by all of them and released by the last ack only.
+    n = MAX_DEPENDENCIES + 200
+    ids = _submit(storage, _steps("t.wide.ack", *([()] * n), tuple(range(n))))
+    body = ids[-1]
+    leased = []
+    while len(leased) < n:
+        leased += lock(storage, "t.wide.ack", limit=500)
+    released: dict[str, dict[int, int]] = {}
+    storage.acks.ack([AckItem(m.id, m.lease_token, True) for m in leased[:-1]], clock.now(), "c1", "b1",
+                     TopicSettings, released)
+    assert (released, _status(storage, body), storage.reads.get_message(body).deps_left) == ({}, S.WAITING.value, 1)
+    storage.acks.ack([AckItem(leased[-1].id, leased[-1].lease_token, True)], clock.now(), "c1", "b1", TopicSettings,
+                     released)
+    stored = storage.reads.get_message(body)
+    assert released == {"t.wide.ack": {body: 0}} and (stored.status, stored.deps_left) == (S.NEW.value, 0)
+    assert storage.dependencies.workflow(ids[0]).steps_left == 1  # the body, still to run

@@ -2,13 +2,14 @@
 to the steps waiting on the messages it finishes (``tidemq.dependencies``).
 
 **Exactly one release.** The last members of a fan-in may succeed at the same instant in acks
-on different brokers. Each ack lowers ``deps_left`` of the children with an UPDATE, which
-takes the children's row locks and holds them until its COMMIT; a second ack's UPDATE of the
-same child waits for that lock and then works on the committed row (InnoDB's UPDATE reads the
-latest version, at any isolation level; SQLite runs one writer at a time). The decrements
-therefore happen one after another, each ack sees its own result under its lock, and only the
-ack whose decrement reached 0 finds the child ``status = WAITING AND deps_left = 0``: its
-release, guarded by exactly that, moves the child to NEW, and any later look finds it NEW.
+on different brokers. Each ack reads the waiting children with a locking read (``FOR UPDATE``),
+which takes their row locks and holds them until its COMMIT; a second ack's read of the same
+child waits for that lock and then reads the committed row (InnoDB's locking reads see the
+latest version, at any isolation level; SQLite runs one writer at a time, and an ack writes
+its SUCCESS before it looks for children). The acks therefore count one after another, each
+sees what the ones before it left, and only the ack whose count takes ``deps_left`` to 0
+releases the child (WAITING -> NEW, ``deps_left`` 0, one UPDATE); the others lower
+``deps_left``. Any later look finds the child NEW.
 
 **The plain ack pays nothing.** Only a message with a ``workflow_id`` can have dependents (every
 step of a submission and every message a step waits on gets one, under the row lock of that
@@ -73,13 +74,31 @@ _PARENT_LISTS = select(d.c.child_id, func.count().label("n"), func.group_concat(
 _PARENTS = select(d.c.child_id, d.c.parent_id).where(d.c.child_id.in_(_EDGE_IDS)).order_by(d.c.child_id, d.c.parent_id)
 _LOWER_DEPS_LEFT = update(m).where(bound_ids_in(), m.c.status == _WAITING) \
     .values(deps_left=m.c.deps_left - bindparam("n", type_=Integer))
-_READY = select(m.c.id, m.c.effect_time, m.c.topic, m.c.priority, m.c.wait_mode, m.c.deps_failed, m.c.workflow_id) \
-    .where(bound_ids_in(), m.c.status == _WAITING, m.c.deps_left == 0).with_for_update()
-# The same with what a delivery holds, for an ack with a hand-off: a step it releases and leases
-# to a waiting pull then needs no second read (``claims.lease_read``).
-_READY_TO_DELIVER = select(m.c.id, m.c.effect_time, m.c.topic, m.c.priority, m.c.wait_mode, m.c.deps_failed,
-                           m.c.workflow_id, m.c.data, m.c.retry_remaining, m.c.attempt, m.c.trace_context) \
-    .where(bound_ids_in(), m.c.status == _WAITING, m.c.deps_left == 0).with_for_update()
+# Every waiting child of the acked parents, locked (ascending ids: one lock order for every ack)
+# and read with its ``deps_left`` before anything is written: the ack then writes only what its
+# counts make of each, a release by one UPDATE that also zeroes ``deps_left``. With a delivery's
+# columns for an ack with a hand-off: a step it releases and leases to a waiting pull then needs
+# no second read (``claims.lease_read``).
+_CHILD_COLUMNS = (m.c.id, m.c.deps_left, m.c.effect_time, m.c.topic, m.c.priority, m.c.wait_mode, m.c.deps_failed,
+                  m.c.workflow_id)
+_DELIVERY_COLUMNS = (m.c.data, m.c.retry_remaining, m.c.attempt, m.c.trace_context)
+
+
+def _waiting_children(deliver: bool, counted: bool) -> Any:
+    """The locking read of the waiting children (``deliver``: with a delivery's columns), by id
+    (``counted`` False: ``ids`` are the children) or, ``counted``, joined to the count of the
+    parents ``ids`` each waits on (one statement where there were two: an ack of a few hundred
+    steps at most; the edges are read without locks, as the count alone read them)."""
+    columns = _CHILD_COLUMNS + (_DELIVERY_COLUMNS if deliver else ())
+    if not counted:
+        return select(*columns).where(bound_ids_in(), m.c.status == _WAITING).order_by(m.c.id).with_for_update()
+    counts = _CHILD_COUNTS.subquery()
+    return select(*columns, counts.c.n, counts.c.first).select_from(m.join(counts, m.c.id == counts.c.child_id)) \
+        .where(m.c.status == _WAITING).order_by(m.c.id).with_for_update()
+
+
+_WAITING_CHILDREN = {(deliver, counted): _waiting_children(deliver, counted)
+                     for deliver in (False, True) for counted in (False, True)}
 _CANCELLED = MessageStatus.CANCELLED.value
 _RUNNING = MessageStatus.RUNNING.value
 
@@ -284,21 +303,31 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
     ended here go into ``tally``; those released due now into ``due`` ({topic: [(id, priority,
     effect_time)]}, for a hand-off). With ``read``, those are not written here: each goes into
     ``read`` with what its delivery holds and its release, which ``claims.hand_off`` writes."""
-    per_child = _child_counts(conn, sorted(set(parents)))
-    if not per_child:
+    wanted = sorted(set(parents))
+    deliver = due is not None
+    if len(wanted) <= _CHUNK:  # an ack's: children and their counts in one read
+        found = conn.execute(_WAITING_CHILDREN[deliver, True], {"ids": wanted}).all()
+        per_child = {row.id: (row.n, row.first) for row in found}
+    else:
+        per_child = _child_counts(conn, wanted)
+        found = conn.execute(_WAITING_CHILDREN[deliver, False], {"ids": sorted(per_child)}).all() if per_child else []
+    if not found:
         return {}
-    by_count: dict[int, list[int]] = {}
-    for child, (count, _) in sorted(per_child.items()):  # ascending ids: one lock order for every ack
-        by_count.setdefault(count, []).append(child)
-    for count, children in by_count.items():
-        conn.execute(_LOWER_DEPS_LEFT, {"ids": children, "n": count})
     ready, topics, unneeded = {}, {}, {}
-    rows = {}
-    for row in conn.execute(_READY if due is None else _READY_TO_DELIVER, {"ids": sorted(per_child)}):
-        if row.wait_mode == WaitMode.AFTER_FAILURE and row.deps_failed == 0:
+    rows, lowered = {}, {}
+    for row in found:
+        count = per_child[row.id][0]
+        if row.deps_left != count:  # still waiting on others
+            lowered.setdefault(count, []).append(row.id)
+        elif row.wait_mode == WaitMode.AFTER_FAILURE and row.deps_failed == 0:
+            lowered.setdefault(count, []).append(row.id)
             unneeded[row.id] = row.workflow_id
-        else:
+        else:  # released: its release sets deps_left to 0
             ready[row.id], topics[row.id], rows[row.id] = row.effect_time, (row.topic, row.priority), row
+            if tally is not None and row.workflow_id is not None:
+                tally.opened(row.workflow_id)
+    for count, children in lowered.items():
+        conn.execute(_LOWER_DEPS_LEFT, {"ids": children, "n": count})
     by_parent: dict[int, list[int]] = {}  # the trace names one parent that released each child: its lowest
     for child in sorted({*ready, *unneeded}):
         by_parent.setdefault(per_child[child][1], []).append(child)
@@ -313,11 +342,11 @@ def release_after(conn: Connection, parents: Sequence[int], now: datetime, broke
             if read is not None:  # written by the hand-off, with the lease when a pull takes it
                 read.update((child, Released(rows[child], now, change)) for child in now_due)
             else:
-                # No ``deps_left = 0`` guard: the rows were read so FOR UPDATE in this transaction.
+                # No ``deps_left`` guard: the rows were read FOR UPDATE in this transaction.
                 apply_to_ids(conn, change, now_due)
         for child in children:
             if child in ready and ready[child] > now:  # produced with a later effect time, which it keeps: rare
-                apply(conn, deps.released(now, ready[child], parent, broker), m.c.id == child, m.c.deps_left == 0)
+                apply(conn, deps.released(now, ready[child], parent, broker), m.c.id == child)
         not_needed = [child for child in children if child in unneeded]
         if not_needed:
             apply(conn, deps.not_needed(now, parent, broker), ids_in(not_needed))

@@ -28,6 +28,14 @@ class Tally:
 
     def __init__(self) -> None:
         self.counts: dict[int, list[int]] = {}
+        #: Workflows a step of which this transaction made due: none of them can end in it.
+        self.open: set[int] = set()
+
+    def opened(self, workflow_id: int) -> None:
+        """A step of ``workflow_id`` was released in this transaction: it is still to run, so
+        the workflow keeps a step left whatever this transaction ends (``settle`` need not read
+        its row to know it did not end)."""
+        self.open.add(workflow_id)
 
     def end(self, workflow_id: int, status: str, failed: Optional[bool] = None) -> None:
         """One step of ``workflow_id`` ended ``status`` (failed unless SUCCESS, or as ``failed`` says)."""

@@ -56,6 +56,8 @@ def settle(conn: Connection, tally: Tally, now: datetime) -> dict[int, str]:
         ended, failed = tally.counts[workflow_id]
         if not conn.execute(_COUNT_ENDS, {"wid": workflow_id, "ended": ended, "failed": failed}).rowcount:
             continue
+        if workflow_id in tally.open:  # a step released here is left: it cannot have ended
+            continue
         row = conn.execute(_LIVE_ROW, {"wid": workflow_id}).first()
         if row is not None and row.steps_left <= 0:
             state = final_state(row.state, row.steps_failed)
