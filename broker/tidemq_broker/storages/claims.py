@@ -55,7 +55,7 @@ from ..errors import StorageUnavailableError
 from ..records import HandOff, LeasedBatch, LeasedMessage, LockHint, LockRequest, NewRow, Shard
 from ..schema import message as m
 from .changes import apply_to_ids, apply_to_versions
-from .dependencies import parents_of
+from .parents import parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
 from .no_wait import NO_WAIT

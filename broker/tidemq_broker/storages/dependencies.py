@@ -31,7 +31,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
-from sqlalchemy import Connection, Integer, String, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Integer, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from tidemq import dependencies as deps
@@ -47,7 +47,7 @@ from ..schema import message as m
 from ..schema import produce_request as r
 from ..schema import workflow as w
 from .changes import apply, apply_to_ids, guard
-from .ids import bound_ids_in, concat_ids, ids_in
+from .ids import bound_ids_in, ids_in
 from .request_ids import id_list, stored_answer
 from .rows import insert_columns, row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
@@ -55,7 +55,7 @@ from .workflow_tally import Tally, policy_of
 from .edges import SqlEdges
 from .workflows import SqlWorkflows, create_workflow, settle
 
-__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "parents_of", "Released"]
+__all__ = ["SqlDependencies", "has_dependents", "release_after", "stop_after", "Released"]
 
 _CHUNK = 1000
 _EDGE_CHUNK = 10_000  # about 25 bytes an edge: far below any packet limit
@@ -64,14 +64,10 @@ _WAITING = MessageStatus.WAITING.value
 # workflow's steps runs them, and building them each time was the broker's work, not the database's.
 _EDGE_IDS = bindparam("ids", expanding=True, literal_execute=True)
 _CHILDREN = select(d.c.parent_id, d.c.child_id).where(d.c.parent_id.in_(_EDGE_IDS))
-# A release and a delivery need each child's edges counted or listed, not an edge per row:
-# decoding a row per edge was most of a wide fan-in's cost (a chord's callback waits on 10,000
-# members: its delivery read them in 30 ms, as one comma-separated list in 6).
+# A release needs each child's edges counted, not an edge per row: decoding a row per edge was
+# most of a wide fan-in's cost.
 _CHILD_COUNTS = select(d.c.child_id, func.count().label("n"), func.min(d.c.parent_id).label("first")) \
     .where(d.c.parent_id.in_(_EDGE_IDS)).group_by(d.c.child_id)
-_PARENT_LISTS = select(d.c.child_id, func.count().label("n"), func.group_concat(d.c.parent_id).cast(String).label("ids")) \
-    .where(d.c.child_id.in_(_EDGE_IDS)).group_by(d.c.child_id)
-_PARENTS = select(d.c.child_id, d.c.parent_id).where(d.c.child_id.in_(_EDGE_IDS)).order_by(d.c.child_id, d.c.parent_id)
 _LOWER_DEPS_LEFT = update(m).where(bound_ids_in(), m.c.status == _WAITING) \
     .values(deps_left=m.c.deps_left - bindparam("n", type_=Integer))
 # Every waiting child of the acked parents, locked (ascending ids: one lock order for every ack)
@@ -266,30 +262,6 @@ def _children(conn: Connection, parents: Sequence[int]) -> list[tuple[int, int]]
 def has_dependents(conn: Connection, parent: int) -> bool:
     """Whether any message waits, or waited, on ``parent``."""
     return conn.execute(select(d.c.child_id).where(d.c.parent_id == parent).limit(1)).first() is not None
-
-
-def parents_of(conn: Connection, children: Sequence[int]) -> dict[int, tuple[int, ...]]:
-    """{child id: its parents' ids, ascending} of ``children``, in one read of the child index
-    (a lease's rows: at most ``MAX_PULL``, one statement); nothing to read, no statement. Each
-    child's list comes as one string, checked against its count: a list the server cut short
-    (``group_concat_max_len`` set below what the MySQL storage asks for) is read again edge by edge."""
-    if not children:
-        return {}
-    ids = [int(i) for i in children]
-    found: dict[int, tuple[int, ...]] = {}
-    for row in conn.execute(_PARENT_LISTS, {"ids": ids}):
-        parents = tuple(concat_ids(row.ids))
-        if len(parents) != row.n:
-            return _parents_by_edge(conn, ids)
-        found[row.child_id] = parents
-    return found
-
-
-def _parents_by_edge(conn: Connection, children: list[int]) -> dict[int, tuple[int, ...]]:
-    found: dict[int, list[int]] = {}
-    for row in conn.execute(_PARENTS, {"ids": children}):
-        found.setdefault(row.child_id, []).append(row.parent_id)
-    return {child: tuple(parents) for child, parents in found.items()}
 
 
 def release_after(conn: Connection, parents: Sequence[int], now: datetime, broker: str,
