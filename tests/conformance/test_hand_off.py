@@ -138,6 +138,29 @@ def test_an_ack_leases_the_step_it_releases_when_the_hand_off_takes_it(storage):
     assert lock(storage, "t.hstep") == []
 
 
+def test_a_fan_in_handed_off_by_its_last_parents_ack_names_every_parent(storage):
+    """The delivery of a step released and leased by one ack names all its parents: those acked
+    before, in other transactions, as well as this ack's; and its siblings still waiting are
+    only counted down."""
+    now = clock.now()
+    a, b, c, child, other = storage.dependencies.insert_steps(
+        [WorkflowStep(NewRow("t.hfan", '{"p": %d}' % i, now, 0)) for i in range(3)]
+        + [WorkflowStep(NewRow("t.hfan", '{"child": 1}', now, 0), after=(0, 1, 2)),
+           WorkflowStep(NewRow("t.hfan", '{"other": 1}', now, 0), after=(2,)), ], now, broker="b1")[:5]
+    leased = {m.id: m for m in lock(storage, "t.hfan")}
+    assert sorted(leased) == [a, b, c]
+    storage.acks.ack([AckItem(id, leased[id].lease_token, True, workflow=True) for id in (a, c)], clock.now(),
+                     "c1", "b1", settings, {}, Recording("t.none"))
+    assert storage.reads.get_message(child).status == "WAITING"
+    handoff = Recording("t.hfan")
+    storage.acks.ack([AckItem(b, leased[b].lease_token, True, workflow=True)], clock.now(), "c1", "b1", settings,
+                     {}, handoff)
+    got = {m.id: m.depends_on for m in handoff.got or ()}
+    assert got == {child: (a, b, c)}
+    assert lock(storage, "t.hfan")[0].depends_on == (c,)  # released by the first ack, locked now: ``other``
+    assert storage.reads.get_message(other).status == "RUNNING"
+
+
 def test_an_ack_that_releases_nothing_offers_nothing(storage):
     now = clock.now()
     storage.messages.insert_messages(rows("t.hplain", 1), now)

@@ -55,7 +55,7 @@ from ..errors import StorageUnavailableError
 from ..records import HandOff, LeasedBatch, LeasedMessage, LockHint, LockRequest, NewRow, Shard
 from ..schema import message as m
 from .changes import apply_to_ids, apply_to_versions
-from .parents import parents_of
+from .parents import carried_parents, parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
 from .no_wait import NO_WAIT
@@ -266,10 +266,12 @@ def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime
     """What the lease ``change`` stored in ``rows`` ((row as read, its effect time), in delivery
     order), without reading it back: the rows plus what the lease set (``rows.leased`` builds the
     same from a row the change was applied to, at a dict per row); and the parents of the
-    workflow rows among them."""
+    workflow rows among them, read unless the read that released them carried them."""
     sets = change.values
     status = change.target.value if change.target else _NEW
-    parents = parents_of(conn, [row.id for row, _ in rows if row.workflow_id is not None])
+    steps = [row for row, _ in rows if row.workflow_id is not None]
+    carried = {row.id: parents for row in steps if (parents := carried_parents(row)) is not None}
+    parents = {**parents_of(conn, [row.id for row in steps if row.id not in carried]), **carried}
     return [LeasedMessage(row.id, topic, row.data, status, when, row.retry_remaining, row.attempt + change.attempt_delta,
                           sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context, row.priority,
                           parents.get(row.id, ()), row.workflow_id)

@@ -48,6 +48,7 @@ from ..schema import produce_request as r
 from ..schema import workflow as w
 from .changes import apply, apply_to_ids, guard
 from .ids import bound_ids_in, ids_in
+from .parents import released_parents
 from .request_ids import id_list, stored_answer
 from .rows import insert_columns, row_values
 from .steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
@@ -89,7 +90,11 @@ def _waiting_children(deliver: bool, counted: bool) -> Any:
     if not counted:
         return select(*columns).where(bound_ids_in(), m.c.status == _WAITING).order_by(m.c.id).with_for_update()
     counts = _CHILD_COUNTS.subquery()
-    return select(*columns, counts.c.n, counts.c.first).select_from(m.join(counts, m.c.id == counts.c.child_id)) \
+    # A child whose count reaches its deps_left is released (or not needed) by this ack: with a
+    # delivery's columns, its parents too, for the hand-off that may lease it (``parents.py``).
+    parents = released_parents(m.c.deps_left == counts.c.n) if deliver else ()
+    return select(*columns, counts.c.n, counts.c.first, *parents) \
+        .select_from(m.join(counts, m.c.id == counts.c.child_id)) \
         .where(m.c.status == _WAITING).order_by(m.c.id).with_for_update()
 
 

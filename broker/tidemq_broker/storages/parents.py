@@ -1,16 +1,18 @@
 """A step's parents in SQL: the ids a delivery names as its inputs (``depends_on``), read in
-the transaction that leases it (a lock, or a hand-off's lease)."""
+the transaction that leases it (a lock, or a hand-off's lease), or carried by the read that
+released it (``released_parents``)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Optional, Sequence
 
-from sqlalchemy import Connection, String, bindparam, func, select
+from sqlalchemy import Connection, String, bindparam, case, func, select
 
 from ..schema import dependency as d
+from ..schema import message as m
 from .ids import concat_ids
 
-__all__ = ["parents_of"]
+__all__ = ["carried_parents", "parents_of", "released_parents"]
 
 _IDS = bindparam("ids", expanding=True, literal_execute=True)
 # Each child's parents as one comma-separated list, not a row per edge: decoding a row per edge
@@ -43,3 +45,25 @@ def _parents_by_edge(conn: Connection, children: list[int]) -> dict[int, tuple[i
     for row in conn.execute(_PARENTS, {"ids": children}):
         found.setdefault(row.child_id, []).append(row.parent_id)
     return {child: tuple(parents) for child, parents in found.items()}
+
+
+def released_parents(released: Any) -> tuple[Any, Any]:
+    """Two columns for a read of ``message`` rows: the count and the list of each row's parents
+    where ``released`` (a condition on the read's row) holds, NULL elsewhere. The read that
+    releases a step then carries what its delivery names, and the hand-off that leases it in
+    the same transaction reads no edges again (``carried_parents``); the subqueries run only
+    for the rows that condition picks (a chord's callback is listed once, by the ack of its last
+    member, not by every member's)."""
+    n = select(func.count()).where(d.c.child_id == m.c.id).scalar_subquery()
+    ids = select(func.group_concat(d.c.parent_id).cast(String)).where(d.c.child_id == m.c.id).scalar_subquery()
+    return case((released, n), else_=None).label("parents_n"), case((released, ids), else_=None).label("parents")
+
+
+def carried_parents(row: Any) -> Optional[tuple[int, ...]]:
+    """The parents ``row`` carries from a read with ``released_parents``, ascending; None when it
+    carries none, or when the server cut the list short (then ``parents_of`` reads them)."""
+    n, ids = getattr(row, "parents_n", None), getattr(row, "parents", None)
+    if n is None or ids is None:
+        return None
+    parents = tuple(concat_ids(ids))
+    return parents if len(parents) == n else None
