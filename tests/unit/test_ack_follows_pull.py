@@ -5,6 +5,7 @@ brokers."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent import futures
 
@@ -75,5 +76,43 @@ def test_acks_go_where_the_consumers_pull_waits_and_round_robin_without_one():
         assert [b.acks - n for b, n in zip(brokers, before)] == [2, 2]
     finally:
         client.close()
+        for b in brokers:
+            b.stop()
+
+
+def test_the_asyncio_clients_acks_go_where_its_pull_waits_too():
+    from tidemq.aio import AsyncClient
+
+    brokers = [PullBroker(), PullBroker()]
+    item = AckItem(1, "0" * 32, True)
+
+    async def run() -> None:
+        client = AsyncClient(Settings(brokers=tuple(b.address for b in brokers), produce_path="unary"))
+        try:
+            puller = asyncio.create_task(client.pull("t.follow", "c1", wait=5))
+            waiting = None
+            while waiting is None:  # the pull reached a broker
+                await asyncio.sleep(0.01)
+                waiting = next((b for b in brokers if b.pulling.is_set()), None)
+            for _ in range(6):
+                await client.ack("t.follow", "c1", [item])
+            assert waiting.acks == 6 and sum(b.acks for b in brokers) == 6
+            for _ in range(4):  # another consumer's acks, another topic's: round robin
+                await client.ack("t.follow", "c2", [item])
+                await client.ack("t.other", "c1", [item])
+            other = next(b for b in brokers if b is not waiting)
+            assert (waiting.acks, other.acks) == (6 + 4, 4)
+            waiting.free.set()
+            assert await asyncio.wait_for(puller, 10) == []
+            before = [b.acks for b in brokers]
+            for _ in range(4):  # the pull ended: round robin again
+                await client.ack("t.follow", "c1", [item])
+            assert [b.acks - n for b, n in zip(brokers, before)] == [2, 2]
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(run())
+    finally:
         for b in brokers:
             b.stop()

@@ -85,6 +85,8 @@ class AsyncClient:
         self.producer: AsyncCoalescer[Sequence[pb.NewMessage], list[int]] = AsyncCoalescer(
             self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
         self._closed = threading.Event()
+        # Where each (topic, consumer)'s pull is in flight: that consumer's acks go there first.
+        self._pulls_at: dict[tuple[str, str], list[str]] = {}
 
     # -- producing ---------------------------------------------------------------------------
     async def produce(self, topic: str, data: Any = None, *, delay: Optional[float] = None,
@@ -213,26 +215,41 @@ class AsyncClient:
         request = pull_request(topic, consumer, max_messages=max_messages, wait=wait, ttr=ttr,
                                lease_token=lease_token)
         tries = 0
+        key, answered = (topic, consumer), [""]
 
-        async def before_attempt(_address: str) -> None:
+        async def before_attempt(address: str) -> None:
             # As in the synchronous pull: a pull moving to another broker after a transport
             # failure first gives back its lease token, which the failed broker may have leased
             # messages under before its reply was lost.
             nonlocal tries
             tries += 1
+            answered[0] = address
+            self._pulls_at[key] = answered
             if tries > 1 and request.lease_token:
                 try:
                     await self.release(request.lease_token, request.consumer, timeout=5)
                 except TidemqError as exc:
                     log.info("could not give back the lease of a failed pull of %s: %s", request.topic, exc)
 
-        reply = await self.pool.acall("Pull", request, wait + self.settings.rpc_timeout, on_attempt=before_attempt)
+        try:
+            reply = await self.pool.acall("Pull", request, wait + self.settings.rpc_timeout, on_attempt=before_attempt)
+        finally:
+            if self._pulls_at.get(key) is answered:
+                del self._pulls_at[key]
         return [delivery(d) for d in reply.messages]
 
     async def ack(self, topic: str, consumer: str, items: Sequence[AckItem],
                   timeout: Optional[float] = None) -> list[AckOutcome]:
-        """Report outcomes in one call and one transaction; one AckOutcome per item."""
-        return ack_outcomes(await self._call("Ack", ack_request(topic, consumer, items), timeout))
+        """Report outcomes in one call and one transaction; one AckOutcome per item.
+
+        As :meth:`tidemq.client.Client.ack`: the ack goes first to the broker where this
+        consumer's pull of ``topic`` waits, if one does, so that a step it releases is handed
+        to that pull in the ack's own transaction."""
+        waiting = self._pulls_at.get((topic, consumer))
+        reply = await self.pool.acall("Ack", ack_request(topic, consumer, items),
+                                      timeout if timeout is not None else self.settings.rpc_timeout,
+                                      prefer=waiting[0] if waiting else "")
+        return ack_outcomes(reply)
 
     async def release(self, lease_token: str, consumer: str = "", timeout: Optional[float] = None) -> int:
         """Put back to NEW the messages still leased under ``lease_token``; returns how many."""

@@ -56,14 +56,15 @@ class AsyncBrokerPool(BrokerPool):
             avoid.clear()  # the list may have changed: every broker deserves another try
 
     async def acall(self, method: str, request: Any, timeout: float,
-                    on_attempt: Optional[Callable[[str], Awaitable[None]]] = None) -> Any:
+                    on_attempt: Optional[Callable[[str], Awaitable[None]]] = None, prefer: str = "") -> Any:
         """Call ``method`` on some live broker within ``timeout`` seconds (see :meth:`BrokerPool.call`).
 
         The same ``request`` object goes to each broker tried, so a Produce keeps its request id.
         ``on_attempt(address)`` is awaited before each attempt (a pull releases its lease there).
+        ``prefer``: the broker to try first while it is live, as in :meth:`BrokerPool.call`.
         """
         try:
-            reply = await self._acall(method, request, timeout, on_attempt)
+            reply = await self._acall(method, request, timeout, on_attempt, prefer)
         except RetriableError as exc:
             self.outage.failed(exc)
             raise
@@ -71,13 +72,13 @@ class AsyncBrokerPool(BrokerPool):
         return reply
 
     async def _acall(self, method: str, request: Any, timeout: float,
-                     on_attempt: Optional[Callable[[str], Awaitable[None]]]) -> Any:
+                     on_attempt: Optional[Callable[[str], Awaitable[None]]], prefer: str = "") -> Any:
         self._loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout
         tried: set[str] = set()
         last_error = "no broker is registered"
         while True:
-            address = await self._apick(deadline, tried)
+            address = prefer if prefer and not tried and self._live(prefer) else await self._apick(deadline, tried)
             remaining = deadline - time.monotonic()
             if address is None or remaining <= 0:
                 raise BrokerUnavailableError(f"no broker answered {method} within {timeout:.1f} s ({last_error})")
