@@ -262,16 +262,17 @@ def lease_no_wait(conn: Connection, dialect: SqlDialect, request: LockRequest, c
                        drained=len(leased) == len(rows))
 
 
-def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime]], change: Change) -> list[LeasedMessage]:
+def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime]], change: Change,
+                known: Optional[Mapping[int, tuple[int, ...]]] = None) -> list[LeasedMessage]:
     """What the lease ``change`` stored in ``rows`` ((row as read, its effect time), in delivery
     order), without reading it back: the rows plus what the lease set (``rows.leased`` builds the
     same from a row the change was applied to, at a dict per row); and the parents of the
-    workflow rows among them, read unless the read that released them carried them."""
+    workflow rows among them, read unless ``known`` ({id: parents}) has them."""
     sets = change.values
     status = change.target.value if change.target else _NEW
-    steps = [row for row, _ in rows if row.workflow_id is not None]
-    carried = {row.id: parents for row in steps if (parents := carried_parents(row)) is not None}
-    parents = {**parents_of(conn, [row.id for row in steps if row.id not in carried]), **carried}
+    known = known or {}
+    parents = {**parents_of(conn, [row.id for row, _ in rows if row.workflow_id is not None and row.id not in known]),
+               **known}
     return [LeasedMessage(row.id, topic, row.data, status, when, row.retry_remaining, row.attempt + change.attempt_delta,
                           sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context, row.priority,
                           parents.get(row.id, ()), row.workflow_id)
@@ -307,7 +308,9 @@ def _release_and_lease(conn: Connection, topic: str, steps: Sequence[Any], lease
     steps = sorted(steps, key=lambda s: (-s.row.priority, s.effect_time, s.row.id))
     for release, ids in _by_release(steps):
         apply_to_ids(conn, release.then(lease), ids)
-    return _deliveries(conn, topic, [(step.row, step.effect_time) for step in steps], lease)
+    # Their release's read carried their parents (``parents.released_parents``).
+    known = {step.row.id: parents for step in steps if (parents := carried_parents(step.row)) is not None}
+    return _deliveries(conn, topic, [(step.row, step.effect_time) for step in steps], lease, known)
 
 
 class _Inserted(NamedTuple):
