@@ -146,7 +146,7 @@ def test_a_fan_in_handed_off_by_its_last_parents_ack_names_every_parent(storage)
     a, b, c, child, other = storage.dependencies.insert_steps(
         [WorkflowStep(NewRow("t.hfan", '{"p": %d}' % i, now, 0)) for i in range(3)]
         + [WorkflowStep(NewRow("t.hfan", '{"child": 1}', now, 0), after=(0, 1, 2)),
-           WorkflowStep(NewRow("t.hfan", '{"other": 1}', now, 0), after=(2,)), ], now, broker="b1")[:5]
+           WorkflowStep(NewRow("t.hfan", '{"other": 1}', now, 0), after=(2,))], now, broker="b1")
     leased = {m.id: m for m in lock(storage, "t.hfan")}
     assert sorted(leased) == [a, b, c]
     storage.acks.ack([AckItem(id, leased[id].lease_token, True, workflow=True) for id in (a, c)], clock.now(),

@@ -11,6 +11,7 @@ from concurrent import futures
 
 import grpc
 
+from tests.servers import wait_until
 from tidemq.client import Client
 from tidemq.config import Settings
 from tidemq.link import AckItem
@@ -90,10 +91,11 @@ def test_the_asyncio_clients_acks_go_where_its_pull_waits_too():
         client = AsyncClient(Settings(brokers=tuple(b.address for b in brokers), produce_path="unary"))
         try:
             puller = asyncio.create_task(client.pull("t.follow", "c1", wait=5))
-            waiting = None
-            while waiting is None:  # the pull reached a broker
-                await asyncio.sleep(0.01)
-                waiting = next((b for b in brokers if b.pulling.is_set()), None)
+            # The pull reached one of the brokers (their servers' threads set the events).
+            reached = await asyncio.to_thread(wait_until, lambda: any(b.pulling.is_set() for b in brokers), 10,
+                                              what="the pull at a broker")
+            assert reached
+            waiting = next(b for b in brokers if b.pulling.is_set())
             for _ in range(6):
                 await client.ack("t.follow", "c1", [item])
             assert waiting.acks == 6 and sum(b.acks for b in brokers) == 6
