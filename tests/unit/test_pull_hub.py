@@ -277,10 +277,8 @@ def _monotonic_in(seconds: float) -> float:
     return time.monotonic() + seconds
 
 
-def test_the_insert_watch_looks_quicker_while_it_finds_rows_and_slows_down_after(storage):
-    """Rows committed elsewhere (here: straight into the storage, as another broker would)
-    switch the watch to its busy interval; once none come, it goes back to the idle one."""
-    hub = PullHub(storage.probes, probe_interval=0.5, recheck=60, busy_interval=0.01)
+def _counted_looks(hub: PullHub) -> list[float]:
+    """The monotonic time of each look of ``hub``'s insert watch from now on."""
     looks: list[float] = []
     real_look = hub._inserts.look
 
@@ -289,7 +287,16 @@ def test_the_insert_watch_looks_quicker_while_it_finds_rows_and_slows_down_after
         return real_look()
 
     hub._inserts.look = counted  # type: ignore[method-assign]
-    waiter = hub.register("t.watch", 0.0, None)  # a waiting pull: the watch runs
+    return looks
+
+
+def test_the_insert_watch_looks_quicker_while_it_finds_rows_for_a_sleeping_pull(storage):
+    """Rows committed elsewhere (here: straight into the storage, as another broker would)
+    switch the watch to its busy interval while a pull sleeps here. While the pulls only lock
+    (none sleeps), and once no rows come, it looks at the idle interval."""
+    hub = PullHub(storage.probes, probe_interval=0.5, recheck=60, busy_interval=0.01)
+    looks = _counted_looks(hub)
+    locking = hub.register("t.watch", 0.0, None)  # a pull busy locking: the watch runs, nobody sleeps
     hub.start()
     stop = threading.Event()
 
@@ -299,9 +306,17 @@ def test_the_insert_watch_looks_quicker_while_it_finds_rows_and_slows_down_after
             storage.messages.insert_messages([NewRow("t.watch", "1", now, 0)], now)
 
     writer = InThread(insert_elsewhere)
+    sleeping = sleeper = None
     try:
-        wait_until(lambda: len(looks) >= 2, 10, what="the first looks")
-        # 20 more looks within 2 s: at the idle interval (0.5 s) there would be 4.
+        wait_until(lambda: len(looks) >= 3, 10, what="the first looks, finding rows")
+        # An observed absence needs a window: at the busy interval one second would hold 100 looks.
+        before = len(looks)
+        stop.wait(1.0)
+        assert len(looks) - before <= 4
+        # A pull begins to sleep: 20 more looks within 2 s (at the idle interval there would be 4).
+        # Of another topic: the rows would wake a pull of their own, which would then lock.
+        sleeping = hub.register("t.asleep", 0.0, None)
+        sleeper = InThread(hub.sleep, sleeping, 60)
         busy_from = len(looks)
         wait_until(lambda: len(looks) >= busy_from + 20, 2, 0.005, what="20 looks while rows arrive")
         stop.set()
@@ -310,5 +325,25 @@ def test_the_insert_watch_looks_quicker_while_it_finds_rows_and_slows_down_after
         wait_until(lambda: time.monotonic() - looks[-1] > 0.3, 10, 0.01, what="the looks to slow down")
     finally:
         stop.set()
+        hub.unregister(locking)
+        hub.stop()
+        if sleeping is not None:
+            hub.unregister(sleeping)
+            sleeper.value()
+
+
+def test_a_pull_that_begins_to_sleep_while_looks_find_rows_brings_the_next_look_forward(storage):
+    """Under load the watch looks slowly while every pull locks; the first pull to sleep must
+    not wait out that interval for rows committed elsewhere."""
+    hub = PullHub(storage.probes, probe_interval=30, recheck=60, busy_interval=0.01)
+    looks = _counted_looks(hub)
+    waiter = hub.register("t.soon", 0.0, None)
+    hub.start()
+    hub._found_at = time.monotonic()  # as if the last look had found rows committed elsewhere
+    sleeper = InThread(hub.sleep, waiter, 60)
+    try:
+        wait_until(lambda: looks, 10, what="a look well before the 30 s interval")
+    finally:
         hub.unregister(waiter)
         hub.stop()
+        sleeper.value()
