@@ -53,6 +53,11 @@ class GroupCommitWriter:
         """
         return self._coalescer.submit((rows, request_id), len(rows), sum(len(row.data) for row in rows), timeout)
 
+    @property
+    def commits(self) -> int:
+        """Group commits made so far, each carrying one or more requests (tests read it)."""
+        return self._coalescer.flushes
+
     def stop(self) -> None:
         """Refuse new rows; requests already queued are still committed by their callers."""
         self._coalescer.close(

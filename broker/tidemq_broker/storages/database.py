@@ -58,9 +58,12 @@ class SqlDatabase:
         # until then).
         self._readers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
         self._writers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
+        # Autocommit connections of the produce engine, for ``commit_alone``.
+        self._producers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
         for _ in range(_READERS):
             self._readers.put(None)
             self._writers.put(None)
+            self._producers.put(None)
         #: Logs a database outage once, and its end; the callers of ``tx`` that get its
         #: StorageUnavailableError do not log it again.
         self.outage = Outage(log, "calls to the database")
@@ -158,6 +161,57 @@ class SqlDatabase:
         does). Its connections are not the readers': a slow probe must not hold up a lease."""
         return self._autocommit(work, self._writers)
 
+    def commit_alone(self, work: Callable[[Connection], T], attempts: int = 12) -> T:
+        """Run ``work(conn)``, a single statement that commits by itself, on a produce connection
+        in autocommit mode: one round trip, where ``tx`` takes two (the statement, then its
+        COMMIT) and a pool checkout with a transaction's bookkeeping around them. For a group
+        commit of plain rows that no pull waits for (``Writes.insert_messages``).
+
+        An INSERT must not run twice, and its outcome is unknown once it was sent on a connection
+        that then broke. So a connection is looked at before use, without a round trip
+        (``SqlDialect.usable``): one the server closed while it sat here (``KILL``,
+        ``wait_timeout``, a restart) is replaced at no risk. A connection lost during the
+        statement raises ``StorageUnavailableError`` and is not retried, as a lost COMMIT in
+        ``tx``. A transient refusal (deadlock, lock-wait timeout, a Galera certification
+        conflict) committed nothing: the statement runs again, after the pause ``tx`` makes.
+        """
+        if self.dialect.single_writer:
+            return self.tx(work, produce=True)
+        try:
+            conn = self._producers.get(timeout=_READER_WAIT)
+        except queue.Empty:
+            raise self._unavailable(PoolTimeoutError(f"no produce connection free within {_READER_WAIT} s")) from None
+        try:
+            for attempt in range(1, attempts + 1):
+                if conn is not None and not self.dialect.usable(conn):
+                    conn = _dropped(conn)
+                try:
+                    if conn is None:
+                        conn = self.produce_engine.connect()
+                        conn.execution_options(isolation_level="AUTOCOMMIT")
+                    result = work(conn)
+                    break
+                except DBAPIError as exc:
+                    if self.dialect.is_transient(exc) and not exc.connection_invalidated and attempt < attempts:
+                        time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
+                        continue
+                    conn = _dropped(conn)
+                    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                        raise self._unavailable(exc.orig) from exc
+                    raise
+                except self.engine.dialect.loaded_dbapi.Error as exc:  # lost while setting up the connection
+                    conn = _dropped(conn)
+                    raise self._unavailable(exc) from exc
+                except PoolTimeoutError as exc:
+                    raise self._unavailable(exc) from exc
+                except BaseException:
+                    conn = _dropped(conn)  # its state is not known: not for the next unit
+                    raise
+        finally:
+            self._producers.put(conn)
+        self.outage.succeeded()
+        return result
+
     def _autocommit(self, work: Callable[[Connection], T], connections: "queue.LifoQueue[Optional[Connection]]") -> T:
         if self.dialect.single_writer:
             return self.tx(work)
@@ -202,7 +256,7 @@ class SqlDatabase:
 
     def close(self) -> None:
         """Release every pooled connection."""
-        for connections in (self._readers, self._writers):
+        for connections in (self._readers, self._writers, self._producers):
             while True:
                 try:
                     _dropped(connections.get_nowait())

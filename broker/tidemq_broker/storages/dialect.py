@@ -50,6 +50,15 @@ class SqlDialect(abc.ABC):
         dialect cannot (the caller then inserts both its own way)."""
         return None
 
+    def insert_plain_alone(self, conn: Connection, values: list[dict[str, Any]]) -> Optional[list[int]]:
+        """``insert_plain`` in a single statement, which ``conn`` (autocommit) commits by itself;
+        None, with nothing written, when these rows take more than one statement."""
+        return None
+
+    def usable(self, conn: Connection) -> bool:
+        """False when ``conn`` is known, without a round trip, to be closed by the server."""
+        return True
+
     def is_transient(self, exc: DBAPIError) -> bool:
         """True for deadlocks and lock-wait timeouts: the transaction may simply be retried."""
         return False

@@ -7,11 +7,12 @@ blocks producers behind gap locks); the engine asks for it per connection anyway
 from __future__ import annotations
 
 import logging
+import select
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
 import pymysql
-from pymysql.constants import CLIENT, SERVER_STATUS
+from pymysql.constants import CLIENT
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, make_url
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -22,6 +23,7 @@ from tidemq.tables import PRODUCE_REQUEST
 from ..schema import login_failure, message, topic
 from .dialect import CallerTransaction, SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
+from .mysql_values import literal_rows
 from .rows import INSERT_COLUMNS
 
 
@@ -41,10 +43,6 @@ _COLS = ", ".join(INSERT_COLUMNS)
 # time (a rule cached per broker would leave some ids in no shard, or in two).
 _ID_STEP = "@@GLOBAL.auto_increment_increment"
 _ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
-_DATA = INSERT_COLUMNS.index("data")
-_SHARED = [col for col in INSERT_COLUMNS if col != "data"]  # the columns rows of a group often share
-#: What a backslash-escaping server needs escaped in a string literal; the backslash goes first.
-_ESCAPES = [("\\", "\\\\"), ("'", "\\'"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\032", "\\Z")]
 
 
 class MySqlDialect(SqlDialect):
@@ -126,7 +124,7 @@ class MySqlDialect(SqlDialect):
             f"({escape(request_id)}, CONCAT('r', LAST_INSERT_ID() + {start * step}, ':{step}:{count}'), "
             f"{escape(now)})".replace("%", "%%") for request_id, start, count in requests)
         req = PRODUCE_REQUEST
-        sql = (f"INSERT INTO {M.name} ({_COLS}) VALUES " + _literal_rows(dbapi, values) +
+        sql = (f"INSERT INTO {M.name} ({_COLS}) VALUES " + literal_rows(dbapi, values) +
                (f" RETURNING {M.id}" if returning else "") +
                f"; INSERT INTO {req.name} ({req.request_id}, {req.ids}, {req.created}) "
                f"VALUES {answers}" + (f" RETURNING {req.request_id}, {req.ids}" if returning else ""))
@@ -217,6 +215,24 @@ class MySqlDialect(SqlDialect):
             first = int(_insert_rows(conn, chunk).lastrowid)  # LAST_INSERT_ID(): the first row's id
             ids.extend(first + k * self._id_step for k in range(len(chunk)))
         return ids
+
+    def insert_plain_alone(self, conn: Connection, values: list[dict[str, Any]]) -> Optional[list[int]]:
+        if self._consecutive_ids is None:
+            self._check_autoincrement(conn)
+        if not (self._consecutive_ids or self._returning) or len(_chunks_by_size(values)) > 1:
+            return None
+        return self.insert_plain(conn, values)
+
+    def usable(self, conn: Connection) -> bool:
+        # A socket the server closed reads as ready (its end, or the error packet sent before
+        # it); an open connection between statements has nothing to read. poll, not select:
+        # a broker's descriptors may pass 1024.
+        sock = getattr(conn.connection.dbapi_connection, "_sock", None)
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
 
     def insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         for chunk in _chunks_by_size(values):
@@ -333,54 +349,8 @@ def _mariadb_with_returning(version: str) -> bool:
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
     """One multi-row INSERT of ``rows`` (a group commit's chunk), ``suffix`` appended."""
     dbapi = conn.connection.dbapi_connection
-    sql = f"INSERT INTO {M.name} ({_COLS}) VALUES " + _literal_rows(dbapi, rows) + suffix
+    sql = f"INSERT INTO {M.name} ({_COLS}) VALUES " + literal_rows(dbapi, rows) + suffix
     return conn.exec_driver_sql(sql, (rows[0]["data"],))
-
-
-def _literal_rows(dbapi: pymysql.connections.Connection, rows: list[dict[str, Any]]) -> str:
-    """The VALUES list of a multi-row INSERT, escaped as the connection ``dbapi`` would.
-
-    Rows of one group commit share most values (topic, times, trace line, NULLs): each distinct
-    set of them is escaped and joined once per statement, as the text around a row's ``data``,
-    instead of once per row, which was the largest part of a broker's CPU time under produce
-    load. Only ``data`` differs from row to row. The first row's data stays a ``%s`` parameter,
-    so the driver always %-formats the statement and every literal ``%`` is doubled.
-    """
-    escape = dbapi.escape
-    # PyMySQL's own escaping (str.translate) cost more than the rest of a row together.
-    quote = escape if dbapi.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES else _quote
-    literals: dict[tuple[type, Any], str] = {}
-    frames: dict[tuple[tuple[Any, ...], tuple[type, ...]], tuple[str, str]] = {}
-    out = []
-    for index, row in enumerate(rows):
-        shared = tuple([row[col] for col in _SHARED])
-        key = (shared, tuple(map(type, shared)))  # True and 1 are equal keys, not equal literals
-        frame = frames.get(key)
-        if frame is None:
-            parts = []
-            for value in shared:
-                literal = literals.get((type(value), value))
-                if literal is None:
-                    literal = literals[(type(value), value)] = escape(value).replace("%", "%%")
-                parts.append(literal)
-            frame = frames[key] = ("(" + ", ".join(parts[:_DATA] + [""]), ", ".join([""] + parts[_DATA:]) + ")")
-        data = row["data"]
-        if index:
-            data = (quote(data) if type(data) is str else escape(data)).replace("%", "%%")
-        else:
-            data = "%s"
-        out.append(frame[0] + data + frame[1])
-    return ", ".join(out)
-
-
-def _quote(value: str) -> str:
-    """``value`` as a MySQL string literal (backslash escapes on), what PyMySQL's ``escape``
-    gives but for ``"``, which needs no escape between single quotes. Each ``replace`` runs
-    only when its character is there: JSON text rarely holds any of them."""
-    for char, escaped in _ESCAPES:
-        if char in value:
-            value = value.replace(char, escaped)
-    return "'" + value + "'"
 
 
 def _params(rows: list[dict[str, Any]]) -> tuple[Any, ...]:

@@ -91,6 +91,13 @@ class Writes:
                 _hand_off_inserted(conn, handoff, rows, ids, plain)  # keyed rows may be old ones
             return ids
 
+        if not requests and handoff is None and not dialect.single_writer and not any(row.unique_key for row in rows):
+            # No request id to store, no pull to lease to, no key to look up: the rows' INSERT
+            # can be the whole transaction, committed by itself, a round trip sooner.
+            values = [row_values(row, columns) for row in rows]
+            alone = self._db.commit_alone(lambda conn: dialect.insert_plain_alone(conn, values))
+            if alone is not None:
+                return alone
         # Retries are rare: the first attempt does not look for stored request ids (a round trip
         # saved on every produce). A duplicate key says this is a retry of a call committed
         # meanwhile: roll back, look first, and answer it from what is stored.

@@ -1,0 +1,116 @@
+"""A group commit of plain rows that no pull waits for is one INSERT on an autocommit connection
+(``SqlDatabase.commit_alone``): one round trip instead of the INSERT and its COMMIT. An INSERT
+must never run twice, so a connection the server closed while idle is replaced before anything
+is sent, and one lost during the statement is reported, not retried."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+from sqlalchemy.engine import make_url
+
+from tidemq import clock
+from tidemq_broker.errors import StorageUnavailableError
+from tidemq_broker.storage import NewRow, RequestRef
+from tests.sqldb import open_sql
+
+
+def _admin(mysql_url: str) -> pymysql.connections.Connection:
+    url = make_url(mysql_url)
+    return pymysql.connect(host=url.host, port=url.port, user=url.username, password=url.password or "",
+                           database=url.database, autocommit=True)
+
+
+def _on_producer(db, sql: str):
+    """``sql``'s first value, read on the connection ``commit_alone`` would use next."""
+    return db.commit_alone(lambda conn: conn.exec_driver_sql(sql).first())
+
+
+def _counters(db) -> tuple[int, int]:
+    """The producer connection's own INSERT and COMMIT counts."""
+    rows = db.commit_alone(lambda conn: conn.exec_driver_sql(
+        "SHOW SESSION STATUS WHERE Variable_name IN ('Com_insert', 'Com_commit')").all())
+    got = {name: int(value) for name, value in rows}
+    return got["Com_insert"], got["Com_commit"]
+
+
+def _stored(admin, topic: str) -> list[str]:
+    with admin.cursor() as cur:
+        cur.execute("SELECT data FROM tidemq_message WHERE topic = %s ORDER BY id", (topic,))
+        return [row[0] for row in cur.fetchall()]
+
+
+def test_plain_rows_are_one_insert_without_a_commit_and_request_ids_keep_the_transaction(mysql_url):
+    storage, db = open_sql(mysql_url)
+    try:
+        now = clock.now()
+        storage.messages.insert_messages([NewRow("t.alone", '"warm"', now, 0)], now)
+        inserts, commits = _counters(db)
+        ids = storage.messages.insert_messages([NewRow("t.alone", f'"{n}"', now, 0) for n in range(3)], now)
+        assert _counters(db) == (inserts + 1, commits)  # one statement, committed by itself
+        assert ids == [ids[0], ids[0] + 1, ids[0] + 2]
+        assert [storage.reads.get_message(i).data for i in ids] == ['"0"', '"1"', '"2"']
+        # A call with a request id stores the id beside its rows: both in one transaction.
+        [answered] = storage.messages.insert_messages([NewRow("t.alone", '"r"', now, 0)], now,
+                                                      [RequestRef("req-alone-1", 0, 1)])
+        assert _counters(db) == (inserts + 1, commits)  # not on this connection
+        assert storage.messages.insert_messages([NewRow("t.alone", '"r"', now, 0)], now,
+                                                [RequestRef("req-alone-1", 0, 1)]) == [answered]
+    finally:
+        storage.close()
+
+
+def test_rows_beyond_one_statement_go_in_one_transaction(mysql_url):
+    storage, db = open_sql(mysql_url)
+    try:
+        now = clock.now()
+        storage.messages.insert_messages([NewRow("t.big", '"warm"', now, 0)], now)
+        inserts, _ = _counters(db)
+        big = '"' + "x" * 1_500_000 + '"'  # three of them pass the 4 MiB an INSERT is kept under
+        ids = storage.messages.insert_messages([NewRow("t.big", big, now, 0) for _ in range(3)], now)
+        assert _counters(db)[0] == inserts  # not alone: several INSERTs, one COMMIT
+        assert len(set(ids)) == 3 and all(storage.reads.get_message(i).data == big for i in ids)
+    finally:
+        storage.close()
+
+
+def test_a_producer_connection_killed_while_idle_is_replaced_before_the_insert_is_sent(mysql_url):
+    storage, db = open_sql(mysql_url)
+    admin = _admin(mysql_url)
+    try:
+        now = clock.now()
+        storage.messages.insert_messages([NewRow("t.idle", '"first"', now, 0)], now)
+        [idle] = _on_producer(db, "SELECT CONNECTION_ID()")
+        with admin.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {int(idle)}")  # as wait_timeout or a server restart would
+        [second] = storage.messages.insert_messages([NewRow("t.idle", '"second"', now, 0)], now)
+        assert storage.reads.get_message(second).data == '"second"'
+        assert _stored(admin, "t.idle") == ['"first"', '"second"']  # once each, no error
+        assert _on_producer(db, "SELECT CONNECTION_ID()")[0] != idle
+    finally:
+        admin.close()
+        storage.close()
+
+
+def test_a_connection_lost_during_the_statement_is_reported_and_the_insert_not_run_again(mysql_url):
+    storage, db = open_sql(mysql_url)
+    admin = _admin(mysql_url)
+    runs = []
+
+    def insert_after_a_kill(conn):
+        runs.append(1)
+        own = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+        with admin.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {int(own)}")  # between the check and the statement
+        return conn.exec_driver_sql("DO 1")  # the statement a lost connection leaves unknown
+
+    try:
+        with pytest.raises(StorageUnavailableError):
+            db.commit_alone(insert_after_a_kill)
+        assert len(runs) == 1
+        now = clock.now()
+        [after] = storage.messages.insert_messages([NewRow("t.lost", '"after"', now, 0)], now)
+        assert storage.reads.get_message(after).data == '"after"'  # a fresh connection took its place
+    finally:
+        admin.close()
+        storage.close()
