@@ -50,13 +50,31 @@ def test_plain_rows_are_one_insert_without_a_commit_and_request_ids_keep_the_tra
         assert _counters(db) == (inserts + 1, commits)  # one statement, committed by itself
         assert ids == [ids[0], ids[0] + 1, ids[0] + 2]
         assert [storage.reads.get_message(i).data for i in ids] == ['"0"', '"1"', '"2"']
-        # A call with a request id stores the id beside its rows: both in one transaction.
-        [answered] = storage.messages.insert_messages([NewRow("t.alone", '"r"', now, 0)], now,
-                                                      [RequestRef("req-alone-1", 0, 1)])
-        assert _counters(db) == (inserts + 1, commits)  # not on this connection
-        assert storage.messages.insert_messages([NewRow("t.alone", '"r"', now, 0)], now,
-                                                [RequestRef("req-alone-1", 0, 1)]) == [answered]
     finally:
+        storage.close()
+
+
+def test_rows_and_their_request_ids_commit_in_one_string_and_a_retry_leaves_nothing_behind(mysql_url):
+    storage, db = open_sql(mysql_url)
+    admin = _admin(mysql_url)
+    try:
+        now = clock.now()
+        storage.messages.insert_messages([NewRow("t.req", '"warm"', now, 0)], now)
+        inserts, commits = _counters(db)
+        rows = [NewRow("t.req", f'"{n}"', now, 0) for n in range(3)]
+        ids = storage.messages.insert_messages(rows, now, [RequestRef("req-1", 0, 2), RequestRef("req-2", 2, 1)])
+        # The rows' INSERT, the request rows' and the COMMIT, all in the string on this connection.
+        assert _counters(db) == (inserts + 2, commits + 1)
+        # A retry of req-2: its request row's INSERT fails after the rows' INSERT in the same
+        # string ran; the transaction is dropped with its connection and the stored answer read.
+        assert storage.messages.insert_messages([NewRow("t.req", '"again"', now, 0)], now,
+                                                [RequestRef("req-2", 0, 1)]) == [ids[2]]
+        assert _stored(admin, "t.req") == ['"warm"', '"0"', '"1"', '"2"']  # no "again"
+        [later] = storage.messages.insert_messages([NewRow("t.req", '"later"', now, 0)], now,
+                                                   [RequestRef("req-3", 0, 1)])
+        assert storage.reads.get_message(later).data == '"later"'
+    finally:
+        admin.close()
         storage.close()
 
 

@@ -162,10 +162,10 @@ class SqlDatabase:
         return self._autocommit(work, self._writers)
 
     def commit_alone(self, work: Callable[[Connection], T], attempts: int = 12) -> T:
-        """Run ``work(conn)``, a single statement that commits by itself, on a produce connection
-        in autocommit mode: one round trip, where ``tx`` takes two (the statement, then its
-        COMMIT) and a pool checkout with a transaction's bookkeeping around them. For a group
-        commit of plain rows that no pull waits for (``Writes.insert_messages``).
+        """Run ``work(conn)``, one round trip that commits what it writes, on a produce connection
+        in autocommit mode, where ``tx`` takes two (the statements, then COMMIT) and a pool
+        checkout with a transaction's bookkeeping around them. For a group commit of plain rows
+        that no pull waits for (``Writes.insert_messages``).
 
         An INSERT must not run twice, and its outcome is unknown once it was sent on a connection
         that then broke. So a connection is looked at before use, without a round trip
@@ -173,7 +173,10 @@ class SqlDatabase:
         ``wait_timeout``, a restart) is replaced at no risk. A connection lost during the
         statement raises ``StorageUnavailableError`` and is not retried, as a lost COMMIT in
         ``tx``. A transient refusal (deadlock, lock-wait timeout, a Galera certification
-        conflict) committed nothing: the statement runs again, after the pause ``tx`` makes.
+        conflict) committed nothing: the work runs again on a fresh connection, after the pause
+        ``tx`` makes. ``work`` may also be one string that opens a transaction and commits it
+        (``insert_plain_answering(commit=True)``): a connection is dropped after any error, so
+        a transaction left open by a failed statement is rolled back by the server.
         """
         if self.dialect.single_writer:
             return self.tx(work, produce=True)
@@ -181,6 +184,7 @@ class SqlDatabase:
             conn = self._producers.get(timeout=_READER_WAIT)
         except queue.Empty:
             raise self._unavailable(PoolTimeoutError(f"no produce connection free within {_READER_WAIT} s")) from None
+        driver_error = self.engine.dialect.loaded_dbapi.Error
         try:
             for attempt in range(1, attempts + 1):
                 if conn is not None and not self.dialect.usable(conn):
@@ -191,17 +195,21 @@ class SqlDatabase:
                         conn.execution_options(isolation_level="AUTOCOMMIT")
                     result = work(conn)
                     break
-                except DBAPIError as exc:
+                except (DBAPIError, driver_error) as raised:
+                    # The work may use the driver's cursor itself (several results of one string):
+                    # its errors are judged as SQLAlchemy's would be.
+                    exc = raised if isinstance(raised, DBAPIError) else DBAPIError.instance(None, None, raised, driver_error)
+                    # Dropped on any error: a statement that failed inside a transaction the work
+                    # opened leaves it open, and the server rolls it back with the connection.
+                    conn = _dropped(conn)
                     if self.dialect.is_transient(exc) and not exc.connection_invalidated and attempt < attempts:
                         time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
                         continue
-                    conn = _dropped(conn)
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                        raise self._unavailable(exc.orig) from exc
-                    raise
-                except self.engine.dialect.loaded_dbapi.Error as exc:  # lost while setting up the connection
-                    conn = _dropped(conn)
-                    raise self._unavailable(exc) from exc
+                        raise self._unavailable(exc.orig) from raised
+                    if exc is raised:
+                        raise
+                    raise exc from raised
                 except PoolTimeoutError as exc:
                     raise self._unavailable(exc) from exc
                 except BaseException:

@@ -44,10 +44,13 @@ class SqlDialect(abc.ABC):
         return None
 
     def insert_plain_answering(self, conn: Connection, values: list[dict[str, Any]],
-                               requests: list[tuple[str, int, int]], now: datetime) -> Optional[list[int]]:
+                               requests: list[tuple[str, int, int]], now: datetime,
+                               commit: bool = False) -> Optional[list[int]]:
         """Insert rows without unique keys and, in the same round trip, the produce-request rows
         ``(request_id, first row, row count)`` with their ids; return the ids, or None when this
-        dialect cannot (the caller then inserts both its own way)."""
+        dialect cannot (the caller then inserts both its own way). ``commit``: ``conn`` is in
+        autocommit mode, and the same round trip opens the transaction and commits it; a
+        statement that fails leaves it open, for the caller to drop with the connection."""
         return None
 
     def insert_plain_alone(self, conn: Connection, values: list[dict[str, Any]]) -> Optional[list[int]]:

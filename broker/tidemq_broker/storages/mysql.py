@@ -105,13 +105,16 @@ class MySqlDialect(SqlDialect):
         return engine
 
     def insert_plain_answering(self, conn: Connection, values: list[dict[str, Any]],
-                               requests: list[tuple[str, int, int]], now: datetime) -> Optional[list[int]]:
+                               requests: list[tuple[str, int, int]], now: datetime,
+                               commit: bool = False) -> Optional[list[int]]:
         if self._consecutive_ids is None:
             self._check_autoincrement(conn)
         returning = not self._consecutive_ids  # lock mode 2: the ids come back with RETURNING
         chunks = _chunks_by_size(values)
         dbapi = conn.connection.dbapi_connection
-        if (returning and not self._returning) or len(chunks) != 1 \
+        # Under lock mode 2 a gap in the ids is corrected before the COMMIT (``_correct_answers``),
+        # so the COMMIT cannot travel in the same string.
+        if (returning and (commit or not self._returning)) or len(chunks) != 1 \
                 or not dbapi.client_flag & CLIENT.MULTI_STATEMENTS:
             return None
         escape = dbapi.escape
@@ -124,13 +127,17 @@ class MySqlDialect(SqlDialect):
             f"({escape(request_id)}, CONCAT('r', LAST_INSERT_ID() + {start * step}, ':{step}:{count}'), "
             f"{escape(now)})".replace("%", "%%") for request_id, start, count in requests)
         req = PRODUCE_REQUEST
-        sql = (f"INSERT INTO {M.name} ({_COLS}) VALUES " + literal_rows(dbapi, values) +
+        sql = (("START TRANSACTION; " if commit else "") +
+               f"INSERT INTO {M.name} ({_COLS}) VALUES " + literal_rows(dbapi, values) +
                (f" RETURNING {M.id}" if returning else "") +
                f"; INSERT INTO {req.name} ({req.request_id}, {req.ids}, {req.created}) "
-               f"VALUES {answers}" + (f" RETURNING {req.request_id}, {req.ids}" if returning else ""))
+               f"VALUES {answers}" + (f" RETURNING {req.request_id}, {req.ids}" if returning else "") +
+               ("; COMMIT" if commit else ""))
         cursor = dbapi.cursor()
         try:
             cursor.execute(sql, (values[0]["data"],))
+            if commit:
+                cursor.nextset()  # past START TRANSACTION, to the rows' INSERT
             if returning:
                 ids = [int(row[0]) for row in cursor.fetchall()]  # in the order of the VALUES list
             else:
@@ -142,6 +149,8 @@ class MySqlDialect(SqlDialect):
                 raise IntegrityError(f"INSERT INTO {req.name} ...", None, exc) from exc
             if returning:
                 self._correct_answers(cursor, dict(cursor.fetchall()), ids, requests)
+            if commit:
+                cursor.nextset()  # the COMMIT's own answer: a Galera conflict fails here
         finally:
             cursor.close()
         return ids

@@ -91,17 +91,20 @@ class Writes:
                 _hand_off_inserted(conn, handoff, rows, ids, plain)  # keyed rows may be old ones
             return ids
 
-        if not requests and handoff is None and not dialect.single_writer and not any(row.unique_key for row in rows):
-            # No request id to store, no pull to lease to, no key to look up: the rows' INSERT
-            # can be the whole transaction, committed by itself, a round trip sooner.
-            values = [row_values(row, columns) for row in rows]
-            alone = self._db.commit_alone(lambda conn: dialect.insert_plain_alone(conn, values))
+        first_attempt = 0
+        if handoff is None and not dialect.single_writer and not any(row.unique_key for row in rows):
+            # No pull to lease to, no key to look up: the rows' INSERT (with the calls' request
+            # ids, in the same string) can be the whole transaction, committed in its round trip.
+            try:
+                alone = self._alone(rows, columns, requests, now)
+            except IntegrityError:  # a request id stored already (rolled back with its connection)
+                alone, first_attempt = None, 1  # a retry: look for its answer at once
             if alone is not None:
                 return alone
         # Retries are rare: the first attempt does not look for stored request ids (a round trip
         # saved on every produce). A duplicate key says this is a retry of a call committed
         # meanwhile: roll back, look first, and answer it from what is stored.
-        for attempt in range(3):
+        for attempt in range(first_attempt, 3):
             try:
                 return self._db.tx(lambda conn: work(conn, look_first=attempt > 0), produce=True,
                                    committed=handoff.committed if handoff is not None else None)
@@ -109,6 +112,22 @@ class Writes:
                 if not requests or attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def _alone(self, rows: Sequence[NewRow], columns: Sequence[str], requests: Sequence[RequestRef],
+               now: datetime) -> Optional[list[int]]:
+        """Plain rows and their request ids committed in one round trip (``SqlDatabase.commit_alone``),
+        or None: the dialect cannot here (several statements' worth of rows, lock mode 2), or a
+        request repeats within the group. A request id stored already (a retry) raises
+        IntegrityError, with nothing committed."""
+        dialect = self._db.dialect
+        claims = Claims.of(requests, {})
+        if claims.repeats:
+            return None
+        values = [row_values(row, columns) for row in rows]
+        if not requests:
+            return self._db.commit_alone(lambda conn: dialect.insert_plain_alone(conn, values))
+        answers = [(ref.request_id, ref.start, ref.count) for ref in sorted(claims.ours, key=lambda r: r.request_id)]
+        return self._db.commit_alone(lambda conn: dialect.insert_plain_answering(conn, values, answers, now, commit=True))
 
     def delete_produce_requests(self, before: datetime, limit: int) -> int:
         def work(conn: Connection) -> int:
