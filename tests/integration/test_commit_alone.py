@@ -126,9 +126,46 @@ def test_a_connection_lost_during_the_statement_is_reported_and_the_insert_not_r
         with pytest.raises(StorageUnavailableError):
             db.commit_alone(insert_after_a_kill)
         assert len(runs) == 1
+        # A caller that can tell what happened (request ids) gets its own answer instead.
+        assert db.commit_alone(insert_after_a_kill, lost=lambda: "resolved by the caller") == "resolved by the caller"
+        assert len(runs) == 2
         now = clock.now()
         [after] = storage.messages.insert_messages([NewRow("t.lost", '"after"', now, 0)], now)
         assert storage.reads.get_message(after).data == '"after"'  # a fresh connection took its place
+    finally:
+        admin.close()
+        storage.close()
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["lost before", "lost after the commit"])
+def test_a_string_whose_connection_is_lost_is_settled_by_its_request_ids(mysql_url, monkeypatch, committed):
+    """The string's connection is killed before it is sent (nothing committed) or after its
+    COMMIT, before the answer is read: either way the transaction that follows stores the rows
+    once and answers with their ids."""
+    storage, db = open_sql(mysql_url)
+    admin = _admin(mysql_url)
+    real = type(db.dialect).insert_plain_answering
+    strings = []
+
+    def lost_string(self, conn, values, requests, now, commit=False):
+        if not commit:
+            return real(self, conn, values, requests, now, commit)
+        strings.append(1)
+        own = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+        ids = real(self, conn, values, requests, now, commit) if committed else None
+        with admin.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {int(own)}")
+        conn.exec_driver_sql("DO 1")  # the lost connection, as the string's answer would find it
+        return ids
+
+    try:
+        now = clock.now()
+        monkeypatch.setattr(type(db.dialect), "insert_plain_answering", lost_string)
+        ids = storage.messages.insert_messages([NewRow("t.settle", f'"{n}"', now, 0) for n in range(2)], now,
+                                               [RequestRef("req-settle", 0, 2)])
+        assert strings == [1]
+        assert _stored(admin, "t.settle") == ['"0"', '"1"']  # once
+        assert [storage.reads.get_message(i).data for i in ids] == ['"0"', '"1"']
     finally:
         admin.close()
         storage.close()

@@ -161,7 +161,8 @@ class SqlDatabase:
         does). Its connections are not the readers': a slow probe must not hold up a lease."""
         return self._autocommit(work, self._writers)
 
-    def commit_alone(self, work: Callable[[Connection], T], attempts: int = 12) -> T:
+    def commit_alone(self, work: Callable[[Connection], T], attempts: int = 12,
+                     lost: Optional[Callable[[], T]] = None) -> T:
         """Run ``work(conn)``, one round trip that commits what it writes, on a produce connection
         in autocommit mode, where ``tx`` takes two (the statements, then COMMIT) and a pool
         checkout with a transaction's bookkeeping around them. For a group commit of plain rows
@@ -172,7 +173,8 @@ class SqlDatabase:
         (``SqlDialect.usable``): one the server closed while it sat here (``KILL``,
         ``wait_timeout``, a restart) is replaced at no risk. A connection lost during the
         statement raises ``StorageUnavailableError`` and is not retried, as a lost COMMIT in
-        ``tx``. A transient refusal (deadlock, lock-wait timeout, a Galera certification
+        ``tx``, unless the caller can tell what happened: then ``lost()`` is returned instead
+        (a group with request ids: the transaction's retry finds them stored or not). A transient refusal (deadlock, lock-wait timeout, a Galera certification
         conflict) committed nothing: the work runs again on a fresh connection, after the pause
         ``tx`` makes. ``work`` may also be one string that opens a transaction and commits it
         (``insert_plain_answering(commit=True)``): a connection is dropped after any error, so
@@ -206,6 +208,8 @@ class SqlDatabase:
                         time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
                         continue
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
+                        if lost is not None:
+                            return lost()
                         raise self._unavailable(exc.orig) from raised
                     if exc is raised:
                         raise

@@ -116,9 +116,9 @@ class Writes:
     def _alone(self, rows: Sequence[NewRow], columns: Sequence[str], requests: Sequence[RequestRef],
                now: datetime) -> Optional[list[int]]:
         """Plain rows and their request ids committed in one round trip (``SqlDatabase.commit_alone``),
-        or None: the dialect cannot here (several statements' worth of rows, lock mode 2), or a
-        request repeats within the group. A request id stored already (a retry) raises
-        IntegrityError, with nothing committed."""
+        or None: the dialect cannot here (several statements' worth of rows, lock mode 2), a
+        request repeats within the group, or the connection was lost during the string. A
+        request id stored already (a retry) raises IntegrityError, with nothing committed."""
         dialect = self._db.dialect
         claims = Claims.of(requests, {})
         if claims.repeats:
@@ -127,7 +127,11 @@ class Writes:
         if not requests:
             return self._db.commit_alone(lambda conn: dialect.insert_plain_alone(conn, values))
         answers = [(ref.request_id, ref.start, ref.count) for ref in sorted(claims.ours, key=lambda r: r.request_id)]
-        return self._db.commit_alone(lambda conn: dialect.insert_plain_answering(conn, values, answers, now, commit=True))
+        # A connection lost during the string leaves its outcome to the transaction: its INSERT of
+        # the same request ids fails if the string committed (or waits for it to end), and the
+        # stored answer is read; if it did not, the rows are inserted there.
+        return self._db.commit_alone(lambda conn: dialect.insert_plain_answering(conn, values, answers, now, commit=True),
+                                     lost=lambda: None)
 
     def delete_produce_requests(self, before: datetime, limit: int) -> int:
         def work(conn: Connection) -> int:
