@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from .coalesce import Coalescer, Request
 from .produce_stream import ProduceStreams
-from .direct import open_direct
+from .direct import open_direct, produce_flushes
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
@@ -80,13 +80,8 @@ class Client:
         # (topic, consumer) -> the brokers tried by the pull in flight, the last one where it waits
         self._pulls_at: dict[tuple[str, str], list[str]] = {}
         # Concurrent produce() calls share Produce RPCs, or direct commits (see tidemq.coalesce).
-        # A direct producer commits ``produce_in_flight`` groups at once (its own group commit);
-        # as many flushes again may check their rows and queue meanwhile, so the next group is
-        # ready when a commit ends (4 threads: 3,100 -> 3,500 msg/s). Without a bound here every
-        # caller would check its own row while 64 compete for the GIL (10,200 -> 8,300 msg/s).
-        slots = self.settings.produce_in_flight * (2 if self._direct is not None else 1)
         self.producer: Coalescer[Sequence[pb.NewMessage], list[int]] = Coalescer(
-            self._flush_produce, slots, MAX_BATCH, RPC_DATA_BYTES, not_sent)
+            self._flush_produce, produce_flushes(self.settings), MAX_BATCH, RPC_DATA_BYTES, not_sent)
 
     @property
     def coordinator(self) -> Coordinator:

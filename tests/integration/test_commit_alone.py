@@ -92,6 +92,29 @@ def test_rows_beyond_one_statement_go_in_one_transaction(mysql_url):
         storage.close()
 
 
+def test_under_lock_mode_2_a_group_with_request_ids_goes_straight_to_the_transaction(mysql_url, monkeypatch):
+    # Lock mode 2 (interleaved ids) is a server start option; the dialect's reading of it is
+    # what decides, so it is set as that check would have set it on such a server.
+    storage, db = open_sql(mysql_url)
+    try:
+        now = clock.now()
+        storage.messages.insert_messages([NewRow("t.mode2", '"warm"', now, 0)], now)
+        monkeypatch.setattr(db.dialect, "_consecutive_ids", False)
+        alone = []
+        commit_alone = db.commit_alone
+        monkeypatch.setattr(db, "commit_alone", lambda work, **kw: alone.append(1) or commit_alone(work, **kw))
+        rows = [NewRow("t.mode2", f'"{n}"', now, 0) for n in range(3)]
+        ids = storage.messages.insert_messages(rows, now, [RequestRef("m2-1", 0, 3)])
+        assert alone == []  # its ids are checked before the COMMIT: no produce connection taken
+        assert [storage.reads.get_message(i).data for i in ids] == ['"0"', '"1"', '"2"']
+        assert storage.messages.insert_messages(rows, now, [RequestRef("m2-1", 0, 3)]) == ids  # a retry
+        [plain] = storage.messages.insert_messages([NewRow("t.mode2", '"plain"', now, 0)], now)
+        assert alone == [1]  # without request ids, RETURNING gives the ids in the one statement
+        assert storage.reads.get_message(plain).data == '"plain"'
+    finally:
+        storage.close()
+
+
 def test_a_producer_connection_killed_while_idle_is_replaced_before_the_insert_is_sent(mysql_url):
     storage, db = open_sql(mysql_url)
     admin = _admin(mysql_url)

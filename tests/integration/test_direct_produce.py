@@ -90,6 +90,8 @@ def test_the_async_client_commits_directly_too(settings, broker):
 
     async def run() -> list[int]:
         async with AsyncClient(replace(settings, produce_path="direct")) as aclient:
+            # As the threaded client: twice the producer's commits in flight, one group ready.
+            assert aclient.producer._slots == 2 * settings.produce_in_flight
             return await asyncio.gather(*(aclient.produce("direct.aio", {"n": n}) for n in range(20)))
 
     ids = asyncio.run(run())

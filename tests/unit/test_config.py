@@ -44,6 +44,14 @@ def test_produce_in_flight_is_read_from_the_environment():
     assert Settings.from_env({"TIDEMQ_PRODUCE_IN_FLIGHT": "8"}).produce_in_flight == 8
 
 
+def test_a_direct_client_keeps_twice_as_many_flushes_open_as_its_producer_commits():
+    from tidemq.direct import produce_flushes
+
+    assert produce_flushes(Settings.from_env({"TIDEMQ_PRODUCE_IN_FLIGHT": "3"})) == 3
+    assert produce_flushes(Settings.from_env({"TIDEMQ_PRODUCE_IN_FLIGHT": "3", "TIDEMQ_PRODUCE": "unary"})) == 3
+    assert produce_flushes(Settings.from_env({"TIDEMQ_PRODUCE_IN_FLIGHT": "3", "TIDEMQ_PRODUCE": "direct"})) == 6
+
+
 @pytest.mark.parametrize("ahead", [-1, 10.5, float("nan")])
 def test_a_consumer_ahead_window_outside_0_to_10_seconds_is_refused(ahead):
     from tidemq import mq_consumer

@@ -182,10 +182,7 @@ class SqlDatabase:
         """
         if self.dialect.single_writer:
             return self.tx(work, produce=True)
-        try:
-            conn = self._producers.get(timeout=_READER_WAIT)
-        except queue.Empty:
-            raise self._unavailable(PoolTimeoutError(f"no produce connection free within {_READER_WAIT} s")) from None
+        conn = self._take(self._producers, "produce")
         driver_error = self.engine.dialect.loaded_dbapi.Error
         try:
             for attempt in range(1, attempts + 1):
@@ -193,8 +190,7 @@ class SqlDatabase:
                     conn = _dropped(conn)
                 try:
                     if conn is None:
-                        conn = self.produce_engine.connect()
-                        conn.execution_options(isolation_level="AUTOCOMMIT")
+                        conn = _autocommit_connection(self.produce_engine)
                     result = work(conn)
                     break
                 except (DBAPIError, driver_error) as raised:
@@ -227,17 +223,12 @@ class SqlDatabase:
     def _autocommit(self, work: Callable[[Connection], T], connections: "queue.LifoQueue[Optional[Connection]]") -> T:
         if self.dialect.single_writer:
             return self.tx(work)
-        try:
-            conn = connections.get(timeout=_READER_WAIT)
-        except queue.Empty:
-            raise self._unavailable(PoolTimeoutError(f"no autocommit connection free within {_READER_WAIT} s")) from None
+        conn = self._take(connections, "autocommit")
         try:
             for attempt in range(2):
                 try:
                     if conn is None:
-                        conn = self.engine.connect()
-                        # Not wrapped by SQLAlchemy: a connection lost here raises the driver's error.
-                        conn.execution_options(isolation_level="AUTOCOMMIT")
+                        conn = _autocommit_connection(self.engine)
                     result = work(conn)
                     break
                 except DBAPIError as exc:
@@ -262,6 +253,14 @@ class SqlDatabase:
         self.outage.succeeded()
         return result
 
+    def _take(self, connections: "queue.LifoQueue[Optional[Connection]]", kind: str) -> Optional[Connection]:
+        """One of ``connections`` (None: a slot whose connection is to be opened), waiting for a
+        free one at most ``_READER_WAIT`` seconds: more would hold up the caller past its deadline."""
+        try:
+            return connections.get(timeout=_READER_WAIT)
+        except queue.Empty:
+            raise self._unavailable(PoolTimeoutError(f"no {kind} connection free within {_READER_WAIT} s")) from None
+
     def autocommit_read(self, stmt: Executable, params: Optional[dict[str, Any]] = None) -> list[Any]:
         """The rows of one read statement (``read``)."""
         return self.read(lambda conn: list(conn.execute(stmt, params).all()))
@@ -277,6 +276,14 @@ class SqlDatabase:
         self.engine.dispose()
         if self.produce_engine is not self.engine:
             self.produce_engine.dispose()
+
+
+def _autocommit_connection(engine: Engine) -> Connection:
+    """A new connection of ``engine`` kept in autocommit mode for its whole life. Its setup is
+    not wrapped by SQLAlchemy: a connection lost here raises the driver's error."""
+    conn = engine.connect()
+    conn.execution_options(isolation_level="AUTOCOMMIT")
+    return conn
 
 
 def _dropped(reader: Optional[Connection]) -> None:

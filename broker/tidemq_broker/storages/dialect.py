@@ -58,6 +58,12 @@ class SqlDialect(abc.ABC):
         None, with nothing written, when these rows take more than one statement."""
         return None
 
+    def commits_alone(self, answering: bool) -> bool:
+        """False when ``insert_plain_alone`` (``answering``: ``insert_plain_answering`` with
+        ``commit``) is known to decline whatever the rows: the caller then neither builds their
+        values for it nor takes a connection. True may still meet a refusal (too many rows)."""
+        return False
+
     def usable(self, conn: Connection) -> bool:
         """False when ``conn`` is known, without a round trip, to be closed by the server."""
         return True

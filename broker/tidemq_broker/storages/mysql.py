@@ -232,6 +232,12 @@ class MySqlDialect(SqlDialect):
             return None
         return self.insert_plain(conn, values)
 
+    def commits_alone(self, answering: bool) -> bool:
+        if self._consecutive_ids is None:
+            return True  # not known before the first INSERT's check: its call will tell
+        # Lock mode 2 corrects the answers' ids before the COMMIT, which cannot share the string.
+        return bool(self._consecutive_ids or (self._returning and not answering))
+
     def usable(self, conn: Connection) -> bool:
         # A socket the server closed reads as ready (its end, or the error packet sent before
         # it); an open connection between statements has nothing to read. poll, not select:

@@ -120,6 +120,8 @@ class Writes:
         request repeats within the group, or the connection was lost during the string. A
         request id stored already (a retry) raises IntegrityError, with nothing committed."""
         dialect = self._db.dialect
+        if not dialect.commits_alone(answering=bool(requests)):
+            return None
         claims = Claims.of(requests, {})
         if claims.repeats:
             return None

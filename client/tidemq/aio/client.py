@@ -13,7 +13,7 @@ from ..coalesce import Request
 from ..config import Settings
 from ..coordinator import Coordinator
 from ..coordinators import open_coordinator
-from ..direct import open_direct
+from ..direct import open_direct, produce_flushes
 from ..errors import TidemqError
 from ..link import AckItem, AckOutcome, Delivery, LeaseRef
 from ..results import MessageState
@@ -83,7 +83,7 @@ class AsyncClient:
         # thread, so the loop runs on while the database commits.
         self._direct = open_direct(self.settings) if self.settings.produce_path == "direct" else None
         self.producer: AsyncCoalescer[Sequence[pb.NewMessage], list[int]] = AsyncCoalescer(
-            self._flush_produce, self.settings.produce_in_flight, MAX_BATCH, RPC_DATA_BYTES, not_sent)
+            self._flush_produce, produce_flushes(self.settings), MAX_BATCH, RPC_DATA_BYTES, not_sent)
         self._closed = threading.Event()
         # Where each (topic, consumer)'s pull is in flight: that consumer's acks go there first.
         self._pulls_at: dict[tuple[str, str], list[str]] = {}
