@@ -36,11 +36,15 @@ R = TypeVar("R")
 class Request(Generic[P, R]):
     """One caller's payload and, once flushed, its result or error (set by the flush function)."""
 
-    __slots__ = ("payload", "items", "size", "deadline", "sent", "done", "result", "error", "wake")
+    __slots__ = ("payload", "items", "size", "deadline", "sent", "done", "result", "error", "wake", "signalled")
 
-    def __init__(self, payload: P, items: int, size: int, deadline: Optional[float],
-                 wake: threading.Condition) -> None:
-        self.wake = wake  # this caller's own wait, on the coalescer's lock
+    def __init__(self, payload: P, items: int, size: int, deadline: Optional[float]) -> None:
+        # This caller's own wake-up: a lock held until it is signalled (``_signal``). Not a
+        # Condition of the coalescer's lock: the callers of a flush would all wake to take that
+        # one lock again, one after the other, only to see that they are done.
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.signalled = False  # wake released and not yet taken back (coalescer's lock held)
         self.payload = payload
         self.items = items
         self.size = size
@@ -49,6 +53,13 @@ class Request(Generic[P, R]):
         self.done = False
         self.result: Optional[R] = None
         self.error: Optional[BaseException] = None
+
+
+def _signal(request: Request) -> None:
+    """Wake ``request``'s caller (at most one pending wake-up); the coalescer's lock is held."""
+    if not request.signalled:
+        request.signalled = True
+        request.wake.release()
 
 
 class Coalescer(Generic[P, R]):
@@ -82,9 +93,11 @@ class Coalescer(Generic[P, R]):
         """
         unbounded = timeout is None or timeout > _NO_BOUND  # a huge wait would overflow the lock
         request: Request[P, R] = Request(payload, items, size,
-                                         None if unbounded else time.monotonic() + timeout,  # type: ignore[operator]
-                                         threading.Condition(self._lock))
-        with self._lock:
+                                         None if unbounded else time.monotonic() + timeout)  # type: ignore[operator]
+        lock = self._lock
+        lock.acquire()
+        held = True
+        try:
             if self._closed is not None:
                 raise self._closed()
             self._pending.append(request)
@@ -100,7 +113,20 @@ class Coalescer(Generic[P, R]):
                     remaining = None  # sent: its flush has a deadline of its own
                 # Only this caller's own flush ending, or a slot coming free while this request
                 # heads the queue, wakes it: no herd of waiters re-checking every flush.
-                request.wake.wait(remaining)
+                lock.release()
+                held = False
+                woken = request.wake.acquire(True, -1 if remaining is None else remaining)
+                if woken and request.done:
+                    break  # its flush is over: nothing shared is left to look at
+                lock.acquire()
+                held = True
+                if request.signalled:
+                    if not woken:
+                        request.wake.acquire()  # signalled as the wait timed out: released, take it
+                    request.signalled = False
+        finally:
+            if held:
+                lock.release()
         if request.error is not None:
             raise request.error
         return request.result  # type: ignore[return-value]
@@ -124,7 +150,7 @@ class Coalescer(Generic[P, R]):
             request.sent = True
         self._running += 1
         if self._pending and self._running < self._slots:
-            self._pending[0].wake.notify()  # what did not fit may take the other free slot
+            _signal(self._pending[0])  # what did not fit may take the other free slot
         self.flushes += 1
         self.requests += len(batch)
         self._lock.release()
@@ -141,6 +167,6 @@ class Coalescer(Generic[P, R]):
             self._running -= 1
             for request in batch:
                 request.done = True
-                request.wake.notify()
+                _signal(request)
             if self._pending:
-                self._pending[0].wake.notify()  # the oldest queued request takes the free slot
+                _signal(self._pending[0])  # the oldest queued request takes the free slot

@@ -6,6 +6,7 @@ deterministically; no sleeps, no servers.
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import pytest
@@ -65,6 +66,50 @@ def test_requests_queued_behind_a_busy_slot_share_the_next_flush_in_arrival_orde
     assert [c.outcome() for c in queued] == [f"done:q{n}" for n in range(5)]
     assert flush.batches == [["first"], [f"q{n}" for n in range(5)]]
     assert coalescer.flushes == 2 and coalescer.requests == 6
+
+
+class CountingLock:
+    """The coalescer's lock, counting the times each thread takes it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken: collections.Counter[int] = collections.Counter()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            self.taken[threading.get_ident()] += 1
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_callers_answered_by_another_callers_flush_return_without_taking_the_lock_again():
+    # Woken on a Condition of the coalescer's lock, each caller of a flush of 64 would take that
+    # lock again in turn, only to see it was done: a convoy through one lock after every flush.
+    flush = Held()
+    coalescer = _coalescer(flush)
+    lock = coalescer._lock = CountingLock()
+    first = call_in_thread(coalescer, "first")
+    assert flush.entered.acquire(timeout=10)
+    queued = []
+    for n in range(4):
+        queued.append(call_in_thread(coalescer, f"q{n}"))
+        wait_until(lambda: len(coalescer._pending) == n + 1, 10)
+    flush.gate.set()
+    assert [c.outcome() for c in queued] == [f"done:q{n}" for n in range(4)]
+    assert first.outcome() == "done:first"
+    assert flush.batches == [["first"], ["q0", "q1", "q2", "q3"]]
+    # q0, heading the queue, is woken when the slot frees and flushes all four (in, woken,
+    # after its flush); the others are answered by it and only ever took the lock to queue.
+    assert [lock.taken[c.ident] for c in queued] == [3, 1, 1, 1]
 
 
 def test_a_flush_takes_no_more_than_its_item_limit_and_the_rest_follows():

@@ -50,7 +50,7 @@ class AsyncCoalescer(Generic[P, R]):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         # No Condition: a future per request is how a coroutine waits.
-        request: Request[P, R] = Request(payload, items, size, deadline, None)  # type: ignore[arg-type]
+        request: Request[P, R] = Request(payload, items, size, deadline)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (request, done)
         self._pending.append(entry)
