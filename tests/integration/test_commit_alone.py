@@ -133,6 +133,27 @@ def test_a_producer_connection_killed_while_idle_is_replaced_before_the_insert_i
         storage.close()
 
 
+def test_a_pooled_connection_found_closed_as_it_is_set_up_is_replaced_with_nothing_sent(mysql_url):
+    storage, db = open_sql(mysql_url)
+    admin = _admin(mysql_url)
+    try:
+        now = clock.now()
+        # A keyed row goes through a transaction of the produce engine, which pools its connection.
+        storage.messages.insert_messages([NewRow("t.setup", '"keyed"', now, 0, unique_key="k1")], now)
+        pooled = db.produce_engine.raw_connection()
+        driver = pooled.dbapi_connection
+        pooled.close()  # back to the pool, alive
+        driver._force_close()  # closed under the pool, as a statement that met a KILL leaves it
+        # The producer's first connection comes from that pool: setting its autocommit fails
+        # (InterfaceError (0, '')) before anything of the rows is sent. It is replaced.
+        ids = storage.messages.insert_messages([NewRow("t.setup", f'"{n}"', now, 0) for n in range(2)], now)
+        assert _stored(admin, "t.setup") == ['"keyed"', '"0"', '"1"']
+        assert [storage.reads.get_message(i).data for i in ids] == ['"0"', '"1"']
+    finally:
+        admin.close()
+        storage.close()
+
+
 def test_a_connection_lost_during_the_statement_is_reported_and_the_insert_not_run_again(mysql_url):
     storage, db = open_sql(mysql_url)
     admin = _admin(mysql_url)

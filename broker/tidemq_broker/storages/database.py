@@ -184,19 +184,30 @@ class SqlDatabase:
             return self.tx(work, produce=True)
         conn = self._take(self._producers, "produce")
         driver_error = self.engine.dialect.loaded_dbapi.Error
+        reopened = False
         try:
             for attempt in range(1, attempts + 1):
                 if conn is not None and not self.dialect.usable(conn):
                     conn = _dropped(conn)
-                try:
-                    if conn is None:
+                if conn is None:
+                    try:
                         conn = _autocommit_connection(self.produce_engine)
+                    except (DBAPIError, driver_error) as raised:
+                        # Nothing of the work was sent. A pooled connection the server closed
+                        # (a KILL) fails as its autocommit is set: replaced once. Any other
+                        # failure to connect: the database cannot be reached now.
+                        exc = self._judged(raised)
+                        if exc.connection_invalidated and not reopened and attempt < attempts:
+                            reopened = True
+                            continue
+                        raise self._unavailable(exc.orig) from raised
+                    except PoolTimeoutError as exc:
+                        raise self._unavailable(exc) from exc
+                try:
                     result = work(conn)
                     break
                 except (DBAPIError, driver_error) as raised:
-                    # The work may use the driver's cursor itself (several results of one string):
-                    # its errors are judged as SQLAlchemy's would be.
-                    exc = raised if isinstance(raised, DBAPIError) else DBAPIError.instance(None, None, raised, driver_error)
+                    exc = self._judged(raised)
                     # Dropped on any error: a statement that failed inside a transaction the work
                     # opened leaves it open, and the server rolls it back with the connection.
                     conn = _dropped(conn)
@@ -210,8 +221,6 @@ class SqlDatabase:
                     if exc is raised:
                         raise
                     raise exc from raised
-                except PoolTimeoutError as exc:
-                    raise self._unavailable(exc) from exc
                 except BaseException:
                     conn = _dropped(conn)  # its state is not known: not for the next unit
                     raise
@@ -253,6 +262,17 @@ class SqlDatabase:
         self.outage.succeeded()
         return result
 
+    def _judged(self, raised: BaseException) -> DBAPIError:
+        """``raised`` as SQLAlchemy would have wrapped it. A driver error from a connection's
+        setup, or from the work's own use of the driver's cursor (several results of one
+        string), is not wrapped: it is judged here, a lost connection flagged
+        ``connection_invalidated`` as SQLAlchemy flags one it sees."""
+        if isinstance(raised, DBAPIError):
+            return raised
+        dialect = self.engine.dialect
+        return DBAPIError.instance(None, None, raised, dialect.loaded_dbapi.Error,  # type: ignore[arg-type]
+                                   connection_invalidated=dialect.is_disconnect(raised, None, None))
+
     def _take(self, connections: "queue.LifoQueue[Optional[Connection]]", kind: str) -> Optional[Connection]:
         """One of ``connections`` (None: a slot whose connection is to be opened), waiting for a
         free one at most ``_READER_WAIT`` seconds: more would hold up the caller past its deadline."""
@@ -282,7 +302,11 @@ def _autocommit_connection(engine: Engine) -> Connection:
     """A new connection of ``engine`` kept in autocommit mode for its whole life. Its setup is
     not wrapped by SQLAlchemy: a connection lost here raises the driver's error."""
     conn = engine.connect()
-    conn.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+    except BaseException:
+        _dropped(conn)  # not back to the pool: it failed, its state is unknown
+        raise
     return conn
 
 
