@@ -160,7 +160,7 @@ def _dev(args: argparse.Namespace, settings: Settings) -> int:
 def _broker(args: argparse.Namespace, settings: Settings) -> int:
     from tidemq_broker.server import BrokerServer
 
-    from tidemq import tracing_env
+    from tidemq import heap, tracing_env
     from tidemq.metrics import serve_metrics
 
     provider = tracing_env.configure(settings, "tidemq-broker")
@@ -172,6 +172,7 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         server.start()
+        heap.settle(settings.gc)  # what start-up built is never garbage: out of the collector's walks
         if args.port_file:
             with open(args.port_file + ".tmp", "w") as fh:
                 fh.write(str(server.port))

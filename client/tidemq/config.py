@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Mapping, Optional
 
 from .errors import ConfigurationError, quote
+from .heap import GC_MODES
 from .logs import LOG_FORMATS
 from .validation import DEFAULT_MAX_DATA_BYTES
 
@@ -76,6 +77,9 @@ class Settings:
     "http/protobuf" (needs opentelemetry-exporter-otlp-proto-http).
     Both are checked only where spans are exported (``tidemq.tracing_env.configure``): an
     application that sets up its own SDK may name exporters tidemq does not know.
+    gc: what ``tidemq broker`` and ``tidemq worker`` do with Python's cycle collector once
+    started (TIDEMQ_GC): "settled" (the default: start-up's objects frozen out of collections,
+    ``tidemq.heap``) or "python" (left as Python sets it).
     """
 
     db_url: str = field(default=DEFAULT_DB_URL, repr=False)
@@ -102,6 +106,7 @@ class Settings:
     log_format: str = "text"
     otel_exporters: tuple[str, ...] = field(default_factory=tuple)
     otel_protocol: str = "grpc"
+    gc: str = "settled"
 
     def __repr__(self) -> str:
         # Secrets are left out (repr=False) or masked: the URL and ZooKeeper credentials show
@@ -155,6 +160,7 @@ class Settings:
             otel_exporters=_otel_exporters(env),
             otel_protocol=(env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
                            or "grpc").strip().lower(),
+            gc=(env.get("TIDEMQ_GC", "") or "settled").strip().lower(),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
         if isinstance(clean.get("brokers"), str):
@@ -183,6 +189,8 @@ class Settings:
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(
                 f"TIDEMQ_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {quote(self.log_format)}")
+        if self.gc not in GC_MODES:
+            raise ConfigurationError(f"TIDEMQ_GC must be one of {', '.join(GC_MODES)}, got {quote(self.gc)}")
         if self.token and not _TOKEN.fullmatch(self.token):
             # The value is never echoed: it is a secret, even when malformed.
             raise ConfigurationError(

@@ -16,7 +16,7 @@ import logging
 import sys
 from typing import Any, Iterable, Optional, Sequence
 
-from . import tracing_env
+from . import heap, tracing_env
 from .client import Client
 from .config import Settings
 from .consumer import ConsumerSpec
@@ -70,6 +70,9 @@ def run_worker(settings: Settings, modules: Iterable[str] = (), *, drain_timeout
     try:
         worker = Worker(specs, client=Client(settings), drain_timeout=drain_timeout, concurrency=concurrency,
                         max_idle=max_idle)
+        # Every module is imported and the client built: that is most of what the process will
+        # ever hold, and none of it garbage (tidemq.heap).
+        heap.settle(settings.gc)
         worker.run()
         return 0
     finally:

@@ -72,7 +72,8 @@ class PullProbes:
             # A bounded statement per chunk of topics (each topic is one index dive per priority).
             for start in range(0, len(names), _PROBE_TOPICS):
                 chunk = names[start:start + _PROBE_TOPICS]
-                for row in conn.execute(_firsts(chunk, PRIORITIES_DESC, label=0)).all():
+                params = {f"topic_{i}": name for i, name in enumerate(chunk)}
+                for row in conn.execute(_earliest(len(chunk)), params).all():
                     found.setdefault(row.topic, {})[row.priority] = row.due
             return found
 
@@ -132,6 +133,17 @@ def _recent_inserts(missing: bool) -> Any:
 _RECENT_INSERTS = {False: _recent_inserts(False), True: _recent_inserts(True)}
 
 
+_PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
+
+
+@functools.lru_cache(maxsize=_PROBE_TOPICS)
+def _earliest(topics: int) -> Any:
+    """``earliest_new``'s statement for a chunk of ``topics`` topics (bound as ``topic_0``...),
+    built once: built at each probe, its ten subqueries a topic were thousands of objects a
+    second for the cycle collector, and a fresh cache key for SQLAlchemy to compute."""
+    return _firsts([bindparam(f"topic_{i}", type_=m.c.topic.type) for i in range(topics)], PRIORITIES_DESC, label=0)
+
+
 @functools.lru_cache(maxsize=256)
 def _next_due(dialect: Any, priorities: tuple[int, ...], floor: bool, floored: tuple[int, ...], sharded: bool,
               stranded: bool) -> Any:
@@ -149,9 +161,6 @@ def _next_due(dialect: Any, priorities: tuple[int, ...], floor: bool, floored: t
     if stranded:  # other shards' messages, taken once stranded
         parts.append(_firsts(topic, priorities, not_(own), *since(None), label=1))
     return union_all(*parts)
-
-
-_PROBE_TOPICS = 20  # topics per earliest-due statement: 200 index dives, a statement of bounded size
 
 
 def _firsts(topics: Sequence[Any], priorities: Sequence[int], *where: Any, label: int,
