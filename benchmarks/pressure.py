@@ -26,7 +26,7 @@ from typing import Optional
 
 from tidemq import clock
 
-from . import pressure_report, raw
+from . import gc_pauses, pressure_report, raw
 from .openloop import Call, DelayedProducer, OpenLoopProducer
 from .pressure_env import HistorySampler, PressureCluster, connect, logs_to_file
 from .pressure_stats import (Phase, Row, depth_series, drain_seconds, duplicates, first_starts, phase_figures,
@@ -76,6 +76,7 @@ def _one(kind: str, capacity: Optional[float], report: Report, args: Namespace) 
     cluster = PressureCluster(options, TOPIC, _worker_env(args))
     prefix = os.path.join(cluster.dir, "starts")
     cluster.worker_env["BENCH_RECORD_FILE"] = prefix
+    cluster.process_env.update(gc_pauses.env(os.path.join(cluster.dir, "gc")))
     with logs_to_file(os.path.join(cluster.dir, "bench-clients.log")):
         return _measure(kind, capacity, cluster, prefix, load, report, args)
 
@@ -189,6 +190,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
                       "recovery": logs["end"] - logs["recovery"]},
         "stack stop s": (f"> {grace:g} (killed)" if "killed" in stack_stop.values()
                          else max(stack_stop.values(), default=0.0)),
+        "gc": gc_pauses.summary(gc_pauses.read(os.path.join(cluster.dir, "gc")), t1, t4),
         "stack stop": stack_stop, "bench cpu": bench_cpu, "series": series, "load end": os.getloadavg()[0], "logs": cluster.dir,
     }
 

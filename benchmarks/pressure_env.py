@@ -56,6 +56,7 @@ class PressureCluster(Cluster):
         super().__init__(zk_root="/pressure", mariadb_options=mariadb_options)
         self.topic = topic
         self.worker_env = worker_env
+        self.process_env: dict[str, str] = {}  # for brokers and workers alike (benchmarks.gc_pauses)
         self.killed: dict[int, float] = {}  # pid -> when the benchmark killed it (epoch s)
         try:
             add_users(self.mariadb)
@@ -76,9 +77,13 @@ class PressureCluster(Cluster):
         with self._lock:
             n = self._started["worker"] = self._started.get("worker", -1) + 1
             proc = Proc(f"worker-{n}", TIDEMQ + ["worker", "benchmarks.consumers"],
-                        {**self.settings_env, "BENCH_TOPIC": self.topic, **self.worker_env}, self.dir)
+                        {**self.settings_env, "BENCH_TOPIC": self.topic, **self.process_env, **self.worker_env},
+                        self.dir)
             self.workers.append(proc)
         return proc
+
+    def start_broker(self, extra_env: Optional[dict[str, str]] = None) -> Proc:
+        return super().start_broker({**self.process_env, **(extra_env or {})})
 
     def start_all(self, brokers: int, workers: int) -> None:
         for _ in range(brokers):

@@ -54,6 +54,9 @@ def record(report: Report, result: dict, args: Namespace) -> None:
     report.record(S, f"{kind}: stack stop", result["stack stop"], "s", "SIGTERM to every broker and worker at once")
     report.record(S, f"{kind}: pressure did", {**result["pressure"], "log lines stress": result["log lines"]["stress"]},
                   "", f"the benchmark process used {result['bench cpu']} cores")
+    if result.get("gc"):
+        report.record(S, f"{kind}: cycle collector pauses", result["gc"], "",
+                      "collections of 2 ms or more in brokers and workers, clean phase to the end of recovery")
     if result["dup where"]:
         report.record(S, f"{kind}: runs of duplicated ids", result["dup where"], "pid, start")
     report.figures[S].setdefault("results", []).append(result)

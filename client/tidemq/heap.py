@@ -6,11 +6,10 @@ a worker holds 75,000 to 115,000 tracked objects once it has started (grpc, prot
 SQLAlchemy, kazoo and the application's modules), nearly all alive for the whole process. At
 thousands of messages a second the objects of each message in flight (deliveries leased ahead,
 leases, requests waiting for a group commit) are often alive when a young collection runs, so
-they are promoted, and a full collection came every few seconds. Each walked every one of
-those objects with the GIL held: 15 ms on an idle core, 65-145 ms measured in the workers on
-the two busy cores of the pressure benchmark, so every handler start, due timer, heartbeat and
-reply of the process waited that long (the claim's p99 and the delayed messages' worst
-lateness).
+they are promoted: the pressure benchmark's workers made a full collection every 2.5-4 s at
+full speed and about every 40 s at half of it. Each walked every one of those objects with the
+GIL held: 15 ms on an idle core, 65-145 ms measured in those workers on two busy cores, so
+every handler start, due timer, heartbeat and reply of the process waited that long.
 
 :func:`settle` runs once the process has started: a collection frees what start-up left, then
 ``gc.freeze()`` moves every object still alive into the permanent generation, which
