@@ -2,7 +2,8 @@
 
 ``env(prefix)`` is what those processes' environment gets: ``benchmarks/gc_watch`` first on
 ``PYTHONPATH``, whose ``sitecustomize`` records every collection of 2 ms or more to files named
-after ``prefix``; ``read(prefix, start, end)`` sums them up per role for a window of the run.
+after ``prefix``; ``read(prefix)`` gathers them per role and ``summary`` sums them up for a
+window of the run.
 """
 
 from __future__ import annotations

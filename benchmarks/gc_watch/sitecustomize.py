@@ -7,6 +7,7 @@ takes at least ``MIN_MS`` of wall time appends ``epoch generation milliseconds``
 written at exit. The wall time is what the process's other threads waited: the GIL is held.
 """
 
+import atexit
 import gc
 import os
 import sys
@@ -33,8 +34,6 @@ def _watch(prefix: str) -> None:
 
     def at_exit() -> None:
         os.write(fd, f"short {short[0]} {short[1]} {short[2]}\n".encode())
-
-    import atexit
 
     atexit.register(at_exit)
     gc.callbacks.append(callback)
