@@ -43,6 +43,7 @@ def record(report: Report, result: dict, args: Namespace) -> None:
     for name, f in phases.items():
         row = {"offered": f["offered"], "stored": f["stored"], "done": f["done"],
                "ratio": _ratio(f["done"], clean["done"]), "claim p50": f["claim p50"], "claim p99": f["claim p99"],
+               "answer p50": f.get("answer p50"), "pickup p50": f.get("pickup p50"), "pickup p99": f.get("pickup p99"),
                "depth max": f["depth max"], "history max": f["history max"], "errors": f["produce errors"],
                "late p99": f["late p99"]}
         report.record(S, f"{kind}: {name}", row, "/s, ms")
@@ -133,14 +134,16 @@ def _late(result: dict, key: str) -> str:
 
 def markdown(results: list[dict]) -> str:
     """The overview, then a row per pressure and phase, then a row per pressure's outcome."""
-    lines = [overview(results), "", "| pressure | phase | offered/s | stored/s | done/s | ratio | claim p50 / p99 ms | depth max | "
-             "history max | produce errors | late p99 / max ms |", "|" + "---|" * 11]
+    lines = [overview(results), "", "| pressure | phase | offered/s | stored/s | done/s | ratio | claim p50 / p99 ms | "
+             "answer p50, pickup p50 / p99 ms | depth max | history max | produce errors | late p99 / max ms |",
+             "|" + "---|" * 12]
     for r in results:
         clean = r["phases"]["clean"]
         for name, f in r["phases"].items():
             lines.append("| " + " | ".join([
                 r["kind"] if name == "warmup" else "", name, _cell(f["offered"]), _cell(f["stored"]), _cell(f["done"]),
                 _cell(_ratio(f["done"], clean["done"])), f"{_cell(f['claim p50'])} / {_cell(f['claim p99'])}",
+                f"{_cell(f.get('answer p50'))}, {_cell(f.get('pickup p50'))} / {_cell(f.get('pickup p99'))}",
                 _cell(f["depth max"]), _cell(f["history max"]), _cell(f["produce errors"]),
                 f"{_cell(f['late p99'])} / {_cell(f['late max'])}"]) + " |")
     lines += ["", "| pressure | what it did | recovery s | pace back s | drain s | lost | run twice (excused) | over deadline | "

@@ -5,7 +5,8 @@ Pure functions of those inputs, so they are tested without servers (tests/bench)
 
 - completion: SUCCESS rows by their ``finish_time`` (the broker's clock, same machine);
 - claim latency: a due-now message's first handler start - the moment its produce call was
-  sent, by the phase it was sent in;
+  sent, by the phase it was sent in; split into the call's answer (sent -> answered) and the
+  pickup (answered -> first handler start);
 - lateness: a delayed message's first handler start - its effect_time, by the phase it was due in;
 - queue depth: due and not yet started, at each whole second: messages whose
   max(add_time, effect_time) has passed minus those whose first handler start has;
@@ -131,6 +132,12 @@ def phase_figures(phase: Phase, calls: Sequence[Call], rows: Sequence[Row], fini
     sent = [c for c in calls if c.sent and phase.holds(c.sent)]  # errors, latency: by when it was sent
     claims = [s.at - s.sent for s in first.values() if s.kind == "n" and s.sent is not None and phase.holds(s.sent)]
     late = [s.at - s.effect for s in first.values() if s.kind == "d" and phase.holds(s.effect)]
+    # Each claim in two parts: its produce call's answer (the group commit and the hop) and the
+    # pickup, from that answer to the handler's start (below zero when a hand-off's pull reply
+    # beat the producer's; else a lock after the commit: a waiting pull woken, or a busy
+    # worker's next pull). Which part grows says where a slower claim comes from.
+    split = [(c.latency, first[i].at - c.done) for c in sent if c.done and not c.error for i in c.ids
+             if i in first and first[i].kind == "n"]
     depths = [d for t, d in depth if phase.holds(t)]
     hist = [h for t, h in history if phase.holds(t) and h is not None]
     return {
@@ -139,6 +146,8 @@ def phase_figures(phase: Phase, calls: Sequence[Call], rows: Sequence[Row], fini
         "done": round(window_rate(finishes, phase.start, phase.end), 1),
         "claim p50": percentile_ms(claims, 50), "claim p99": percentile_ms(claims, 99), "claim max": percentile_ms(claims, 100),
         "claimed": len(claims),
+        "answer p50": percentile_ms([a for a, _ in split], 50),
+        "pickup p50": percentile_ms([b for _, b in split], 50), "pickup p99": percentile_ms([b for _, b in split], 99),
         "late p99": percentile_ms(late, 99), "late max": percentile_ms(late, 100), "early": sum(1 for v in late if v < 0),
         "delayed": len(late),
         "depth mean": round(sum(depths) / len(depths), 1) if depths else None,
