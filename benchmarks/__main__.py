@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--produce-threads", type=int, default=4)
     g.add_argument("--produce-batch", type=int, default=100, help="messages per produce_many and per raw INSERT")
     g.add_argument("--latency-samples", type=int, default=2000, help="single produce() calls timed")
+    g.add_argument("--idle-gap-ms", type=float, default=5.0,
+                   help="idle time before each call of the after-idle latency (a quarter of the samples)")
     g.add_argument("--produce-target", type=float, default=0.8, help="required broker/raw ratio")
     g = p.add_argument_group("consume")
     g.add_argument("--consume-messages", type=int, default=200_000)

@@ -65,7 +65,7 @@ def _broker_rate(cluster: Cluster, report: Report, topic: str, total: int, threa
         client.close()
 
 
-def _latency(cluster: Cluster, report: Report, topic: str, samples: int, path: str = "") -> list[float]:
+def _latency(cluster: Cluster, report: Report, topic: str, samples: int, path: str = "", gap: float = 0.0) -> list[float]:
     client = cluster.client(path=path)
     try:
         for i in range(20):  # warm the channel and the broker's caches
@@ -75,6 +75,8 @@ def _latency(cluster: Cluster, report: Report, topic: str, samples: int, path: s
             began = time.perf_counter()
             client.produce(topic, {"i": i})
             times.append((time.perf_counter() - began) * 1000)
+            if gap:
+                time.sleep(gap)
         return times
     finally:
         client.close()
@@ -135,4 +137,25 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                   "what one produce() cannot beat")
     report.target("produce", "single produce() p50 / raw commit p50", round(lat["p50"] / floor_s["p50"], 3), "<=", 1.5)
     report.target("produce", "single produce() p99 ms", lat["p99"], "<=", 5.0)
+    _after_idle(cluster, report, url, args.latency_samples // 4, args.idle_gap_ms / 1000)
     raw.truncate(url)
+
+
+def _after_idle(cluster: Cluster, report: Report, url: str, samples: int, gap: float) -> None:
+    """The same two calls, each after ``gap`` seconds of nothing: what a caller that produces now
+    and then waits, not one calling back to back. Every thread on the way (client, gRPC, broker,
+    MariaDB) has gone to sleep and every hop pays a wake-up, so both figures grow; their ratio
+    says what the call costs a caller that is not a loop."""
+    floor: list[float] = []
+    ours: list[float] = []
+    step = max(1, samples // 4)
+    for k in range(0, samples, step):
+        report.progress(f"single produce() latency after {gap * 1000:g} ms idle: {k:,}/{samples:,}")
+        n = min(step, samples - k)
+        floor += raw.commit_latency(url, "bench.rawlatency", n, gap)
+        ours += _latency(cluster, report, "bench.latency", n, gap=gap)
+    floor_s, lat = summarize(floor), summarize(ours)
+    note = f"{gap * 1000:g} ms of nothing before each"
+    report.record("produce", "raw 1-row INSERT+COMMIT latency after idle", floor_s, "ms", note)
+    report.record("produce", "single produce() latency after idle", lat, "ms", note)
+    report.record("produce", "after idle: p50 over the raw commit's", round(lat["p50"] / floor_s["p50"], 3), "x")

@@ -164,9 +164,10 @@ def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
     return done / (time.perf_counter() - began)
 
 
-def commit_latency(url: str, topic: str, samples: int) -> list[float]:
+def commit_latency(url: str, topic: str, samples: int, gap: float = 0.0) -> list[float]:
     """ms of one single-row INSERT + COMMIT through PyMySQL, one at a time: the floor under a
-    durable produce() on this machine (mostly the log flush)."""
+    durable produce() on this machine (mostly the log flush). ``gap``: seconds slept after each
+    (an idle machine's threads and cores are asleep when the next one comes)."""
     conn = connect(url)
     times = []
     try:
@@ -178,6 +179,8 @@ def commit_latency(url: str, topic: str, samples: int) -> list[float]:
                 _insert(cur, [row])
                 conn.commit()
                 times.append((time.perf_counter() - began) * 1000)
+                if gap:
+                    time.sleep(gap)
     finally:
         conn.close()
     return times
