@@ -16,7 +16,8 @@ its call was sent (the broker's clock cannot be ahead of that), a pull's lease f
 reply arrived, less :data:`REPLY_MARGIN` (a long poll may wait seconds before its lock, so its
 sending says nothing; the lock commits just before the reply goes out). A worker whose beats
 have been failing extends that one lease first, by ttr, and does not start it if the broker
-refuses.
+refuses; while that call fails (the brokers or their database away) the message waits, still
+beaten, and starts once a beat goes through.
 
 The heartbeat also carries the handlers' progress reports (the latest per message; a report
 brings the next heartbeat of its lease forward, to at most one a second) and brings back which
@@ -25,6 +26,7 @@ messages' cancel was requested: their runs' :class:`~tidemq.control.RunControl` 
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import threading
@@ -38,7 +40,7 @@ from .drain import LAST_CALL, Drain
 from .errors import RetriableError, StorageUnavailableError, TidemqError
 from .link import BrokerLink, Delivery, LeaseRef, ProgressRef
 
-__all__ = ["LeaseKeeper", "SMALLEST", "HOLD", "REPLY_MARGIN"]
+__all__ = ["LeaseKeeper", "StartCheck", "SMALLEST", "HOLD", "REPLY_MARGIN", "UNCONFIRMED_RETRY"]
 
 log = logging.getLogger(__name__)
 # A call the brokers' database failed (a heartbeat, an ack batch) is sent again in halves, down to
@@ -50,6 +52,8 @@ SMALLEST = 50
 PROGRESS_EVERY = 1.0
 #: Seconds before a failed beat of short leases is tried again (they have hold/2 left at least).
 SHORT_RETRY = 0.1
+#: Seconds between two looks of a handler thread at a held message whose lease is UNCONFIRMED.
+UNCONFIRMED_RETRY = 0.2
 #: The short lease a QUEUE runner asks for (``hold``): with the brokers' lease expiry every 0.5 s,
 #: what a killed worker held but never started is due again within 2 s. Its cost: a beat of the
 #: held messages every 0.5 s while a worker holds any.
@@ -57,6 +61,16 @@ HOLD = 1.5
 #: Seconds a pull's reply may have taken from its lock's commit to this worker: a short lease
 #: counts as granted that long before the reply arrived.
 REPLY_MARGIN = 0.25
+
+
+class StartCheck(enum.Enum):
+    """Whether a held message may start now (:meth:`LeaseKeeper.before_start`)."""
+
+    START = "start"  # its lease is this worker's, with time left
+    LOST = "lost"  # a heartbeat found it gone (or it could not be checked without a call)
+    # Its short lease may be running out and the call to extend it failed (the brokers or their
+    # database away): it may still be this worker's, and the keeper goes on beating it.
+    UNCONFIRMED = "unconfirmed"
 
 
 class LeaseKeeper:
@@ -150,11 +164,13 @@ class LeaseKeeper:
         metrics.progress_reported(self.spec.topic, done, total)
         self._nudge.set()
 
-    def lost_before_start(self, delivery: Delivery, extend: bool = True) -> bool:
-        """True (and counted stale) when a heartbeat found the lease gone while it waited, or
-        when its short lease may run out soon and the broker would not extend it now (without
+    def before_start(self, delivery: Delivery, extend: bool = True) -> StartCheck:
+        """LOST (and counted stale) when a heartbeat found the lease gone while it waited, or
+        when its short lease may run out soon and the broker refused to extend it (without
         ``extend``, an event loop's caller that must not wait for a call: not started either; it
-        is then no longer beaten, and delivered again once its lease runs out)."""
+        is then no longer beaten, and delivered again once its lease runs out). UNCONFIRMED when
+        that extension's call failed (the brokers or their database away): not to be started
+        yet, and still beaten, so once they answer again it starts (see :meth:`forget`)."""
         lease = LeaseRef(delivery.id, delivery.lease_token)
         with self._lock:
             lost = lease in self._lost
@@ -163,16 +179,28 @@ class LeaseKeeper:
         if not lost and until is not None and until - time.monotonic() < self.hold_seconds / 2:
             # The beats of short leases have been failing (or late): extend this one by ttr
             # before it starts; started on a lease that may have run out, it could run twice.
-            called = extend and self._beat([lease], self.spec.ttr)
+            called = self._beat([lease], self.spec.ttr) if extend else None
             with self._lock:
-                lost = not called or lease in self._lost
+                lost = lease in self._lost
                 self._lost.discard(lease)
+                if called is False and not lost:
+                    return StartCheck.UNCONFIRMED
+                lost = lost or not called
                 if lost:
                     self._held.discard(lease)
                     self._short.pop(lease, None)
         if lost:
             self.stale += 1
-        return lost
+        return StartCheck.LOST if lost else StartCheck.START
+
+    def forget(self, delivery: Delivery) -> None:
+        """Stop beating a held message that will not be started (its worker stops while its
+        lease is UNCONFIRMED): it is delivered again once its lease runs out."""
+        lease = LeaseRef(delivery.id, delivery.lease_token)
+        with self._lock:
+            self._held.discard(lease)
+            self._short.pop(lease, None)
+            self._lost.discard(lease)
 
     def touch(self, lease: LeaseRef, ttr: float) -> bool:
         """``message.touch(ttr)``: extend now, and keep a longer ttr for later heartbeats so they
@@ -238,8 +266,9 @@ class LeaseKeeper:
                 failed = True
         return failed
 
-    def _beat(self, leases: list[LeaseRef], ttr: float, progress: Sequence[ProgressRef] = ()) -> bool:
-        """One heartbeat call; False when it failed (the leases stay as they were)."""
+    def _beat(self, leases: list[LeaseRef], ttr: float, progress: Sequence[ProgressRef] = ()) -> Optional[bool]:
+        """One heartbeat call; False when it failed (the brokers or their database away), None
+        when a broker refused it: either way the leases stay as they were."""
         # One call always fits: at most threads + batch (2,024) leases plus the outcomes on their
         # way, and MAX_BATCH is 10,000.
         heartbeat = getattr(self.link, "heartbeat", None)
@@ -261,7 +290,7 @@ class LeaseKeeper:
         except TidemqError as exc:
             log.info("heartbeat of %d lease(s) of %s refused (%s); next one in %.1f s",
                      len(leases), self.spec.topic, exc, self.spec.ttr / 3)
-            return False
+            return None
         lost = []
         stop: list[RunControl] = []
         with self._lock:

@@ -17,7 +17,7 @@ from .drain import Drain
 from .due import DueTimer, WorkQueue
 from .errors import PullCancelledError, RetriableError, TidemqError
 from .handling import HandlerWrapper, Run, deciding, in_log_context, in_span, measured
-from .lease_keeper import HOLD, LeaseKeeper
+from .lease_keeper import HOLD, UNCONFIRMED_RETRY, LeaseKeeper, StartCheck
 from .lifecycle import HandlerOutcome
 from .limits import new_lease_token
 from .link import BrokerLink, Delivery, LeaseRef, PullHandle
@@ -351,13 +351,20 @@ class QueueRunner:
 
     def _lost_before_start(self, delivery: Delivery, extend: bool = True) -> bool:
         """True (and the slot freed) when a heartbeat found the lease gone while it waited (or its
-        short lease may be running out: ``LeaseKeeper.lost_before_start``)."""
-        lost = self._keeper.lost_before_start(delivery, extend)
-        if lost:  # it waited for a slot and a heartbeat found it gone: someone else may run it
+        short lease may be running out: ``LeaseKeeper.before_start``). While the brokers cannot
+        say (away, or their database), it waits for them: dropped, the message waited after
+        their return for its lease to expire (up to a ttr: the outage grace) before it ran."""
+        check = self._keeper.before_start(delivery, extend)
+        while check is StartCheck.UNCONFIRMED and not self._stopping.wait(UNCONFIRMED_RETRY):
+            check = self._keeper.before_start(delivery, extend)
+        if check is StartCheck.UNCONFIRMED:  # stopping: left to its lease
+            self._keeper.forget(delivery)
+        elif check is StartCheck.LOST:  # it waited for a slot and a heartbeat found it gone: someone else may run it
             log.warning("message %d lost its lease while it waited for a handler slot; not running it", delivery.id,
                         extra={"tidemq_message_id": delivery.id, "tidemq_topic": delivery.topic})
+        if check is not StartCheck.START:
             self._release(1)
-        return lost
+        return check is not StartCheck.START
 
     def _log_failure(self, run: Run) -> None:
         log.warning("handler of %s failed on message %d: %r", self.spec.topic, run.id, run.error)

@@ -198,6 +198,50 @@ def test_a_held_message_whose_short_lease_may_have_run_out_is_extended_before_it
     assert worker.runners[0].stale >= 1
 
 
+def test_a_held_message_whose_extension_cannot_be_made_waits_for_the_brokers_and_then_runs_here_once(stub, start):
+    # The brokers' database away while a held message's short lease runs low: the extension
+    # before its start fails, so it does not start; nor is it dropped (it then waited, after the
+    # database's return, for its lease to expire: the outage grace, up to a ttr). The keeper goes
+    # on beating it, and once a beat goes through it runs here, once.
+    topic = "t.hold.unconfirmed"
+    gate = threading.Event()
+    runs: list[int] = []
+
+    def handler(message) -> None:
+        runs.append(message.id)
+        if len(runs) == 1:
+            gate.wait(20)
+
+    ids = [stub.produce(topic, n) for n in range(2)]
+    failing = threading.Event()
+    tried: list[int] = []  # the ids of ttr extensions that failed (a start's own extension)
+    heartbeat = stub.heartbeat
+
+    def flaky_heartbeat(leases, ttr, *args, **kwargs):
+        if failing.is_set():
+            tried.extend(lease.id for lease in leases if ttr == 30)
+            raise StorageUnavailableError("the brokers' database is away")
+        return heartbeat(leases, ttr, *args, **kwargs)
+
+    stub.heartbeat = flaky_heartbeat
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=2))
+    wait_until(lambda: len(runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5, what="one running, one held")
+    wait_until(lambda: stub.message(runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
+    [held] = [i for i in ids if i not in runs]
+    failing.set()
+    # The keeper reckons a short lease from its beat's sending, no later than the stub's clock.
+    wait_until(lambda: stub.message(held).lease_expire - time.time() < HOLD / 2 - 0.1, 5,
+               what="the held one's short lease to run low")
+    gate.set()  # its handler slot comes free while the extension cannot be made
+    wait_until(lambda: tried.count(held) >= 2, 5, what="its extension tried and tried again")
+    assert runs == [ids[0] if held == ids[1] else ids[1]]  # not started meanwhile
+    assert stub.message(held).status == "RUNNING"  # the broker's outage grace keeps its lease
+    failing.clear()
+    wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 2, 10, what="the held one to run once the beats go through")
+    assert runs[1] == held and len(runs) == 2
+    assert stub.message(held).attempt == 1 and worker.runners[0].stale == 0
+
+
 @pytest.mark.parametrize("kind", ["threads", "async"])
 def test_a_message_a_long_poll_waited_for_starts_at_once_on_its_short_lease(stub, start, kind):
     # A pull may wait seconds in the broker before its lock: the short lease counts from the
