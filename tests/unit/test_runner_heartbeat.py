@@ -160,42 +160,51 @@ def test_held_messages_keep_a_short_lease_by_frequent_beats_and_a_started_one_ge
     assert worker.runners[0].stale == 0
 
 
+class _Held:
+    """A worker (1 thread, ttr 30 s) running one message of ``topic`` behind ``gate`` and holding
+    a second one, ``held``, on its short lease; heartbeats fail while ``failing`` is set, and the
+    ids of the ttr extensions that failed (a start's own extension) are in ``tried``."""
+
+    def __init__(self, stub: StubBroker, start, topic: str) -> None:
+        self.gate, self.failing = threading.Event(), threading.Event()
+        self.runs: list[int] = []
+        self.tried: list[int] = []
+        self.ids = [stub.produce(topic, n) for n in range(2)]
+        heartbeat = stub.heartbeat
+
+        def flaky_heartbeat(leases, ttr, *args, **kwargs):
+            if self.failing.is_set():
+                self.tried.extend(lease.id for lease in leases if ttr == 30)
+                raise StorageUnavailableError("the brokers' database is away")
+            return heartbeat(leases, ttr, *args, **kwargs)
+
+        def handler(message) -> None:
+            self.runs.append(message.id)
+            self.gate.wait(20)
+
+        stub.heartbeat = flaky_heartbeat
+        self.worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=2))
+        wait_until(lambda: len(self.runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5, what="one running, one held")
+        # The running one has its ttr once a beat after its start went through.
+        wait_until(lambda: stub.message(self.runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
+        [self.held] = [i for i in self.ids if i not in self.runs]
+
+
 def test_a_held_message_whose_short_lease_may_have_run_out_is_extended_before_it_starts_or_not_started(stub, start):
     # Beats that keep failing leave a held message's short lease near its end: the runner then
     # extends it by ttr itself before starting it, and does not start it if that fails too.
     topic = "t.hold.late"
-    gate = threading.Event()
-    runs: list[int] = []
-
-    def handler(message) -> None:
-        runs.append(message.id)
-        gate.wait(20)
-
-    ids = [stub.produce(topic, n) for n in range(2)]
-    failing = threading.Event()
-    heartbeat = stub.heartbeat
-
-    def flaky_heartbeat(leases, ttr, *args, **kwargs):
-        if failing.is_set():
-            raise StorageUnavailableError("the brokers' database is away")
-        return heartbeat(leases, ttr, *args, **kwargs)
-
-    stub.heartbeat = flaky_heartbeat
-    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=2))
-    wait_until(lambda: len(runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5, what="one running, one held")
-    # The running one has its ttr once a beat after its start went through.
-    wait_until(lambda: stub.message(runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
-    failing.set()
-    [held] = [i for i in ids if i not in runs]
+    h = _Held(stub, start, topic)
+    h.failing.set()
     # The broker's expiry, once the short lease ran out while beats fail: NEW again, under no lease.
-    wait_until(lambda: stub.expire_leases() == [held], 10, what="the held one's short lease to run out")
-    failing.clear()
-    gate.set()
+    wait_until(lambda: stub.expire_leases() == [h.held], 10, what="the held one's short lease to run out")
+    h.failing.clear()
+    h.gate.set()
     # The next beat, or the runner's own extension before it starts the message, finds the lease
     # gone: the old delivery is not run, and the message runs once, delivered again.
     wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 2, 10, what="both to succeed")
-    assert sorted(runs) == sorted(ids) and len(runs) == 2  # each ran once
-    assert worker.runners[0].stale >= 1
+    assert sorted(h.runs) == sorted(h.ids) and len(h.runs) == 2  # each ran once
+    assert h.worker.runners[0].stale >= 1
 
 
 def test_a_held_message_whose_extension_cannot_be_made_waits_for_the_brokers_and_then_runs_here_once(stub, start):
@@ -204,42 +213,19 @@ def test_a_held_message_whose_extension_cannot_be_made_waits_for_the_brokers_and
     # database's return, for its lease to expire: the outage grace, up to a ttr). The keeper goes
     # on beating it, and once a beat goes through it runs here, once.
     topic = "t.hold.unconfirmed"
-    gate = threading.Event()
-    runs: list[int] = []
-
-    def handler(message) -> None:
-        runs.append(message.id)
-        if len(runs) == 1:
-            gate.wait(20)
-
-    ids = [stub.produce(topic, n) for n in range(2)]
-    failing = threading.Event()
-    tried: list[int] = []  # the ids of ttr extensions that failed (a start's own extension)
-    heartbeat = stub.heartbeat
-
-    def flaky_heartbeat(leases, ttr, *args, **kwargs):
-        if failing.is_set():
-            tried.extend(lease.id for lease in leases if ttr == 30)
-            raise StorageUnavailableError("the brokers' database is away")
-        return heartbeat(leases, ttr, *args, **kwargs)
-
-    stub.heartbeat = flaky_heartbeat
-    worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=2))
-    wait_until(lambda: len(runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5, what="one running, one held")
-    wait_until(lambda: stub.message(runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
-    [held] = [i for i in ids if i not in runs]
-    failing.set()
+    h = _Held(stub, start, topic)
+    h.failing.set()
     # The keeper reckons a short lease from its beat's sending, no later than the stub's clock.
-    wait_until(lambda: stub.message(held).lease_expire - time.time() < HOLD / 2 - 0.1, 5,
+    wait_until(lambda: stub.message(h.held).lease_expire - time.time() < HOLD / 2 - 0.1, 5,
                what="the held one's short lease to run low")
-    gate.set()  # its handler slot comes free while the extension cannot be made
-    wait_until(lambda: tried.count(held) >= 2, 5, what="its extension tried and tried again")
-    assert runs == [ids[0] if held == ids[1] else ids[1]]  # not started meanwhile
-    assert stub.message(held).status == "RUNNING"  # the broker's outage grace keeps its lease
-    failing.clear()
+    h.gate.set()  # its handler slot comes free while the extension cannot be made
+    wait_until(lambda: h.tried.count(h.held) >= 2, 5, what="its extension tried and tried again")
+    assert h.runs == [i for i in h.ids if i != h.held]  # not started meanwhile
+    assert stub.message(h.held).status == "RUNNING"  # the broker's outage grace keeps its lease
+    h.failing.clear()
     wait_until(lambda: len(stub.ids(topic, "SUCCESS")) == 2, 10, what="the held one to run once the beats go through")
-    assert runs[1] == held and len(runs) == 2
-    assert stub.message(held).attempt == 1 and worker.runners[0].stale == 0
+    assert h.runs[1] == h.held and len(h.runs) == 2
+    assert stub.message(h.held).attempt == 1 and h.worker.runners[0].stale == 0
 
 
 @pytest.mark.parametrize("kind", ["threads", "async"])
