@@ -83,10 +83,10 @@ class PullHub(HandOffClaims):
         for thread in self._threads:
             thread.start()
 
-    def waiting(self, topic: str) -> int:
-        """How many pulls of ``topic`` are waiting now."""
+    def waiting(self, topic: str, asleep: bool = False) -> int:
+        """How many pulls of ``topic`` are waiting now (``asleep``: only those done looking, asleep)."""
         with self._lock:
-            return len(self._waiters.get(topic, ()))
+            return sum(1 for w in self._waiters.get(topic, ()) if not asleep or w.wake_at != _FOREVER)
 
     def stop(self) -> None:
         """Wake every waiter; pulls return what they have (nothing) at once."""

@@ -238,8 +238,10 @@ def test_idle_waiting_consumers_cost_the_broker_a_fixed_rate_of_queries(client, 
     threads = [threading.Thread(target=waiting_consumer, args=(n,)) for n in range(12)]
     for t in threads:
         t.start()
-    # Every pull waiting at the broker: the count below starts after their own first lookups.
-    wait_until(lambda: sum(broker.hub.waiting(f"idle.t{k}") for k in range(3)) == 12, 15, what="12 waiting pulls")
+    # Every pull asleep at the broker: the count below starts after their own lookups (a pull
+    # registers before its lookups, so that no commit between them goes unnoticed).
+    wait_until(lambda: sum(broker.hub.waiting(f"idle.t{k}", asleep=True) for k in range(3)) == 12, 15,
+               what="12 sleeping pulls")
     # Every engine of the process: the broker's storage is the only one working meanwhile.
     event.listen(Engine, "before_cursor_execute", listener)
     try:
