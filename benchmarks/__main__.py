@@ -43,7 +43,8 @@ SMOKE = {
     # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
     # starts and stops every other kind against real servers.
     "pressures": ["broker-kill"], "capacity_seconds": 2.0, "warmup_seconds": 1.0, "clean_seconds": 2.0,
-    "stress_seconds": 3.0, "recovery_seconds": 2.0, "kill_every": 2.0, "outage_seconds": 2.0,
+    "stress_seconds": 3.0, "recovery_seconds": 2.0, "overload_recovery_seconds": 2.0, "kill_every": 2.0,
+    "outage_seconds": 2.0,
     "idle_long_seconds": 4.0, "drain_seconds": 30.0, "preload": 2_000,
 }
 
@@ -199,6 +200,8 @@ def _pressure_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--clean-seconds", type=float, default=60.0)
     g.add_argument("--stress-seconds", type=float, default=60.0)
     g.add_argument("--recovery-seconds", type=float, default=60.0)
+    g.add_argument("--overload-recovery-seconds", type=float, default=150.0,
+                   help="the overload's recovery phase: long enough to see its backlog drain (see docs/RELIABILITY.md)")
     g.add_argument("--idle-long-seconds", type=float, default=600.0, help="stress phase of idle-view-10m")
     g.add_argument("--outage-seconds", type=float, default=30.0,
                    help="how long MariaDB or ZooKeeper stays stopped (ZooKeeper: more than the 10 s session timeout)")
