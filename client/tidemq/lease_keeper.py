@@ -239,8 +239,12 @@ class LeaseKeeper:
                     only = set(self._progress) | (set(self._short) if now >= short else set())
                 failed = self.beat(only)
             if now >= short:
+                # From this beat's start, not its end: a beat extends a short lease from the
+                # moment it is sent, so under load (a beat of many leases taking 0.1-0.2 s) beats
+                # timed from their end came so far apart that a held message falling due while
+                # one was in flight had less than hold/2 left, and waited for a call of its own.
                 with self._lock:
-                    self._next_short = time.monotonic() + (SHORT_RETRY if failed else self.hold_seconds / 3)
+                    self._next_short = time.monotonic() + SHORT_RETRY if failed else now + self.hold_seconds / 3
             if pending:
                 self._progress_sent = time.monotonic()
 

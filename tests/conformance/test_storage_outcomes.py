@@ -138,6 +138,22 @@ def test_leases_are_extended_in_one_call_and_lost_ones_say_so(storage):
     assert sorted(ids) == sorted(before)
 
 
+def test_a_heartbeat_of_many_batches_extends_each_held_lease_and_only_those(storage):
+    """More leases than one statement carries, under many tokens, one of them lost at the end
+    and one lease named twice: every held one is extended, the lost one is not, in order."""
+    insert(storage, "t.many", 1_050)
+    batches = [lock(storage, "t.many", limit=150, ttr=5) for _ in range(7)]
+    held = [(m.id, m.lease_token) for batch in batches for m in batch]
+    assert len(held) == 1_050 and len({token for _, token in held}) == 7
+    lost_id, lost_token = held[-1]
+    assert storage.leases.release(lost_token, clock.now()) == 150
+    leases = held + [held[0]]
+    expected = [token != lost_token for _, token in held] + [True]
+    assert storage.leases.extend_leases(leases, 600, clock.now()) == expected
+    assert storage.reads.get_message(held[500][0]).lease_expire > clock.after(clock.now(), 500)
+    assert storage.reads.get_message(lost_id).status == "NEW"
+
+
 def test_expired_leases_return_to_new_and_name_the_lost_consumer(storage):
     [msg_id] = insert(storage, "t.lease", 1)
     [msg] = lock(storage, "t.lease", ttr=1, consumer="worker-a-0000000001")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable, Optional, Sequence
 
-from sqlalchemy import Connection, func, or_, select
+from sqlalchemy import Connection, func, or_, select, tuple_
 
 from tidemq import clock, lifecycle
 from tidemq.lifecycle import MessageStatus
@@ -31,6 +31,7 @@ from .topics import topic_values
 __all__ = ["Leases"]
 
 _NEW, _RUNNING = MessageStatus.NEW.value, MessageStatus.RUNNING.value
+_EXTEND_CHUNK = 1000  # leases one heartbeat UPDATE carries at most
 
 
 class Leases:
@@ -122,19 +123,23 @@ class Leases:
         change = lifecycle.extend(now, ttr)
 
         def work(conn: Connection) -> list[bool]:
-            # Tokens are per pulled batch: one UPDATE per token covers a heartbeat's messages.
-            by_token: dict[str, list[int]] = {}
-            for id, token in leases:
-                by_token.setdefault(token, []).append(id)
+            # One UPDATE per chunk of (id, token) pairs, whatever the tokens (one per pulled
+            # batch): a statement per token made a heartbeat of a worker holding many small
+            # batches a dozen statements, each waiting for the cores under load, and a held
+            # message falling due while the beat was in flight waited for it (LeaseKeeper).
+            # The ids' own IN beside the pairs' makes it a walk of the primary key.
+            pairs = sorted(set(leases))
             held: set[tuple[int, str]] = set()
-            for token, ids in by_token.items():
-                if apply(conn, change, ids_in(ids), m.c.lease_token == token) == len(set(ids)):
-                    held.update((id, token) for id in ids)
+            for start in range(0, len(pairs), _EXTEND_CHUNK):
+                part = pairs[start : start + _EXTEND_CHUNK]
+                ids = sorted({id for id, _ in part})
+                pair_in = tuple_(m.c.id, m.c.lease_token).in_(part)
+                if apply(conn, change, ids_in(ids), pair_in) == len(part):
+                    held.update(part)
                     continue
-                # Some lease was lost: find out which (rare, and only for this token).
-                still = conn.execute(select(m.c.id).where(ids_in(ids), m.c.status == _RUNNING,
-                                                          m.c.lease_token == token)).scalars()
-                held.update((id, token) for id in still)
+                # Some lease was lost: find out which (rare, and only for this chunk).
+                held.update((id, token) for id, token in conn.execute(
+                    select(m.c.id, m.c.lease_token).where(ids_in(ids), m.c.status == _RUNNING, pair_in)))
             return [(id, token) in held for id, token in leases]
 
         return self._db.tx(work)
