@@ -244,7 +244,7 @@ class LeaseKeeper:
                 # timed from their end came so far apart that a held message falling due while
                 # one was in flight had less than hold/2 left, and waited for a call of its own.
                 with self._lock:
-                    self._next_short = time.monotonic() + SHORT_RETRY if failed else now + self.hold_seconds / 3
+                    self._next_short = (time.monotonic() + SHORT_RETRY) if failed else (now + self.hold_seconds / 3)
             if pending:
                 self._progress_sent = time.monotonic()
 

@@ -139,8 +139,8 @@ def test_leases_are_extended_in_one_call_and_lost_ones_say_so(storage):
 
 
 def test_a_heartbeat_of_many_batches_extends_each_held_lease_and_only_those(storage):
-    """More leases than one statement carries, under many tokens, one of them lost at the end
-    and one lease named twice: every held one is extended, the lost one is not, in order."""
+    """More leases than one statement carries, under seven tokens, the last batch given back
+    and one lease named twice: every held one is extended, the given-back ones are not, in order."""
     insert(storage, "t.many", 1_050)
     batches = [lock(storage, "t.many", limit=150, ttr=5) for _ in range(7)]
     held = [(m.id, m.lease_token) for batch in batches for m in batch]
