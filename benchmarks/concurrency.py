@@ -18,8 +18,10 @@ Every slice starts its threads, lets them run ``--concurrency-warmup`` seconds u
 counts the calls that end inside the next window; latency is per call over the same calls. The
 ``Client`` is shared by the threads; Celery keeps its default connection pool (10).
 Systems alternate in ``--rounds`` slices (order reversed every other round), as in the other
-scenarios. The broker's commit batching is read around each tidemq slice: rows produced over the
-``Com_insert`` delta of MariaDB's status counters (each group commit is one INSERT).
+scenarios. Around each slice through the broker its own counters are read (``broker_metrics``):
+the rows of each group commit, and what each Produce took in the broker from its arrival to its
+commit; beside the client's Produce calls (its coalescer's flushes), they tell how much of a
+call is the broker's and how much the hops and the client's own work around it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from argparse import Namespace
 from typing import Callable, Optional
 
-from . import raw
+from . import broker_metrics, raw
 from .durable import make_peers
 from .env import Cluster, cpu_seconds
 from .pg_peer import PgPeer
@@ -51,13 +53,10 @@ def _data(i: int) -> dict:
     return {"i": i, "body": _BODY}  # encodes to raw.payload(i)
 
 
-def _status(conn) -> dict[str, int]:
-    """MariaDB's statement counters and the rows of TOPIC (MariaDB 10.11 has no Innodb_rows_inserted)."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Com_insert')")
-        found = {name: int(value) for name, value in cur.fetchall()}
-        cur.execute("SELECT COUNT(*) FROM tidemq_message WHERE topic = %s", (TOPIC,))
-        found["rows"] = int(cur.fetchone()[0])
+def _counters(port: int, client) -> dict[str, float]:
+    """The broker's Produce counters (none without its metrics endpoint) and the client's flushes."""
+    found = broker_metrics.read(port) if port else {}
+    found["flushes"], found["requests"] = client.producer.flushes, client.producer.requests
     return found
 
 
@@ -166,8 +165,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     durable: dict[str, PgPeer] = {}
     client = cluster.client()
     direct = cluster.client(direct=True)
-    status = raw.connect(url)
-    status.autocommit(True)
+    metrics_port = cluster.brokers[0].metrics_port
     try:
         if args.durable_peers:
             pg = PostgreSQL()
@@ -204,7 +202,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
             systems[name] = (f"{name} {'enqueue' if name == 'PGQueuer' else 'defer'}",
                              {"postgres": pg.pids, "client": [me]})
         results = {(s, t): _Slice() for s in systems for t in counts}
-        batching = {t: {"rows": 0, "inserts": 0, "commits": 0} for t in counts}
+        batching: dict[int, dict[str, float]] = {t: {} for t in counts}  # counter deltas of the tidemq slices
         group = {t: {"rows": 0, "commits": 0} for t in counts}
         for r in range(rounds):
             for threads in counts:
@@ -235,16 +233,15 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                         def prepare(k: int, p=peer) -> Sender:
                             return (lambda i: p.send(i, _data(i))), (lambda: None)
 
-                    before = _status(status) if system == "tidemq" else None
+                    before = _counters(metrics_port, client) if system == "tidemq" else None
                     profile = args.profile if (r == 0 and system == "tidemq" and threads == max(counts)) else ""
                     with profiled(profile, f"concurrency-x{threads}", {"broker": [broker]}):
                         got = _timed(threads, prepare, args.concurrency_warmup, per_slice, systems[system][1], progress)
                     results[(system, threads)].add(got)
                     if before is not None:
-                        after = _status(status)
-                        batching[threads]["rows"] += after["rows"] - before["rows"]
-                        batching[threads]["inserts"] += after["Com_insert"] - before["Com_insert"]
-                        batching[threads]["commits"] += after["Com_commit"] - before["Com_commit"]
+                        after = _counters(metrics_port, client)
+                        for key, value in after.items():
+                            batching[threads][key] = batching[threads].get(key, 0.0) + value - before[key]
                     if writer is not None:
                         writer.close()
                         group[threads]["rows"] += writer.rows
@@ -261,7 +258,6 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                         durable[system].truncate()
         _report(report, args, systems, results, batching, group, counts, list(peers) + list(durable))
     finally:
-        status.close()
         client.close()
         direct.close()
         redis.cleanup()
@@ -283,8 +279,10 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
             note = f"cpu s/s: {cpu}"
             if system == "raw group" and group[threads]["commits"]:
                 note += f"; {group[threads]['rows'] / group[threads]['commits']:.1f} rows/commit"
-            if system == "tidemq" and batching[threads]["inserts"]:
-                note += f"; {batching[threads]['rows'] / batching[threads]['inserts']:.1f} rows/commit"
+            split = _split(batching[threads]) if system == "tidemq" else None
+            if split:
+                note += (f"; {split['rows per commit']} rows/commit; {split['broker ms']} ms in the broker per "
+                         f"Produce of {split['per Produce']}")
             report.record("concurrency", f"{label} x{threads}",
                           {"msg/s": round(rate[(system, threads)], 1), "p50": lat["p50"], "p99": lat["p99"]},
                           "msg/s, ms", note)
@@ -296,12 +294,13 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
                     ratios[key] = round(ours / rate[(system, threads)], 3)
             report.record("concurrency", f"ratio {path} / others x{threads}", ratios, "x",
                           f"{args.rounds} interleaved rounds of {args.concurrency_seconds / args.rounds:g} s")
-    report.record("concurrency", "broker rows per group commit",
-                  {t: round(b["rows"] / b["inserts"], 1) if b["inserts"] else None for t, b in batching.items()},
-                  "rows", "by threads; rows produced / Com_insert delta, warm-up included")
-    report.record("concurrency", "broker COMMITs per INSERT",
-                  {t: round(b["commits"] / b["inserts"], 2) if b["inserts"] else None for t, b in batching.items()},
-                  "", "by threads; Com_commit / Com_insert (other broker transactions included)")
+    splits = {t: _split(b) for t, b in batching.items()}
+    for key, unit, note in (
+            ("rows per commit", "rows", "by threads; the broker's tidemq_group_commit_rows"),
+            ("broker ms", "ms", "by threads; the broker's tidemq_produce_duration_seconds: arrival to commit"),
+            ("per Produce", "messages", "by threads; the client's produce() calls per Produce it sent")):
+        report.record("concurrency", f"tidemq produce(): {key}", {t: s[key] if s else None for t, s in splits.items()},
+                      unit, note)
     report.record("concurrency", "raw group commit rows per commit",
                   {t: round(g["rows"] / g["commits"], 1) if g["commits"] else None for t, g in group.items()}, "rows",
                   "by threads; warm-up included")
@@ -330,3 +329,15 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
             p50 = summarize(results[(path, 1)].latencies)["p50"]
             if floor and p50:
                 report.target("concurrency", f"x1 {path} p50 / raw 1-row p50", round(p50 / floor, 2), "<=", limit)
+
+
+def _split(deltas: dict[str, float]) -> Optional[dict[str, float]]:
+    """Rows per group commit, the broker's mean ms per Produce and produce() calls per Produce,
+    from the counter deltas of the tidemq slices (None without the broker's endpoint)."""
+    produces = deltas.get("tidemq_produce_duration_seconds_count", 0.0)
+    commits = deltas.get("tidemq_group_commit_rows_count", 0.0)
+    if not produces or not commits or not deltas.get("flushes"):
+        return None
+    return {"rows per commit": round(deltas["tidemq_group_commit_rows_sum"] / commits, 1),
+            "broker ms": round(deltas["tidemq_produce_duration_seconds_sum"] / produces * 1000, 3),
+            "per Produce": round(deltas["requests"] / deltas["flushes"], 1)}

@@ -183,6 +183,8 @@ class Proc:
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], logdir: str) -> None:
         self.name = name
+        #: Where its Prometheus endpoint listens (TIDEMQ_METRICS_PORT), 0 for none.
+        self.metrics_port = int(env.get("TIDEMQ_METRICS_PORT", "") or 0)
         self.log_path = os.path.join(logdir, f"{name}.log")
         log = open(self.log_path, "ab")
         self.popen = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,

@@ -40,6 +40,9 @@ def test_every_scenario_runs_at_smoke_size(tmp_path):
     measured = {row["scenario"] for row in doc["table"] if row["figure"] not in
                 ("scenario seconds", "load average at start / end")}
     assert set(SCENARIOS) <= measured
+    # The broker's own share of a produce() call, read from its metrics endpoint at each thread count.
+    [split] = [row["value"] for row in doc["table"] if row["figure"] == "tidemq produce(): broker ms"]
+    assert split and all(ms is not None and ms > 0 for ms in split.values()), split
 
 
 def _worker_running(pid: int) -> list[int]:
