@@ -20,8 +20,9 @@ counts the calls that end inside the next window; latency is per call over the s
 Systems alternate in ``--rounds`` slices (order reversed every other round), as in the other
 scenarios. Around each slice through the broker its own counters are read (``broker_metrics``):
 the rows of each group commit, and what each Produce took in the broker from its arrival to its
-commit; beside the client's Produce calls (its coalescer's flushes), they tell how much of a
-call is the broker's and how much the hops and the client's own work around it.
+commit. With the client's Produce calls (its coalescer's flushes: how many ``produce()`` calls
+each carried), they tell how much of a call the broker spends; the rest is the hops and the
+client's own work around it.
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
             systems[name] = (f"{name} {'enqueue' if name == 'PGQueuer' else 'defer'}",
                              {"postgres": pg.pids, "client": [me]})
         results = {(s, t): _Slice() for s in systems for t in counts}
-        batching: dict[int, dict[str, float]] = {t: {} for t in counts}  # counter deltas of the tidemq slices
+        counters: dict[int, dict[str, float]] = {t: {} for t in counts}  # deltas over the tidemq slices
         group = {t: {"rows": 0, "commits": 0} for t in counts}
         for r in range(rounds):
             for threads in counts:
@@ -241,7 +242,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                     if before is not None:
                         after = _counters(metrics_port, client)
                         for key, value in after.items():
-                            batching[threads][key] = batching[threads].get(key, 0.0) + value - before[key]
+                            counters[threads][key] = counters[threads].get(key, 0.0) + value - before[key]
                     if writer is not None:
                         writer.close()
                         group[threads]["rows"] += writer.rows
@@ -256,7 +257,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                         if queued < got.calls:  # they must have been committed to its table
                             raise AssertionError(f"{system}: {queued} jobs stored after {got.calls} timed calls")
                         durable[system].truncate()
-        _report(report, args, systems, results, batching, group, counts, list(peers) + list(durable))
+        _report(report, args, systems, results, counters, group, counts, list(peers) + list(durable))
     finally:
         client.close()
         direct.close()
@@ -268,7 +269,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
         raw.truncate(url)
 
 
-def _report(report: Report, args: Namespace, systems: dict, results: dict, batching: dict, group: dict,
+def _report(report: Report, args: Namespace, systems: dict, results: dict, counters: dict, group: dict,
             counts: list[int], peers: list[str]) -> None:
     rate = {key: (s.calls / s.seconds if s.seconds else 0.0) for key, s in results.items()}
     for threads in counts:
@@ -279,7 +280,7 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
             note = f"cpu s/s: {cpu}"
             if system == "raw group" and group[threads]["commits"]:
                 note += f"; {group[threads]['rows'] / group[threads]['commits']:.1f} rows/commit"
-            split = _split(batching[threads]) if system == "tidemq" else None
+            split = _split(counters[threads]) if system == "tidemq" else None
             if split:
                 note += (f"; {split['rows per commit']} rows/commit; {split['broker ms']} ms in the broker per "
                          f"Produce of {split['per Produce']}")
@@ -294,7 +295,7 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, batch
                     ratios[key] = round(ours / rate[(system, threads)], 3)
             report.record("concurrency", f"ratio {path} / others x{threads}", ratios, "x",
                           f"{args.rounds} interleaved rounds of {args.concurrency_seconds / args.rounds:g} s")
-    splits = {t: _split(b) for t, b in batching.items()}
+    splits = {t: _split(c) for t, c in counters.items()}
     for key, unit, note in (
             ("rows per commit", "rows", "by threads; the broker's tidemq_group_commit_rows"),
             ("broker ms", "ms", "by threads; the broker's tidemq_produce_duration_seconds: arrival to commit"),
