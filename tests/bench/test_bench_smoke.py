@@ -8,7 +8,6 @@ everything it started.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -6,7 +6,6 @@ hands out ids of its own residue (auto_increment_increment = 3)."""
 from __future__ import annotations
 
 import collections
-import threading
 
 import pytest
 

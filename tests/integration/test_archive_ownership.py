@@ -10,7 +10,6 @@ from sqlalchemy.engine import make_url
 
 from tidemq import clock
 from tidemq_broker.maintenance.retention import Retention
-from tidemq.lifecycle import next_delay
 from tidemq_broker.schema import message
 from tidemq_broker.storage import AckItem, LockRequest, NewRow, Shard, TopicSettings
 from tests.sqldb import open_sql

@@ -20,9 +20,8 @@ import pytest
 
 from tests.conftest import truncate
 from tests.observe import all_messages, count
-from tests.processes import start_broker_process, wait_registered
+from tests.processes import start_broker_process
 from tests.servers import free_port, wait_until
-from tidemq import Client, Settings
 from tests.sqldb import open_sql
 from tidemq_broker.storages import open_storage
 

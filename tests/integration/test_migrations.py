@@ -11,7 +11,6 @@ from tidemq_broker.migrations import upgrade
 from tidemq_broker.schema import SCHEMA_VERSION, message as m, schema_version as v
 from tidemq_broker.storage import AckItem, LockRequest, MessageFilter, NewRow, Shard, TopicSettings
 from tidemq_broker.storages import open_database, open_storage, sql_storage
-from tidemq.lifecycle import next_delay
 
 DROPPED = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease", "idx_message_topic_status_id"}
 

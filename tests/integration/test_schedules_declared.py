@@ -10,7 +10,6 @@ import threading
 import pytest
 
 from tests.processes import TIDEMQ, process_env
-from tests.servers import wait_until
 from tidemq import Worker, mq_consumer
 from tidemq.errors import InvalidScheduleError, InvalidTopicError
 from tidemq.consumer import registered_consumers

@@ -23,7 +23,6 @@ from tidemq_broker.schema import message
 from tidemq_broker.storage import AckItem, LockRequest, NewRow, RequestRef, Shard, TopicSettings
 from tests.sqldb import open_sql
 from tidemq.errors import StorageUnavailableError
-from tidemq.lifecycle import next_delay
 
 
 def _store(tmp_path):
