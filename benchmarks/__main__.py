@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown scenario {unknown[0]!r}: expected any of {', '.join(SCENARIOS)}")
     chosen = args.scenarios or [s for s in SCENARIOS if args.smoke or s not in ON_REQUEST]
     report = Report()
-    from .broker_metrics import free_port
+    from tests.servers import free_port
     from .env import Cluster, machine, stop_descendants
 
     _stop_on_signals()

@@ -9,22 +9,14 @@ side cannot tell rows per commit: a group commit also inserts its request ids.
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from typing import Iterable
 
-__all__ = ["free_port", "read", "PRODUCE"]
+__all__ = ["read", "PRODUCE"]
 
 #: The samples a Produce split needs: seconds and calls, rows and group commits.
 PRODUCE = ("tidemq_produce_duration_seconds_sum", "tidemq_produce_duration_seconds_count",
            "tidemq_group_commit_rows_sum", "tidemq_group_commit_rows_count")
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now (for a child process's endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def read(port: int, names: Iterable[str] = PRODUCE) -> dict[str, float]:

@@ -272,6 +272,7 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
 def _report(report: Report, args: Namespace, systems: dict, results: dict, counters: dict, group: dict,
             counts: list[int], peers: list[str]) -> None:
     rate = {key: (s.calls / s.seconds if s.seconds else 0.0) for key, s in results.items()}
+    splits = {t: _split(c) for t, c in counters.items()}
     for threads in counts:
         for system, (label, _) in systems.items():
             s = results[(system, threads)]
@@ -280,7 +281,7 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, count
             note = f"cpu s/s: {cpu}"
             if system == "raw group" and group[threads]["commits"]:
                 note += f"; {group[threads]['rows'] / group[threads]['commits']:.1f} rows/commit"
-            split = _split(counters[threads]) if system == "tidemq" else None
+            split = splits[threads] if system == "tidemq" else None
             if split:
                 note += (f"; {split['rows per commit']} rows/commit; {split['broker ms']} ms in the broker per "
                          f"Produce of {split['per Produce']}")
@@ -295,7 +296,6 @@ def _report(report: Report, args: Namespace, systems: dict, results: dict, count
                     ratios[key] = round(ours / rate[(system, threads)], 3)
             report.record("concurrency", f"ratio {path} / others x{threads}", ratios, "x",
                           f"{args.rounds} interleaved rounds of {args.concurrency_seconds / args.rounds:g} s")
-    splits = {t: _split(c) for t, c in counters.items()}
     for key, unit, note in (
             ("rows per commit", "rows", "by threads; the broker's tidemq_group_commit_rows"),
             ("broker ms", "ms", "by threads; the broker's tidemq_produce_duration_seconds: arrival to commit"),

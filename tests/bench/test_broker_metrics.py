@@ -5,6 +5,7 @@ from __future__ import annotations
 import prometheus_client
 
 from benchmarks import broker_metrics
+from tests.servers import free_port
 
 
 def test_a_read_sums_each_sample_over_its_labels_and_lists_absent_ones_as_zero():
@@ -15,7 +16,7 @@ def test_a_read_sums_each_sample_over_its_labels_and_lists_absent_ones_as_zero()
     seconds = prometheus_client.Histogram("bench_seconds", "", registry=registry)
     seconds.observe(0.25)
     seconds.observe(0.5)
-    port = broker_metrics.free_port()
+    port = free_port()
     server, thread = prometheus_client.start_http_server(port, "127.0.0.1", registry)
     try:
         found = broker_metrics.read(port, ["bench_produced_total", "bench_seconds_sum", "bench_seconds_count",
