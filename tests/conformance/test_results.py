@@ -203,3 +203,17 @@ def test_the_consoles_retained_results_are_finished_messages_with_a_result_newes
     rest = storage.console.results_page("t.page", 10, before_id=first[-1].id)
     assert [(r.id, r.result) for r in rest] == [(ids[0], '"a"')]  # the CANCELLED ack stored no result
     assert storage.console.results_page("t.none", 10) == []
+
+
+def test_many_differing_results_in_one_ack_each_land_on_their_own_row(storage):
+    # 700 items: a statement sized for 1,024 (the last id and value repeat to fill it), with
+    # text that is not ASCII, a result that is null and one that is empty JSON text.
+    ids = insert(storage, "t.many", 700)
+    batch = lock(storage, "t.many", 700)
+    results = {m.id: json.dumps({"n": m.id, "s": "é" * (m.id % 7)}) for m in batch}
+    results[batch[10].id] = None
+    results[batch[20].id] = '""'
+    items = [AckItem(m.id, m.lease_token, True, result=results[m.id]) for m in reversed(batch)]
+    assert ack(storage, items) == [AckOutcome.APPLIED] * 700
+    stored = {r.id: r.result for r in storage.reads.get_results(ids)}
+    assert stored == {i: results[i] for i in ids}

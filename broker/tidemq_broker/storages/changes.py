@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Optional, Sequence
 
-from sqlalchemy import ColumnElement, Connection, bindparam, case, delete, tuple_, update
+from sqlalchemy import ColumnElement, Connection, String, bindparam, case, delete, func, tuple_, update
 
 from tidemq.lifecycle import Change
 
@@ -22,6 +22,8 @@ _CHUNK = 1000
 #: Text values (results) one statement carries at most: a batch of large results is split so no
 #: statement nears the server's max_allowed_packet.
 _CHUNK_BYTES = 4 << 20
+#: SQLAlchemy's names of the servers that pick a row's own value with ``ELT(FIELD(...))``.
+_FIELD_PICKERS = frozenset({"mysql", "mariadb"})
 
 
 def values_of(change: Change) -> dict[Any, Any]:
@@ -128,7 +130,10 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
     repeat to fill it, a repeated WHEN never matches twice) with every value bound: built anew
     for each ack batch, the CASE of hundreds of branches cost the broker more than the write.
     The rows carry only what differs, not a change each: copying a change per row was most of
-    the broker's work in an ack of results."""
+    the broker's work in an ack of results. On MySQL and MariaDB a text column is picked by
+    ``ELT(FIELD(id, ...), ...)`` instead of the CASE, which the server walks branch by branch
+    for every row: an ack of 500 successes, each with its own result, took 13 ms instead of
+    15-17 (10-11 without results)."""
     if not rows:
         return 0
     own = tuple(rows[0][1])
@@ -144,7 +149,8 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
         bucket = 1 << (len(part) - 1).bit_length()
         stmt = _bound_case_update(tuple(change.source), change.target, tuple(sorted({*change.values, *own})), differ,
                                   change.attempt_delta, change.bump_version, bool(change.trace),
-                                  lease_token is not None, bucket, no_workflow, workflow_id is not None)
+                                  lease_token is not None, bucket, no_workflow, workflow_id is not None,
+                                  conn.dialect.name in _FIELD_PICKERS)
         params: dict[str, Any] = {f"v_{name}": value for name, value in change.values.items() if name not in differ}
         params.update((f"v_{name}", got[0]) for name, got in columns.items() if name not in differ)
         params.update(ids=[id for id, _ in part], v_trace=change.trace, v_token=lease_token, v_workflow=workflow_id)
@@ -163,11 +169,18 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
 @functools.lru_cache(maxsize=64)
 def _bound_case_update(source: tuple[Any, ...], target: Any, names: tuple[str, ...], differ: tuple[str, ...],
                        attempt_delta: int, bump_version: bool, trace: bool, token: bool, bucket: int,
-                       no_workflow: bool = False, in_workflow: bool = False) -> Any:
+                       no_workflow: bool = False, in_workflow: bool = False, field: bool = False) -> Any:
     stmt = _bound_update(source, target, tuple(name for name in names if name not in differ), attempt_delta,
                          bump_version, trace, token, no_workflow, in_workflow)
-    cases = {name: case(*[(m.c.id == bindparam(f"w_{k}", type_=m.c.id.type),
-                           bindparam(f"c_{name}_{k}", type_=m.c[name].type)) for k in range(bucket)],
-                        else_=m.c[name])
-             for name in differ}
+    whens = [bindparam(f"w_{k}", type_=m.c.id.type) for k in range(bucket)]
+    cases: dict[str, Any] = {}
+    for name in differ:
+        column = m.c[name]
+        values = [bindparam(f"c_{name}_{k}", type_=column.type) for k in range(bucket)]
+        if field and isinstance(column.type, String):
+            # FIELD finds the row's id among the bound ones (every row the WHERE picks is
+            # there, so it never answers 0), ELT takes the value at that place.
+            cases[name] = func.elt(func.field(m.c.id, *whens), *values, type_=column.type)
+        else:
+            cases[name] = case(*[(m.c.id == when, value) for when, value in zip(whens, values)], else_=column)
     return stmt.values(cases) if cases else stmt
