@@ -205,6 +205,18 @@ def test_the_consoles_retained_results_are_finished_messages_with_a_result_newes
     assert storage.console.results_page("t.none", 10) == []
 
 
+def test_a_result_at_the_size_limit_beside_a_small_one_in_one_ack(storage):
+    # Two rows, two values: the one statement picks each row's own, the large one intact.
+    ids = insert(storage, "t.big2", 2)
+    batch = lock(storage, "t.big2")
+    big = json.dumps("ü" + "y" * ((1 << 20) - 10))
+    assert len(big.encode()) <= 1 << 20
+    results = {batch[0].id: big, batch[1].id: '{"small": 1}'}
+    assert ack(storage, [AckItem(m.id, m.lease_token, True, result=results[m.id]) for m in batch]) \
+        == [AckOutcome.APPLIED] * 2
+    assert {r.id: r.result for r in storage.reads.get_results(ids)} == results
+
+
 def test_many_differing_results_in_one_ack_each_land_on_their_own_row(storage):
     # 700 items: a statement sized for 1,024 (the last id and value repeat to fill it), with
     # text that is not ASCII, a result that is null and one that is empty JSON text.
