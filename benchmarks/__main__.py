@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     _stop_on_signals()
     errors: dict[str, str] = {}
     cluster = None
+    finished = False
     try:
         report.progress("starting MariaDB and ZooKeeper")
         cluster = Cluster(mariadb_options=tuple(args.mariadb_options), galera=args.galera)
@@ -278,11 +279,17 @@ def main(argv: list[str] | None = None) -> int:
             # Other jobs on a shared machine move absolute figures; the load says how much.
             report.record(name, "load average at start / end", f"{load[0]:.1f} / {os.getloadavg()[0]:.1f}", "",
                           f"{os.cpu_count()} cores")
+        finished = True
     finally:
         report.progress("stopping servers")
         try:
             if cluster is not None:
-                cluster.cleanup()
+                # The brokers' and workers' logs say why a scenario failed; a run without a
+                # failure leaves nothing behind.
+                kept = bool(errors) or not finished
+                cluster.cleanup(keep_logs=kept)
+                if kept:
+                    print(f"the logs of this run's brokers and workers are in {cluster.dir}", file=sys.stderr)
         finally:
             stop_descendants()  # whatever a scenario's own cleanup left behind
             report.progress("")

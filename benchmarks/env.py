@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -302,8 +303,10 @@ class Cluster:
             proc.stop()
         self.brokers = []
 
-    def cleanup(self) -> None:
-        """Stop every process this cluster started, then its servers, and remove their files."""
+    def cleanup(self, keep_logs: bool = False) -> None:
+        """Stop every process this cluster started, then its servers, and remove their files:
+        the servers' data, and the directory of the brokers' and workers' logs unless
+        ``keep_logs`` (a run that failed keeps them: they say why)."""
         self.stop_workers()
         self.stop_brokers()
         if self._zk is not None:
@@ -311,6 +314,8 @@ class Cluster:
             self._zk.close()
         self.zookeeper.cleanup()
         (self.galera or self.mariadb).cleanup()
+        if not keep_logs:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class CpuMeter:

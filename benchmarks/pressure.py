@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import threading
 import time
 from argparse import Namespace
@@ -78,7 +79,20 @@ def _one(kind: str, capacity: Optional[float], report: Report, args: Namespace) 
     cluster.worker_env["BENCH_RECORD_FILE"] = prefix
     cluster.process_env.update(gc_pauses.env(os.path.join(cluster.dir, "gc")))
     with logs_to_file(os.path.join(cluster.dir, "bench-clients.log")):
-        return _measure(kind, capacity, cluster, prefix, load, report, args)
+        result = _measure(kind, capacity, cluster, prefix, load, report, args)
+    if not _findings(result):  # a run that failed (raised) keeps its directory too
+        shutil.rmtree(cluster.dir, ignore_errors=True)
+        result["logs"] = ""
+    return result
+
+
+def _findings(result: dict) -> list[str]:
+    """What in a pressure's outcome is worth reading its processes' and servers' logs for:
+    every run leaves a directory of them, tens of MB, and a run that found nothing to explain
+    does not keep it."""
+    found = [k for k in ("lost", "dup", "unfinished", "not success", "never started", "over deadline", "exited")
+             if result[k]]
+    return found + (["stack stop killed"] if "killed" in result["stack stop"].values() else [])
 
 
 def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, prefix: str, load: float,
@@ -154,7 +168,7 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         if history is not None:
             history.stop()
         stack_stop = cluster.stop_stack(grace)
-        cluster.cleanup()
+        cluster.cleanup(keep_logs=True)  # removed by _one once the outcome found nothing in them
         gc.unfreeze()  # what the run kept can be collected once it is dropped
     remove_records(prefix)  # tens of MB per run; the logs stay in the run's directory
 

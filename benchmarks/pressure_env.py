@@ -61,7 +61,7 @@ class PressureCluster(Cluster):
         try:
             add_users(self.mariadb)
         except BaseException:
-            self.cleanup()
+            self.cleanup(keep_logs=True)
             raise
         self.root_url = self.db_url
         self.db_url = f"mysql+pymysql://{APP_USER}:{APP_PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
@@ -134,9 +134,9 @@ class PressureCluster(Cluster):
                 gone.append(f"{name} (exit {server.proc.returncode})")
         return gone
 
-    def cleanup(self) -> None:
-        """Everything stopped and removed, but the servers' own logs are kept beside the
-        brokers' and workers' (a server that crashed under a pressure is a finding)."""
+    def cleanup(self, keep_logs: bool = False) -> None:
+        """Everything stopped and removed; with ``keep_logs`` the servers' own logs are kept
+        beside the brokers' and workers' (a server that crashed under a pressure is a finding)."""
         try:
             self.stop_workers()
             self.stop_brokers()
@@ -144,10 +144,10 @@ class PressureCluster(Cluster):
             self.zookeeper.stop()
             for source, name in ((os.path.join(self.mariadb.dir, "error.log"), "mariadb-error.txt"),
                                  (os.path.join(self.zookeeper.dir, "zk.log"), "zookeeper.txt")):
-                if os.path.exists(source):
+                if keep_logs and os.path.exists(source):
                     shutil.copyfile(source, os.path.join(self.dir, name))
         finally:
-            super().cleanup()
+            super().cleanup(keep_logs)
 
     def log_lines(self) -> int:
         """Lines the brokers' and workers' logs hold so far, restarted processes included."""

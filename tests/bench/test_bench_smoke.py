@@ -7,10 +7,15 @@ everything it started.
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -26,13 +31,22 @@ def _tail(text: str, lines: int = 60) -> str:
     return "\n".join(text.replace("\r", "\n").splitlines()[-lines:])
 
 
+def _run_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "tidemq-bench-*")))
+
+
 def test_every_scenario_runs_at_smoke_size(tmp_path):
     out = tmp_path / "smoke.json"
+    before = _run_dirs()
     run = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, f"the smoke run failed:\n{_tail(run.stderr)}"
     doc = json.loads(out.read_text())
     assert doc["errors"] == {}
+    # A run that failed nowhere leaves no directory of logs behind, except a pressure's whose
+    # outcome found something to explain (named in its result).
+    kept = {r["logs"] for r in doc["figures"]["pressure"]["results"] if r["logs"]}
+    assert _run_dirs() - before <= kept, sorted(_run_dirs() - before)
     ran = {row["scenario"] for row in doc["table"] if row["figure"] == "scenario seconds"}
     assert ran == set(SCENARIOS)
     # Each scenario measured something besides its own duration.
@@ -76,6 +90,10 @@ def test_a_signal_stops_every_server_and_process_the_run_started(tmp_path, sig):
         assert run.poll() is not None, "the run did not exit within 90 s of the signal"
         alive = [p for p in seen if not exited(p)]
         assert alive == [], f"still running after the run exited: {alive}\n{_tail(log.read_text())}"
+        # A run stopped before its end keeps its processes' logs and says where.
+        [kept] = re.findall(r"the logs of this run's brokers and workers are in (\S+)", log.read_text())
+        assert os.path.isdir(kept) and any(name.startswith("worker-") for name in os.listdir(kept))
+        shutil.rmtree(kept)
     finally:
         if run.poll() is None:
             run.kill()
