@@ -4,11 +4,13 @@ A waiter wakes at once when this broker records the end of a message it waits fo
 lease expiry, a cancel), and within one probe interval when another broker does: while anyone
 waits, one shared probe reads which waited ids are final, in one statement per thousand ids
 (``Probes.finished``), every ``probe_interval`` seconds (50 ms), every ``busy_interval`` (5 ms)
-while its probes keep finding ends (within the last second: waiters here, acks through another
-broker, as behind a load balancer), or less often when the probe itself takes long (many ids
-waited on): it sleeps at least twenty times its own duration, so it never takes more than a
-twentieth of a core. The probe's cost does not grow with the number of waiters of an id, and
-nothing runs while nobody waits.
+while its probes keep finding ends that no waiter here had been woken for (within the last
+second: waiters here, acks through another broker, as behind a load balancer), or less often
+when the probe itself takes long (many ids waited on): it sleeps at least twenty times its own
+duration, so it never takes more than a twentieth of a core. The probe's cost does not grow
+with the number of waiters of an id, and nothing runs while nobody waits. It leaves out what
+the waiters read themselves: ids whose waiters this broker already woke, and, for one interval,
+the messages of a waiter that ended an idle time (it read them as it registered).
 A waiter also reads again by itself every ``recheck`` seconds (the probe failing while the
 database is away must not leave it asleep until its deadline).
 """
@@ -52,6 +54,7 @@ class ResultHub:
         self._lock = threading.Lock()
         self._someone_waits = threading.Condition(self._lock)
         self._waiters: dict[int, set[threading.Event]] = {}
+        self._woken: set[int] = set()  # waited ids whose every waiter was woken: they read again themselves
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._probe_forever, name="tidemq-result-probe", daemon=True)
 
@@ -67,12 +70,20 @@ class ResultHub:
                     event.set()
             self._someone_waits.notify_all()
 
-    def notify(self, ids: Iterable[int]) -> None:
-        """Messages ``ids`` may have ended (this broker recorded it): wake their waiters."""
+    def notify(self, ids: Iterable[int]) -> int:
+        """Messages ``ids`` may have ended (this broker recorded it): wake their waiters; returns
+        how many were not awake already."""
+        woke = 0
         with self._lock:
             for id in ids:
-                for event in self._waiters.get(id, ()):
-                    event.set()
+                events = self._waiters.get(id)
+                if events:
+                    for event in events:
+                        if not event.is_set():
+                            event.set()
+                            woke += 1
+                    self._woken.add(id)
+        return woke
 
     def wait(self, ids: Sequence[int], deadline: float,
              read: Callable[[Sequence[int]], list[MessageResult]]) -> list[MessageResult]:
@@ -94,6 +105,7 @@ class ResultHub:
         with self._lock:
             for id in set(ids):
                 self._waiters.setdefault(id, set()).add(event)
+                self._woken.discard(id)
             self._someone_waits.notify_all()
         return event
 
@@ -105,25 +117,37 @@ class ResultHub:
                     events.discard(event)
                     if not events:
                         del self._waiters[id]
+                        self._woken.discard(id)
 
     def _probe_forever(self) -> None:
         while not self._stopped.is_set():
             with self._lock:
+                idle = not self._waiters
                 while not self._waiters and not self._stopped.is_set():
                     self._someone_waits.wait()
-                waited = list(self._waiters)
+            if idle:
+                # The waiter that ended the idle time read its messages as it registered: a probe
+                # now would read them again. It comes one interval later, if anyone still waits.
+                self._stopped.wait(self._interval())
+                continue
+            with self._lock:
+                # An id whose every waiter is awake already (this broker recorded its end) is
+                # read again by those waiters: asking for it would only find what they will.
+                waited = list(self._waiters.keys() - self._woken)
             began = time.monotonic()
             try:
-                ended = self._probes.finished(waited)
-                if ended:
+                # Only ends no one here had heard of (acks through another broker) make the
+                # next probes come sooner: those this broker recorded woke their waiters at once.
+                if waited and self.notify(self._probes.finished(waited)):
                     self._found_at = time.monotonic()
-                self.notify(ended)
             except RetriableError as exc:  # the database away: waiters re-read on their recheck
                 log.debug("result probe failed: %s", exc)
             except Exception:
                 log.warning("result probe failed", exc_info=True)
             # At most 1/_DUTY of a core: a probe of thousands of waited ids takes milliseconds,
             # and at a fixed pace its cost would grow with the number of ids waited on.
-            busy = time.monotonic() - self._found_at < _BUSY_FOR
-            interval = self._busy_interval if busy else self._probe_interval
-            self._stopped.wait(max(interval, (time.monotonic() - began) * _DUTY))
+            self._stopped.wait(max(self._interval(), (time.monotonic() - began) * _DUTY))
+
+    def _interval(self) -> float:
+        """The busy interval within a second of a probe that found ends, else the idle one."""
+        return self._busy_interval if time.monotonic() - self._found_at < _BUSY_FOR else self._probe_interval

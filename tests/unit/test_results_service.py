@@ -199,3 +199,48 @@ def test_the_result_probe_looks_quicker_while_it_finds_ends_and_slows_down_after
         hub.stop()
         waiter.join(5)
     assert waiter.error is None
+
+
+def test_the_probe_leaves_out_ids_whose_waiters_this_broker_already_woke():
+    """An end this broker recorded woke its waiters, which read the message again themselves:
+    the shared probe does not ask for it, nor count it as an end found (which would make the
+    next probes come at the busy interval); another waited id is still probed."""
+    asked: list[list[int]] = []
+
+    class Probes:
+        def finished(self, ids):
+            asked.append(sorted(ids))
+            return []
+
+    hub = ResultHub(Probes(), probe_interval=0.01, recheck=60, busy_interval=0.01)  # type: ignore[arg-type]
+    hub._register([1])  # two waiters of their own, as Results calls register (never woken by a read here)
+    hub._register([2])
+    assert hub.notify([1]) == 1  # this broker recorded the end of 1: its waiter woke
+    assert hub.notify([1]) == 0  # already awake: nothing new
+    hub.start()
+    try:
+        wait_until(lambda: len(asked) >= 5, 10, 0.005, what="five probes")
+    finally:
+        hub.stop()
+    assert asked[:5] == [[2]] * 5
+
+
+def test_a_waiter_that_ends_an_idle_time_is_first_probed_one_interval_later():
+    """It read its messages as it registered: a probe at once would read them again."""
+    asked: list[tuple[float, list[int]]] = []
+
+    class Probes:
+        def finished(self, ids):
+            asked.append((time.monotonic(), sorted(ids)))
+            return []
+
+    hub = ResultHub(Probes(), probe_interval=0.3, recheck=60, busy_interval=0.3)  # type: ignore[arg-type]
+    hub.start()
+    try:
+        registered = time.monotonic()
+        hub._register([7])
+        wait_until(lambda: asked, 10, 0.005, what="the first probe")
+    finally:
+        hub.stop()
+    [(at, ids)] = asked[:1]
+    assert ids == [7] and at - registered >= 0.3
