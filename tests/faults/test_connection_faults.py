@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from typing import Optional
 
 import pymysql
 import pytest
@@ -18,8 +19,11 @@ from tests.faults.load import ProduceLoad, check_calls, check_outcome
 from tests.faults.stack import Stack, claims, reruns, successes
 from tests.processes import process_env
 from tests.servers import wait_until
-from tidemq import Client
-from tidemq_broker.storages import open_storage
+from tests.sqldb import open_sql
+from tidemq import Client, clock
+from tidemq_broker.errors import StorageUnavailableError
+from tidemq_broker.storage import NewRow
+from tidemq_broker.storages import database, open_storage
 
 APP_USER = "tidemq_app"  # tidemq's processes connect as this user: no SUPER, no reserved connection
 OTHERS = "tidemq_others"  # the other clients of a shared server
@@ -154,3 +158,56 @@ def test_max_connections_taken_by_other_clients(settings, app_url, mariadb, spaw
                          r"database|mysql|connection", named=False)
     record_property("figures", figures)
     print(f"\nmax_connections taken: {figures}")
+
+
+@pytest.mark.parametrize("kind", ["produce", "read"])
+def test_a_connection_that_cannot_be_opened_does_not_hide_an_open_one(app_url, mariadb, monkeypatch, kind):
+    """The broker keeps a few autocommit connections per kind of work (group commits of plain
+    rows, reads). Two units at once: one on the open connection, the other on an empty slot,
+    whose connect fails because other clients hold every connection the server allows and that
+    ends after the first unit gave its connection back. The open connection must still serve
+    every later unit: before, the empty slot went back on top and every later unit tried to
+    connect, and failed, for as long as the server stayed full."""
+    storage, db = open_sql(app_url)
+    now = clock.now()
+
+    def unit(hold: Optional[threading.Event] = None) -> object:
+        def work(conn):
+            if hold is not None:
+                holding.set()
+                assert hold.wait(10)
+            return conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+        return db.commit_alone(work) if kind == "produce" else db.read(work)
+
+    real_connect = database._autocommit_connection
+    first_back = threading.Event()
+
+    def connect_once_the_first_is_back(engine):
+        assert first_back.wait(10)
+        return real_connect(engine)
+
+    try:
+        opened = unit()  # the one connection of this kind, open before the server fills up
+        holding, release = threading.Event(), threading.Event()
+        first = threading.Thread(target=lambda: (unit(release), first_back.set()))
+        first.start()
+        assert holding.wait(10)  # the open connection is in use
+        with Crowd(mariadb):
+            monkeypatch.setattr(database, "_autocommit_connection", connect_once_the_first_is_back)
+            second_failed = []
+            second = threading.Thread(target=lambda: second_failed.append(pytest.raises(
+                StorageUnavailableError, unit).value))
+            second.start()  # takes the empty slot, waits to connect until the first is back
+            release.set()
+            first.join(10)
+            second.join(10)
+            assert second_failed and "1040" in str(second_failed[0]), second_failed
+            monkeypatch.setattr(database, "_autocommit_connection", real_connect)
+            # The server is still full: only the open connection can serve, and it does.
+            assert [unit() for _ in range(3)] == [opened] * 3
+            stored = storage.messages.insert_messages([NewRow("t.full", '"x"', now, 0)], now) \
+                if kind == "produce" else None
+        if stored is not None:
+            assert storage.reads.get_message(stored[0]).data == '"x"'
+    finally:
+        storage.close()

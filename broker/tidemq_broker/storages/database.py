@@ -9,7 +9,6 @@ the same instance; none of them opens transactions of its own.
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
@@ -54,16 +53,11 @@ class SqlDatabase:
         # letting them fail with "database is locked" (it also keeps a multi-row INSERT's rowids
         # consecutive). MySQL runs transactions concurrently.
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
-        # Autocommit connections for ``read`` and ``autocommit``, opened when first needed (None
-        # until then).
-        self._readers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
-        self._writers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
+        # Autocommit connections for ``read`` and ``autocommit``, opened when first needed.
+        self._readers = _Kept(_READERS)
+        self._writers = _Kept(_READERS)
         # Autocommit connections of the produce engine, for ``commit_alone``.
-        self._producers: "queue.LifoQueue[Optional[Connection]]" = queue.LifoQueue()
-        for _ in range(_READERS):
-            self._readers.put(None)
-            self._writers.put(None)
-            self._producers.put(None)
+        self._producers = _Kept(_READERS)
         #: Logs a database outage once, and its end; the callers of ``tx`` that get its
         #: StorageUnavailableError do not log it again.
         self.outage = Outage(log, "calls to the database")
@@ -225,11 +219,11 @@ class SqlDatabase:
                     conn = _dropped(conn)  # its state is not known: not for the next unit
                     raise
         finally:
-            self._producers.put(conn)
+            self._producers.give(conn)
         self.outage.succeeded()
         return result
 
-    def _autocommit(self, work: Callable[[Connection], T], connections: "queue.LifoQueue[Optional[Connection]]") -> T:
+    def _autocommit(self, work: Callable[[Connection], T], connections: "_Kept") -> T:
         if self.dialect.single_writer:
             return self.tx(work)
         conn = self._take(connections, "autocommit")
@@ -258,7 +252,7 @@ class SqlDatabase:
                     conn = _dropped(conn)  # its state is not known: not for the next unit
                     raise
         finally:
-            connections.put(conn)
+            connections.give(conn)
         self.outage.succeeded()
         return result
 
@@ -273,12 +267,12 @@ class SqlDatabase:
         return DBAPIError.instance(None, None, raised, dialect.loaded_dbapi.Error,  # type: ignore[arg-type]
                                    connection_invalidated=dialect.is_disconnect(raised, None, None))
 
-    def _take(self, connections: "queue.LifoQueue[Optional[Connection]]", kind: str) -> Optional[Connection]:
+    def _take(self, connections: "_Kept", kind: str) -> Optional[Connection]:
         """One of ``connections`` (None: a slot whose connection is to be opened), waiting for a
         free one at most ``_READER_WAIT`` seconds: more would hold up the caller past its deadline."""
         try:
-            return connections.get(timeout=_READER_WAIT)
-        except queue.Empty:
+            return connections.take(_READER_WAIT)
+        except TimeoutError:
             raise self._unavailable(PoolTimeoutError(f"no {kind} connection free within {_READER_WAIT} s")) from None
 
     def autocommit_read(self, stmt: Executable, params: Optional[dict[str, Any]] = None) -> list[Any]:
@@ -288,14 +282,56 @@ class SqlDatabase:
     def close(self) -> None:
         """Release every pooled connection."""
         for connections in (self._readers, self._writers, self._producers):
-            while True:
-                try:
-                    _dropped(connections.get_nowait())
-                except queue.Empty:
-                    break
+            for conn in connections.idle():
+                _dropped(conn)
         self.engine.dispose()
         if self.produce_engine is not self.engine:
             self.produce_engine.dispose()
+
+
+class _Kept:
+    """Up to ``size`` connections kept open for one kind of unit of work: the idle ones, and how
+    many slots have none yet (or lost theirs).
+
+    An idle connection is handed out before an empty slot. A slot whose connection could not be
+    opened (the server at ``max_connections``, an outage) comes back empty, and must not hide the
+    connections that still work: in a LIFO queue of both, an empty slot given back after a failed
+    connect lay on top, so every later unit of work took it, tried to connect and failed, while
+    an open connection waited beneath it (the produce path stopped for as long as other clients
+    held every connection the server allows).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._idle: list[Connection] = []  # the most recently used last: it is taken first
+        self._empty = size
+
+    def take(self, timeout: float) -> Optional[Connection]:
+        """An idle connection, else None (an empty slot, for the caller to fill), waiting at most
+        ``timeout`` seconds for either; ``TimeoutError`` when every slot stayed in use."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._idle or self._empty, timeout):
+                raise TimeoutError(f"every one of the kept connections stayed in use for {timeout} s")
+            if self._idle:
+                return self._idle.pop()
+            self._empty -= 1
+            return None
+
+    def give(self, conn: Optional[Connection]) -> None:
+        """Return a slot taken with :meth:`take`, with its connection, or None if it has none."""
+        with self._cond:
+            if conn is None:
+                self._empty += 1
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+
+    def idle(self) -> list[Connection]:
+        """Take every idle connection out (to close them); their slots become empty."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._empty += len(idle)
+            return idle
 
 
 def _autocommit_connection(engine: Engine) -> Connection:
