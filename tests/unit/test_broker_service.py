@@ -315,6 +315,10 @@ def handing_broker():
     topics = TopicCache(storage.topics)
     hub = PullHub(storage.probes, recheck=60)
     writer = GroupCommitWriter(storage.messages, topics, "b:1", hub.notify_commit, pulls=hub)
+    # The insert watch's first look knows nothing yet and wakes every waiting pull: taken here,
+    # before any pull waits, it cannot wake a test's pull between its opening and the produce
+    # meant for it (which then found no pull to hand to, and the pull locked the row itself).
+    assert hub._inserts.look() is None
     hub.start()
     yield BrokerService(storage, topics, writer, hub, "b:1", max_data_bytes=1024)
     hub.stop()
