@@ -10,6 +10,7 @@ import grpc
 
 from tidemq.pool import ERROR_KEY  # trailing metadata: the class name of the tidemq error
 
+from . import errors
 from .errors import PermissionDeniedError, RetriableError, TidemqError, ValidationError
 
 __all__ = ["ERROR_KEY", "MAX_DETAILS_BYTES", "abort_with", "rpc"]
@@ -36,9 +37,15 @@ def rpc(method: F) -> F:
 
 def abort_with(context: grpc.ServicerContext, exc: TidemqError) -> NoReturn:
     """End the call with the status of ``exc`` (grpc's ``abort`` raises, leaving the handler)."""
-    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+    context.set_trailing_metadata(((ERROR_KEY, _public_name(exc)),))
     context.abort(_code(exc), _details(exc))
     raise AssertionError("grpc's abort returned")  # it always raises; this satisfies NoReturn
+
+
+def _public_name(exc: TidemqError) -> str:
+    """The name of the client's class for ``exc``: its own, or for a class the broker keeps to
+    itself (``storages.database.NoConnectionError``) the nearest public one it derives from."""
+    return next(cls.__name__ for cls in type(exc).__mro__ if cls.__name__ in errors.__all__)
 
 
 def _code(exc: TidemqError) -> grpc.StatusCode:

@@ -21,7 +21,6 @@ from tests.processes import process_env
 from tests.servers import wait_until
 from tests.sqldb import open_sql
 from tidemq import Client, clock
-from tidemq_broker.errors import StorageUnavailableError
 from tidemq_broker.storage import NewRow
 from tidemq_broker.storages import database, open_storage
 
@@ -165,9 +164,9 @@ def test_a_connection_that_cannot_be_opened_does_not_hide_an_open_one(app_url, m
     """The broker keeps a few autocommit connections per kind of work (group commits of plain
     rows, reads). Two units at once: one on the open connection, the other on an empty slot,
     whose connect fails because other clients hold every connection the server allows and that
-    ends after the first unit gave its connection back. The open connection must still serve
-    every later unit: before, the empty slot went back on top and every later unit tried to
-    connect, and failed, for as long as the server stayed full."""
+    ends after the first unit gave its connection back. The second unit then runs on that
+    connection, and so does every later unit: before, the empty slot went back on top and every
+    later unit tried to connect, and failed, for as long as the server stayed full."""
     storage, db = open_sql(app_url)
     now = clock.now()
 
@@ -194,14 +193,13 @@ def test_a_connection_that_cannot_be_opened_does_not_hide_an_open_one(app_url, m
         assert holding.wait(10)  # the open connection is in use
         with Crowd(mariadb):
             monkeypatch.setattr(database, "_autocommit_connection", connect_once_the_first_is_back)
-            second_failed = []
-            second = threading.Thread(target=lambda: second_failed.append(pytest.raises(
-                StorageUnavailableError, unit).value))
+            second_ran: list[object] = []
+            second = threading.Thread(target=lambda: second_ran.append(unit()))
             second.start()  # takes the empty slot, waits to connect until the first is back
             release.set()
             first.join(10)
             second.join(10)
-            assert second_failed and "1040" in str(second_failed[0]), second_failed
+            assert second_ran == [opened]  # refused (1040) a new one, it took the one given back
             monkeypatch.setattr(database, "_autocommit_connection", real_connect)
             # The server is still full: only the open connection can serve, and it does.
             assert [unit() for _ in range(3)] == [opened] * 3
@@ -210,4 +208,73 @@ def test_a_connection_that_cannot_be_opened_does_not_hide_an_open_one(app_url, m
         if stored is not None:
             assert storage.reads.get_message(stored[0]).data == '"x"'
     finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("produce", [False, True], ids=["transaction", "produce-transaction"])
+def test_a_transaction_refused_a_new_connection_takes_an_idle_kept_one(app_url, mariadb, produce):
+    """The kept autocommit connections are taken from the transactions' pool and stay out of
+    it, so a full server can leave the pool with none of its own: then every transaction (a
+    worker's heartbeats, a produce that hands its rows to a waiting pull) was refused while
+    idle kept connections sat beside it. One of them now goes back to the pool for it, and its
+    kind of work opens its slot again from the pool once the transaction is done."""
+    storage, db = open_sql(app_url)
+    engine = db.produce_engine if produce else db.engine
+
+    def connection_id(conn) -> int:
+        return conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+
+    def kept_unit() -> int:
+        return db.commit_alone(connection_id) if produce else db.read(connection_id)
+
+    try:
+        kept = kept_unit()
+        assert engine.pool.checkedin() == 0, "the pool keeps a connection of its own: nothing to show"
+        with Crowd(mariadb):
+            assert db.tx(connection_id, produce=produce) == kept
+            assert kept_unit() == kept
+    finally:
+        storage.close()
+
+
+def test_a_group_commit_refused_a_new_connection_goes_by_a_transaction(app_url, mariadb, monkeypatch):
+    """A group commit of plain rows has connections of its own beside the transactions' pool.
+    With none of its own open, the pool's one connection busy and the server full, its new
+    connection is refused: nothing was sent, so the rows go by a transaction, which has the
+    pool's connection as soon as it is free, instead of failing the produce."""
+    storage, db = open_sql(app_url)
+    now = clock.now()
+    refused, holding, release = threading.Event(), threading.Event(), threading.Event()
+    real_connect = database._autocommit_connection
+
+    def connect(engine):
+        try:
+            return real_connect(engine)
+        except Exception:
+            refused.set()
+            raise
+
+    def hold(conn) -> None:
+        holding.set()
+        assert release.wait(10)
+
+    try:
+        db.tx(lambda conn: None, produce=True)  # the produce pool's one connection
+        holder = threading.Thread(target=lambda: db.tx(hold, produce=True))
+        holder.start()
+        assert holding.wait(10)
+        with Crowd(mariadb):
+            monkeypatch.setattr(database, "_autocommit_connection", connect)
+            stored: list[list[int]] = []
+            producer = threading.Thread(target=lambda: stored.append(
+                storage.messages.insert_messages([NewRow("t.full", '"y"', now, 0)], now)))
+            producer.start()
+            assert refused.wait(10)  # its own slot empty, the pool's connection busy: refused
+            release.set()
+            holder.join(10)
+            producer.join(20)
+            assert stored, "the group commit failed"
+        assert storage.reads.get_message(stored[0][0]).data == '"y"'
+    finally:
+        release.set()
         storage.close()

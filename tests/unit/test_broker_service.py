@@ -22,6 +22,7 @@ from tidemq_broker.errors import StorageUnavailableError
 from tidemq_broker.pulls import PullHub
 from tidemq_broker.service import ERROR_KEY, BrokerService
 from tidemq_broker.storage import NewRow, Principal, TopicSettings, WorkflowStep
+from tidemq_broker.storages.database import NoConnectionError
 from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
 from tidemq_broker.writer import GroupCommitWriter
@@ -192,6 +193,15 @@ def test_errors_become_status_codes_that_name_the_error(broker, monkeypatch):
         raise StorageUnavailableError("the database is unavailable (test)")
 
     monkeypatch.setattr(broker.storage.acks, "ack", away)
+    with pytest.raises(Aborted) as unavailable:
+        broker.Ack(pb.AckRequest(items=[pb.AckItem(id=1, lease_token=TOKEN, success=True)]), Context())
+    assert (unavailable.value.code, unavailable.value.error) == (grpc.StatusCode.UNAVAILABLE,
+                                                                  "StorageUnavailableError")
+
+    def refused(*args, **kwargs):  # a class the broker keeps to itself: named as its public base
+        raise NoConnectionError("the database is unavailable (test)")
+
+    monkeypatch.setattr(broker.storage.acks, "ack", refused)
     with pytest.raises(Aborted) as unavailable:
         broker.Ack(pb.AckRequest(items=[pb.AckItem(id=1, lease_token=TOKEN, success=True)]), Context())
     assert (unavailable.value.code, unavailable.value.error) == (grpc.StatusCode.UNAVAILABLE,

@@ -25,9 +25,10 @@ from tidemq.outage import Outage
 from ..errors import StorageUnavailableError
 from . import no_wait
 from .dialect import SqlDialect
+from .kept import Kept
 from .workflow_tally import Outcomes
 
-__all__ = ["SqlDatabase"]
+__all__ = ["NoConnectionError", "SqlDatabase"]
 
 log = logging.getLogger(__name__)
 #: Fresh connections a unit of work may need: one for its lost connection, then (a restart) one
@@ -35,8 +36,17 @@ log = logging.getLogger(__name__)
 _RECONNECTS = 2
 #: Connections kept for ``read`` (taken from the engine's pool), and how long a read waits for one.
 _READERS, _READER_WAIT = 8, 5.0
+#: How long a unit of work refused a new connection (the server full) waits for one of its kind
+#: that is open and in use to come back.
+_CROWDED_WAIT = 1.0
 
 T = TypeVar("T")
+
+
+class NoConnectionError(StorageUnavailableError):
+    """A unit of work found no open connection and the server refused a new one (at
+    ``max_connections``, down): nothing of it was sent. A group commit of plain rows refused
+    so then tries a transaction, whose pool may have a connection free (``Writes.insert_messages``)."""
 
 
 class SqlDatabase:
@@ -54,10 +64,10 @@ class SqlDatabase:
         # consecutive). MySQL runs transactions concurrently.
         self._serial: ContextManager[Any] = threading.RLock() if dialect.single_writer else nullcontext()
         # Autocommit connections for ``read`` and ``autocommit``, opened when first needed.
-        self._readers = _Kept(_READERS)
-        self._writers = _Kept(_READERS)
+        self._readers = Kept(_READERS)
+        self._writers = Kept(_READERS)
         # Autocommit connections of the produce engine, for ``commit_alone``.
-        self._producers = _Kept(_READERS)
+        self._producers = Kept(_READERS)
         #: Logs a database outage once, and its end; the callers of ``tx`` that get its
         #: StorageUnavailableError do not log it again.
         self.outage = Outage(log, "calls to the database")
@@ -98,16 +108,21 @@ class SqlDatabase:
 
         ``committed`` is called right after the COMMIT (a hand-off's delivery, ``handoff.py``).
 
+        A new connection refused because the server has as many as it allows (other clients hold
+        them) is tried again, on an idle connection kept for ``read``, ``autocommit`` or
+        ``commit_alone`` given back to the pool for it (``_free_kept``): the kept connections are
+        taken from the same pool, and can leave it with none of its own when the server fills up.
         A database that cannot be reached (refused or lost connections, no pooled connection
         free within the pool's timeout) raises ``StorageUnavailableError``, a retriable error;
         the first of an outage is logged (``outage``), the others are left to the callers.
         """
         self._local.lost = 0
         for attempt in range(1, attempts + 1):
-            committing = False
+            committing = opened = False
             try:
                 engine = self.produce_engine if produce else self.engine
                 with self._serial, engine.connect() as conn:
+                    opened = True
                     with conn.begin():
                         result = work(conn)
                         committing = True
@@ -116,6 +131,13 @@ class SqlDatabase:
                 self.outage.succeeded()
                 return result
             except DBAPIError as exc:
+                if not opened and self.dialect.is_crowded(exc) and attempt < attempts:
+                    # Refused a new connection, the server full: an idle kept connection goes
+                    # back to the pool for this unit of work (or one of the pool's own comes
+                    # back meanwhile, which the pool hands out before it tries to open one).
+                    if not self._free_kept(engine):
+                        time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
+                    continue
                 if self.dialect.is_transient(exc) and attempt < attempts:
                     time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
                     continue
@@ -123,15 +145,19 @@ class SqlDatabase:
                     self._local.lost += 1
                     continue
                 if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                    raise self._unavailable(exc.orig) from exc
+                    # An earlier attempt that lost its connection did not reach its COMMIT.
+                    raise self._unavailable(exc.orig, sent=opened) from exc
                 raise
             except PoolTimeoutError as exc:
                 raise self._unavailable(exc) from exc
         raise AssertionError("unreachable")
 
-    def _unavailable(self, cause: BaseException) -> StorageUnavailableError:
+    def _unavailable(self, cause: BaseException, sent: bool = True) -> StorageUnavailableError:
+        """The error for a unit of work the database did not serve (``sent``: whether any of it
+        reached the server; if not, ``NoConnectionError``)."""
         self.outage.failed(cause)
-        return StorageUnavailableError(f"the database is unavailable: {cause!r}")
+        error = StorageUnavailableError if sent else NoConnectionError
+        return error(f"the database is unavailable: {cause!r}")
 
     def read(self, work: Callable[[Connection], T]) -> T:
         """Run ``work(conn)``, which only reads, on a connection in autocommit mode: each
@@ -194,7 +220,10 @@ class SqlDatabase:
                         if exc.connection_invalidated and not reopened and attempt < attempts:
                             reopened = True
                             continue
-                        raise self._unavailable(exc.orig) from raised
+                        conn = self._traded(self._producers, exc)
+                        if conn is not None:
+                            continue
+                        raise self._unavailable(exc.orig, sent=False) from raised
                     except PoolTimeoutError as exc:
                         raise self._unavailable(exc) from exc
                 try:
@@ -223,7 +252,7 @@ class SqlDatabase:
         self.outage.succeeded()
         return result
 
-    def _autocommit(self, work: Callable[[Connection], T], connections: "_Kept") -> T:
+    def _autocommit(self, work: Callable[[Connection], T], connections: Kept) -> T:
         if self.dialect.single_writer:
             return self.tx(work)
         conn = self._take(connections, "autocommit")
@@ -231,7 +260,7 @@ class SqlDatabase:
             for attempt in range(2):
                 try:
                     if conn is None:
-                        conn = _autocommit_connection(self.engine)
+                        conn = self._opened(connections)
                     result = work(conn)
                     break
                 except DBAPIError as exc:
@@ -256,6 +285,39 @@ class SqlDatabase:
         self.outage.succeeded()
         return result
 
+    def _opened(self, connections: Kept) -> Connection:
+        """A new autocommit connection for an empty slot of ``connections``; when the server
+        refuses it for having as many as it allows, one of ``connections`` given back meanwhile."""
+        try:
+            return _autocommit_connection(self.engine)
+        except DBAPIError as exc:
+            conn = self._traded(connections, exc)
+            if conn is None:
+                raise
+            return conn
+
+    def _free_kept(self, engine: Engine) -> bool:
+        """Give one idle kept connection of ``engine`` back to its pool (its slot left empty),
+        from the kind of work that keeps most idle; False if none is idle."""
+        kinds = [self._producers] if engine is self.produce_engine else []
+        if engine is self.engine:
+            kinds += [self._readers, self._writers]
+        for kept in sorted(kinds, key=lambda k: -k.idle_count()):
+            conn = kept.surrender()
+            if conn is not None:
+                try:
+                    conn.close()  # to the pool, its isolation level reset
+                except Exception:  # broken meanwhile: gone, as the pool would drop it
+                    _dropped(conn)
+                return True
+        return False
+
+    def _traded(self, connections: Kept, exc: DBAPIError) -> Optional[Connection]:
+        """For a unit of work whose new connection ``exc`` refused: when the server is full
+        (other clients hold every connection it allows), an open connection of ``connections``
+        that another unit of work gives back within ``_CROWDED_WAIT``, else None."""
+        return connections.trade(_CROWDED_WAIT) if self.dialect.is_crowded(exc) else None
+
     def _judged(self, raised: BaseException) -> DBAPIError:
         """``raised`` as SQLAlchemy would have wrapped it. A driver error from a connection's
         setup, or from the work's own use of the driver's cursor (several results of one
@@ -267,7 +329,7 @@ class SqlDatabase:
         return DBAPIError.instance(None, None, raised, dialect.loaded_dbapi.Error,  # type: ignore[arg-type]
                                    connection_invalidated=dialect.is_disconnect(raised, None, None))
 
-    def _take(self, connections: "_Kept", kind: str) -> Optional[Connection]:
+    def _take(self, connections: Kept, kind: str) -> Optional[Connection]:
         """One of ``connections`` (None: a slot whose connection is to be opened), waiting for a
         free one at most ``_READER_WAIT`` seconds: more would hold up the caller past its deadline."""
         try:
@@ -287,51 +349,6 @@ class SqlDatabase:
         self.engine.dispose()
         if self.produce_engine is not self.engine:
             self.produce_engine.dispose()
-
-
-class _Kept:
-    """Up to ``size`` connections kept open for one kind of unit of work: the idle ones, and how
-    many slots have none yet (or lost theirs).
-
-    An idle connection is handed out before an empty slot. A slot whose connection could not be
-    opened (the server at ``max_connections``, an outage) comes back empty, and must not hide the
-    connections that still work: in a LIFO queue of both, an empty slot given back after a failed
-    connect lay on top, so every later unit of work took it, tried to connect and failed, while
-    an open connection waited beneath it (the produce path stopped for as long as other clients
-    held every connection the server allows).
-    """
-
-    def __init__(self, size: int) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._idle: list[Connection] = []  # the most recently used last: it is taken first
-        self._empty = size
-
-    def take(self, timeout: float) -> Optional[Connection]:
-        """An idle connection, else None (an empty slot, for the caller to fill), waiting at most
-        ``timeout`` seconds for either; ``TimeoutError`` when every slot stayed in use."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._idle or self._empty, timeout):
-                raise TimeoutError(f"every one of the kept connections stayed in use for {timeout} s")
-            if self._idle:
-                return self._idle.pop()
-            self._empty -= 1
-            return None
-
-    def give(self, conn: Optional[Connection]) -> None:
-        """Return a slot taken with :meth:`take`, with its connection, or None if it has none."""
-        with self._cond:
-            if conn is None:
-                self._empty += 1
-            else:
-                self._idle.append(conn)
-            self._cond.notify()
-
-    def idle(self) -> list[Connection]:
-        """Take every idle connection out (to close them); their slots become empty."""
-        with self._cond:
-            idle, self._idle = self._idle, []
-            self._empty += len(idle)
-            return idle
 
 
 def _autocommit_connection(engine: Engine) -> Connection:

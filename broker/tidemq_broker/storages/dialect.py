@@ -72,6 +72,11 @@ class SqlDialect(abc.ABC):
         """True for deadlocks and lock-wait timeouts: the transaction may simply be retried."""
         return False
 
+    def is_crowded(self, exc: DBAPIError) -> bool:
+        """True when a new connection was refused because the server (or the user) has as many
+        as it allows: one already open may come free soon."""
+        return False
+
     @abc.abstractmethod
     def insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
         """Insert message rows without unique keys; return their ids in order."""

@@ -31,6 +31,7 @@ __all__ = ["MySqlDialect"]
 
 log = logging.getLogger(__name__)
 _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock: retry the transaction
+_CROWDED = {1040, 1203}  # too many connections, of the server or of the user
 # The server dropped the connection: killed (1927), gone away (2006), lost mid-query (2013), ...
 _LOST_CONNECTION = {1927, 2006, 2013, 2014, 2045, 2055, 4031}
 _STATEMENT_BYTES = 4 * 1024 * 1024  # keep each INSERT well under max_allowed_packet
@@ -181,6 +182,10 @@ class MySqlDialect(SqlDialect):
     def is_transient(self, exc: DBAPIError) -> bool:
         args = getattr(exc.orig, "args", ())
         return bool(args) and args[0] in _TRANSIENT
+
+    def is_crowded(self, exc: DBAPIError) -> bool:
+        args = getattr(exc.orig, "args", ())
+        return bool(args) and args[0] in _CROWDED
 
     def id_step(self, conn: Connection) -> int:
         # Read each time: Galera changes the increment when nodes join or leave.

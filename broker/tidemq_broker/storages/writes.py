@@ -22,7 +22,7 @@ from ..schema import produce_request as r
 from .changes import apply, guard
 from .claims import hand_off
 from .ids import ids_in
-from .database import SqlDatabase
+from .database import NoConnectionError, SqlDatabase
 from .dependencies import has_dependents, release_after, stop_after
 from .workflow_tally import Tally
 from .workflows import settle
@@ -99,6 +99,11 @@ class Writes:
                 alone = self._alone(rows, columns, requests, now)
             except IntegrityError:  # a request id stored already (rolled back with its connection)
                 alone, first_attempt = None, 1  # a retry: look for its answer at once
+            except NoConnectionError:
+                # None of its kept connections free, and the server refused a new one (other
+                # clients hold every connection it allows): nothing was sent, and the
+                # transaction's pool may have one of its own free.
+                alone = None
             if alone is not None:
                 return alone
         # Retries are rare: the first attempt does not look for stored request ids (a round trip
