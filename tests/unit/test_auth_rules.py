@@ -106,14 +106,15 @@ def test_a_password_on_the_command_line_is_warned_about_and_masked(tmp_path):
 @pytest.mark.parametrize("url", ["mysql+foo://app:hunter2-pw@db/tidemq", "mysql+pymysql://app:hunter2-pw@db:port/tidemq",
                                  "mysql+pymysql://app:hunter2-pw@[::1/tidemq", "sqlite://app:hunter2-pw@/x",
                                  "postgresql://app:hunter2-pw@db/tidemq"])
-def test_an_unusable_database_url_is_refused_in_one_line_without_its_password(url):
+def test_an_unusable_database_url_is_refused_in_one_line_without_its_password(url, tmp_path):
     import os
     import subprocess
     import sys
 
     result = subprocess.run([sys.executable, "-m", "tidemq_cli.main", "db", "init"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "TIDEMQ_DB_URL": url})
+                            timeout=60, env={**os.environ, "TIDEMQ_DB_URL": url}, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
+    assert not list(tmp_path.iterdir()), "a refused URL left a file behind"
     assert "hunter2" not in result.stdout + result.stderr
     assert result.stderr.startswith("tidemq: ") and "Traceback" not in result.stderr
     assert "mysql+pymysql://user:pw@host:3306/db" in result.stderr  # the expected form

@@ -27,8 +27,8 @@ class SqliteDialect(SqlDialect):
     single_writer = True
 
     def create_engine(self, url: str, **options: Any) -> Engine:
-        _create_private(make_url(url).database)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **options)
+        _create_private(make_url(url).database)  # once the URL is accepted: a refused one leaves no file
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
