@@ -136,10 +136,10 @@ class SqlDatabase:
                     # back to the pool for this unit of work (or one of the pool's own comes
                     # back meanwhile, which the pool hands out before it tries to open one).
                     if not self._free_kept(engine):
-                        time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
+                        _pause(attempt)
                     continue
                 if self.dialect.is_transient(exc) and attempt < attempts:
-                    time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
+                    _pause(attempt)
                     continue
                 if exc.connection_invalidated and not committing and self._local.lost < _RECONNECTS:
                     self._local.lost += 1
@@ -235,7 +235,7 @@ class SqlDatabase:
                     # opened leaves it open, and the server rolls it back with the connection.
                     conn = _dropped(conn)
                     if self.dialect.is_transient(exc) and not exc.connection_invalidated and attempt < attempts:
-                        time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
+                        _pause(attempt)
                         continue
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
                         if lost is not None:
@@ -349,6 +349,12 @@ class SqlDatabase:
         self.engine.dispose()
         if self.produce_engine is not self.engine:
             self.produce_engine.dispose()
+
+
+def _pause(attempt: int) -> None:
+    """Wait before attempt ``attempt + 1`` of a unit of work: growing, jittered, at most 0.1 s
+    (brokers retrying together must not meet again)."""
+    time.sleep(random.uniform(0.5, 1.0) * min(0.1, 0.002 * 2 ** attempt))
 
 
 def _autocommit_connection(engine: Engine) -> Connection:
