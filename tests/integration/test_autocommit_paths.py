@@ -6,14 +6,14 @@ sends the lock to the transaction that skips locked rows, which never waits eith
 
 from __future__ import annotations
 
+import threading
 import time
 
 from sqlalchemy import text
-import pymysql
 import pytest
-from sqlalchemy.exc import OperationalError
 
 from tests.conformance.storage_ops import ack, insert, lock
+from tests.servers import wait_until
 from tidemq import clock
 from tidemq.errors import StorageUnavailableError
 from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, Shard
@@ -83,24 +83,89 @@ def test_a_lease_and_an_ack_of_plain_successes_open_no_transaction(mysql_store, 
     assert all(mysql_store.reads.get_message(id).trace.count("SUCCESS") == 1 for id in ids)
 
 
-def test_a_lease_whose_connection_is_lost_after_its_update_fails_and_its_token_gives_the_rows_back(
-        mysql_store, monkeypatch):
-    # Run again, the lease would take other rows under the same token and leave these held until
-    # their lease ran out: it fails instead, as a lost COMMIT does, and the caller gives the
-    # token back (a worker does so after every failed pull).
-    ids = insert(mysql_store, "t.nowaitlost", 3)
+def _kill(mysql_db, conn) -> None:
+    """KILL CONNECTION the session of ``conn`` from another connection, as an operator would."""
+    session = conn.connection.dbapi_connection.thread_id()
+    with mysql_db.engine.connect() as other:
+        other.exec_driver_sql(f"KILL CONNECTION {session}")
+
+
+def _lease_killed(mysql_db, monkeypatch, before_update: bool) -> None:
+    """Kill the no-wait lease's connection just before its UPDATE is sent, or just after it
+    committed (its reply then lost with the connection)."""
     real = claims.apply_to_versions
 
-    def update_then_lose(*args, **kwargs):
-        real(*args, **kwargs)  # committed by itself
-        raise OperationalError("UPDATE", {}, pymysql.err.OperationalError(2013, "Lost connection"),
-                               connection_invalidated=True)
+    def killed(conn, *args, **kwargs):
+        if before_update:
+            _kill(mysql_db, conn)
+            return real(conn, *args, **kwargs)  # fails: the server closed the connection
+        changed = real(conn, *args, **kwargs)  # committed by itself
+        _kill(mysql_db, conn)
+        conn.exec_driver_sql("SELECT 1")  # what follows the UPDATE finds the connection gone
+        return changed
 
-    monkeypatch.setattr(claims, "apply_to_versions", update_then_lose)
+    monkeypatch.setattr(claims, "apply_to_versions", killed)
+
+
+@pytest.mark.parametrize("before_update", [False, True], ids=["after-its-update", "before-its-update"])
+def test_a_lease_whose_connection_is_killed_answers_with_what_it_holds(mysql_store, mysql_db, monkeypatch,
+                                                                       before_update):
+    # The outcome of a write on a lost connection is read on another once the lost session's
+    # statement is over: the pull answers with what its lease holds (the UPDATE committed), or
+    # leases again (it did not), instead of failing and leaving the rows to be given back.
+    ids = insert(mysql_store, "t.nowaitkilled", 3)
+    _lease_killed(mysql_db, monkeypatch, before_update)
+    token = "k" * 32
+    request = LockRequest(Shard("t.nowaitkilled"), "c1", 30, clock.now(), limit=100, lease_token=token)
+    got = mysql_store.leases.lock_batch(request)
+    assert sorted(m.id for m in got) == ids
+    for m in got:
+        stored = mysql_store.reads.get_message(m.id)
+        assert (stored.status, stored.lease_token, stored.attempt) == ("RUNNING", token, 1)
+        assert (m.lease_token, m.attempt) == (token, 1)
+    monkeypatch.undo()
+    assert lock(mysql_store, "t.nowaitkilled") == []  # each leased once
+
+
+def test_a_lease_whose_lost_session_cannot_be_told_fails_and_its_token_gives_the_rows_back(
+        mysql_store, mysql_db, monkeypatch):
+    # A driver that does not say which session a connection is (or a session still running its
+    # statement): running the lease again would take other rows under the same token and leave
+    # these held until their lease ran out. It fails instead, as a lost COMMIT does, and the
+    # caller gives the token back (a worker does so after every failed pull).
+    ids = insert(mysql_store, "t.nowaitlost", 3)
+    _lease_killed(mysql_db, monkeypatch, before_update=False)
+    monkeypatch.setattr(claims, "session_of", lambda conn: None)
     request = LockRequest(Shard("t.nowaitlost"), "c1", 30, clock.now(), limit=100, lease_token="a" * 32)
-    with pytest.raises(StorageUnavailableError):
+    with pytest.raises(StorageUnavailableError, match="outcome is unknown"):
         mysql_store.leases.lock_batch(request)
     assert {mysql_store.reads.get_message(id).status for id in ids} == {"RUNNING"}
-    monkeypatch.setattr(claims, "apply_to_versions", real)
+    monkeypatch.undo()
     assert mysql_store.leases.release("a" * 32, clock.now()) == 3
     assert sorted(m.id for m in lock(mysql_store, "t.nowaitlost")) == ids
+
+
+def test_a_session_is_over_once_idle_or_gone_and_not_while_its_statement_runs(mysql_db):
+    from tidemq_broker.storages.lost_writes import session_of, statement_ended
+
+    with mysql_db.engine.connect() as watcher, mysql_db.engine.connect() as busy:
+        session = session_of(busy)
+        assert session == busy.connection.dbapi_connection.thread_id()
+        assert statement_ended(watcher, session, 0.0)  # idle between statements
+        running = threading.Thread(target=lambda: busy.exec_driver_sql("SELECT SLEEP(2)"))
+        running.start()
+        try:
+            wait_until(lambda: not statement_ended(watcher, session, 0.0), 5, what="the SLEEP running")
+            began = time.monotonic()
+            assert not statement_ended(watcher, session, 0.2)
+            assert time.monotonic() - began >= 0.2  # it looked for as long as it was told to
+            assert statement_ended(watcher, session, 10.0)  # the SLEEP's end
+        finally:
+            running.join()
+    with mysql_db.engine.connect() as watcher:
+        other = mysql_db.engine.connect()
+        killed = session_of(other)
+        _kill(mysql_db, other)
+        wait_until(lambda: statement_ended(watcher, killed, 0.0), 5, what="the killed session gone")
+        other.invalidate()
+        other.close()

@@ -59,9 +59,11 @@ from .parents import carried_parents, parents_of
 from .dialect import SqlDialect
 from .ids import bound_ids_in
 from .no_wait import NO_WAIT
+from .lost_writes import session_of, statement_ended
 from .rows import lease_change
 
-__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "lease_no_wait", "hand_off"]
+__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "lease_no_wait", "settle_lost_lease",
+           "LeaseOutcomeUnknown", "hand_off"]
 
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
@@ -71,6 +73,9 @@ _LEASED_COLUMNS = [m.c.id, m.c.data, m.c.effect_time, m.c.retry_remaining, m.c.a
 _LOCK_BY_KEY = select(*_LEASED_COLUMNS).where(bound_ids_in(), m.c.status == _NEW).with_for_update(skip_locked=True)
 #: What a no-wait lease reads with its candidates (they have id, priority and effect_time).
 _NO_WAIT_COLUMNS = (m.c.data, m.c.retry_remaining, m.c.attempt, m.c.trace_context, m.c.workflow_id, m.c.version)
+#: How long a lease whose connection was lost waits for that session's statement to end: a
+#: killed one ends within milliseconds; one the network cut off may run on unseen.
+_SETTLE_WAIT = 1.0
 _HELD_BY = select(m.c.id).where(bound_ids_in(), m.c.lease_token == bindparam("token", type_=m.c.lease_token.type))
 
 
@@ -223,6 +228,16 @@ def lease_rows(conn: Connection, topic: str, ids: Sequence[int], change: Change)
     return _deliveries(conn, topic, [(row, row.effect_time) for row in rows], change)
 
 
+class LeaseOutcomeUnknown(StorageUnavailableError):
+    """A no-wait lease lost its connection from its UPDATE on (``lease_no_wait``): ``take`` are
+    the rows it tried to lease, ``rows`` the candidates read, ``session`` the server's id of the
+    lost connection (None if unknown). ``settle_lost_lease`` reads what it leased."""
+
+    def __init__(self, message: str, session: Optional[int], rows: Sequence[Any], take: Sequence[Any]) -> None:
+        super().__init__(message)
+        self.session, self.rows, self.take = session, rows, take
+
+
 def lease_no_wait(conn: Connection, dialect: SqlDialect, request: LockRequest, change: Change,
                   due_by: datetime) -> Optional[LeasedBatch]:
     """``lock_batch`` in two statements on an autocommit connection, where the server can fail a
@@ -235,11 +250,12 @@ def lease_no_wait(conn: Connection, dialect: SqlDialect, request: LockRequest, c
     fewer rows than asked, the rows held under the lease's token say which.
 
     A connection lost from the UPDATE on leaves the lease's outcome unknown, and running it
-    again would lease other rows under the same token: it fails instead, as a lost COMMIT does,
-    and the consumer whose pull failed gives its token back (``Client.pull_request``)."""
+    again would lease other rows under the same token: it raises ``LeaseOutcomeUnknown``, and
+    the caller reads on another connection what the lease holds (``settle_lost_lease``)."""
     read = request.limit + 1
     rows = read_candidates(conn, dialect, request.shard, read, due_by, request.now, _NO_WAIT_COLUMNS)
     take = rows[:request.limit]
+    session = session_of(conn) if take else None
     try:
         if take:
             try:
@@ -249,16 +265,39 @@ def lease_no_wait(conn: Connection, dialect: SqlDialect, request: LockRequest, c
                     return None
                 raise
             if changed < len(take):
-                ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take],
-                                                   "token": change.values["lease_token"]}).scalars())
-                take = [row for row in take if row.id in ours]
-        take.sort(key=lambda row: (-row.priority, row.effect_time, row.id))
-        leased = _deliveries(conn, request.topic, [(row, row.effect_time) for row in take], change)
+                take = _held(conn, take, change)
+        return _batch(conn, request, rows, take, change, due_by)
     except DBAPIError as exc:
         if exc.connection_invalidated or isinstance(exc, OperationalError):
-            raise StorageUnavailableError(f"a lease's outcome is unknown: {exc.orig!r}") from exc
+            raise LeaseOutcomeUnknown(f"a lease's outcome is unknown: {exc.orig!r}", session, rows, take) from exc
         raise
-    return LeasedBatch(leased, reached(request.shard, rows, read, {lm.id for lm in leased}, due_by),
+
+
+def settle_lost_lease(conn: Connection, lost: LeaseOutcomeUnknown, request: LockRequest, change: Change,
+                      due_by: datetime) -> Optional[LeasedBatch]:
+    """What the no-wait lease ``lost`` leased, read on ``conn`` once the lost connection's
+    statement has ended (``lost_writes.statement_ended``): its delivery, as if its reply had come;
+    None when it leased nothing (the caller locks again). A session still running its statement
+    after ``_SETTLE_WAIT`` s leaves the outcome unknown: ``lost`` is raised, and the consumer
+    whose pull failed gives its token back (``Client.pull_request``)."""
+    if lost.session is None or not statement_ended(conn, lost.session, _SETTLE_WAIT):
+        raise lost
+    take = _held(conn, lost.take, change)
+    return _batch(conn, request, lost.rows, take, change, due_by) if take else None
+
+
+def _held(conn: Connection, take: Sequence[Any], change: Change) -> list[Any]:
+    """The rows of ``take`` that the lease ``change`` holds (under its token)."""
+    ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take], "token": change.values["lease_token"]}).scalars())
+    return [row for row in take if row.id in ours]
+
+
+def _batch(conn: Connection, request: LockRequest, rows: Sequence[Any], take: Sequence[Any], change: Change,
+           due_by: datetime) -> LeasedBatch:
+    """The delivery of a no-wait lease that took ``take`` of the candidates ``rows``."""
+    ordered = sorted(take, key=lambda row: (-row.priority, row.effect_time, row.id))
+    leased = _deliveries(conn, request.topic, [(row, row.effect_time) for row in ordered], change)
+    return LeasedBatch(leased, reached(request.shard, rows, request.limit + 1, {lm.id for lm in leased}, due_by),
                        drained=len(leased) == len(rows))
 
 

@@ -17,7 +17,7 @@ from tidemq.lifecycle import MessageStatus
 from ..records import LeasedBatch, LeasedMessage, LockRequest, OutageGrace, TopicSettings
 from ..schema import message as m
 from .changes import apply
-from .claims import lease_no_wait, lease_rows, reached, read_candidates
+from .claims import LeaseOutcomeUnknown, lease_no_wait, lease_rows, reached, read_candidates, settle_lost_lease
 from .database import SqlDatabase
 from .dependencies import stop_after
 from .workflow_tally import Tally
@@ -47,7 +47,13 @@ class Leases:
         limited = request.limits is not None and request.limits.any
         if not limited and self._no_wait:
             # Two statements, no transaction to open and end: see claims.lease_no_wait.
-            batch = self._db.autocommit(lambda conn: self._leased_no_wait(conn, request, change, due_by))
+            try:
+                batch = self._db.autocommit(lambda conn: self._leased_no_wait(conn, request, change, due_by))
+            except LeaseOutcomeUnknown as exc:
+                # Its connection was lost (a KILL, a restart): what it leased is read on another
+                # one, so that the pull still answers with it rather than fail and give it back.
+                lost = exc
+                batch = self._db.read(lambda conn: settle_lost_lease(conn, lost, request, change, due_by))
             if batch is not None:
                 return batch
 
