@@ -29,7 +29,9 @@ __all__ = ["AckSender"]
 
 log = logging.getLogger(__name__)
 _ACK_BATCH = 500
-_RETRY_FIRST, _RETRY_MOST = 0.2, 2.0  # seconds between attempts to record outcomes: doubling, capped
+#: Seconds between attempts to record outcomes after the first retry, which goes at once (one lost
+#: database connection, a KILL or a broker's restart, is over by then): doubling, capped.
+_RETRY_FIRST, _RETRY_MOST = 0.2, 2.0
 
 
 class AckSender:
@@ -107,7 +109,7 @@ class AckSender:
     def _record(self, batch: list[AckItem]) -> Iterator[tuple[list[AckItem], Optional[list[AckOutcome]]]]:
         """Send ``batch`` until a broker records it; yield each part sent with its outcomes (None
         when refused or given up). A part the brokers' database failed goes again in halves."""
-        parts, pause = [batch], _RETRY_FIRST
+        parts, pause = [batch], 0.0
         while parts:
             part = parts[0]
             try:
@@ -124,7 +126,7 @@ class AckSender:
                 continue
             else:
                 parts.pop(0)
-                pause = _RETRY_FIRST
+                pause = 0.0
                 yield part, outcomes
                 continue
             if self._drain.pause(pause):  # a stopping worker's drain ran out: what is left is given up
@@ -132,4 +134,4 @@ class AckSender:
                     self._dropped += len(left)
                     yield left, None
                 return
-            pause = min(pause * 2, _RETRY_MOST)
+            pause = min(max(pause * 2, _RETRY_FIRST), _RETRY_MOST)

@@ -28,10 +28,11 @@ from .prefetch import Prefetch
 __all__ = ["QueueRunner", "delivery_to_message"]
 
 log = logging.getLogger(__name__)
-_PULL_RETRY_MOST = 1.0  # seconds between pulls that fail, at most: the pace returns soon after an outage
+# Failed pulls: the first retry at once (one lost database connection is over by then), then
+_PULL_RETRY_FIRST, _PULL_RETRY_MOST = 0.1, 1.0  # s, doubling, capped: the pace returns soon after an outage
 # Seconds a give-back may wait for a broker. It only spares its messages the wait for their lease
-# to expire, and when a whole stack stops no broker will ever answer it: a stopping worker spent
-# its whole drain timeout retrying it.
+# to expire, and when a whole stack stops no broker will ever answer it (a stopping worker spent
+# its whole drain timeout retrying it).
 _GIVE_BACK_MOST = 2.0
 
 
@@ -248,7 +249,7 @@ class QueueRunner:
         return rank == 0 if self.serial else rank >= 0
 
     def _fetch_loop(self) -> None:
-        backoff = 0.1
+        backoff = 0.0
         while not self._stopping.is_set():
             with self._cond:
                 if not self._cond.wait_for(lambda: self._stopping.is_set() or self._ready(), 0.5):
@@ -268,7 +269,7 @@ class QueueRunner:
                     self.spec.topic, self._consumer, rank=rank, total=total, serial=self.serial, max_messages=want,
                     wait=self._long_poll, ttr=self.spec.ttr, lease_token=token, track=handle, ahead=self.spec.ahead,
                     hold=self._keeper.hold_seconds)
-                backoff = 0.1
+                backoff = 0.0
             except PullCancelledError:
                 self._give_back(token)
                 continue  # suspended, re-ranked or stopping: the loop decides what to do next
@@ -278,7 +279,7 @@ class QueueRunner:
                 log.log(level, "pull of %s failed: %s", self.spec.topic, exc)
                 self._give_back(token)
                 self._stopping.wait(backoff)
-                backoff = min(backoff * 2, _PULL_RETRY_MOST)
+                backoff = min(max(backoff * 2, _PULL_RETRY_FIRST), _PULL_RETRY_MOST)
                 continue
             finally:
                 with self._cond:

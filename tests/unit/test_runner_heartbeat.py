@@ -253,3 +253,30 @@ def test_a_message_a_long_poll_waited_for_starts_at_once_on_its_short_lease(stub
     wait_until(lambda: stub.message(msg_id).status == "SUCCESS", 10, what="the message to succeed")
     assert ran == [(msg_id, before)]  # once, and started before any extension
     assert stub.message(msg_id).attempt == 1 and worker.runners[0].stale == 0
+
+
+@pytest.mark.parametrize("call", ["ack", "pull"])
+def test_a_call_that_fails_once_is_tried_again_at_once(stub, start, monkeypatch, call):
+    # One lost database connection (a KILL, a broker's restart) fails one call; the next goes
+    # through. Its first retry does not wait: with the pause before every later retry made 30 s
+    # here, the message still runs and is recorded within seconds.
+    import tidemq.ack_sender
+    import tidemq.queue_runner
+
+    monkeypatch.setattr(tidemq.ack_sender, "_RETRY_FIRST", 30.0)
+    monkeypatch.setattr(tidemq.queue_runner, "_PULL_RETRY_FIRST", 30.0)
+    topic = f"t.once.{call}"
+    real, failed = getattr(stub, call), []
+
+    def fails_once(*args, **kwargs):
+        if not failed:
+            failed.append(call)
+            raise StorageUnavailableError("the database is unavailable: (2013, 'Lost connection')")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stub, call, fails_once)
+    msg_id = stub.produce(topic, 1)
+    worker = start(ConsumerSpec(topic, MessageType.QUEUE, lambda message: None, threads=1, ttr=30))
+    wait_until(lambda: stub.ids(topic, "SUCCESS") == [msg_id], 10, what="the message recorded")
+    assert failed == [call] and stub.message(msg_id).attempt == 1
+    wait_until(lambda: worker.runners[0].succeeded == 1, 5, what="the runner to count the ack")
