@@ -1,4 +1,4 @@
--- tidemq schema (version 13) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
+-- tidemq schema (version 14) for MySQL 8 / MariaDB 10.8+ (InnoDB, utf8mb4; descending indexes).
 -- Run the server with transaction-isolation=READ-COMMITTED and innodb_autoinc_lock_mode=1 (or 0).
 -- `tidemq db init` creates the same schema; tests/integration/test_schema_sql.py fails when they differ.
 
@@ -17,6 +17,10 @@
 --   wait_mode    how it waits: 0 until its dependencies succeeded (a failure cancels it), 1 until
 --                they all ended whatever their outcome, 2 until they ended with a failure among them
 --   deps_failed  dependencies that ended FAIL or CANCELLED
+--   keyed_topic  generated: the topic when unique_key is set, NULL without one
+-- uk_message_unique_key keeps a topic's unique keys unique. A message without one has no value
+-- in it (NULL in both columns), so on a Galera cluster keyless inserts of a topic through
+-- different nodes do not conflict in certification, as they did on one (topic, NULL) value.
 -- idx_message_lock serves the pull lock: topic and status by equality, then one range of
 -- effect_time per priority (the lock names all ten), read in index order: no row is sorted.
 -- idx_message_topic_status_lease finds each topic's expired leases and, lease_expire being NULL
@@ -53,8 +57,9 @@ CREATE TABLE `tidemq_message` (
   `workflow_id` bigint(20) DEFAULT NULL,
   `wait_mode` tinyint(4) NOT NULL DEFAULT 0,
   `deps_failed` int(11) NOT NULL DEFAULT 0,
+  `keyed_topic` varchar(255) GENERATED ALWAYS AS (case when `unique_key` is null then NULL else `topic` end) STORED,
   PRIMARY KEY (`id`),
-  UNIQUE KEY `uk_message_topic_unique_key` (`topic`,`unique_key`),
+  UNIQUE KEY `uk_message_unique_key` (`unique_key`,`keyed_topic`),
   KEY `idx_message_lock` (`topic`,`status`,`priority` DESC,`effect_time`),
   KEY `idx_message_topic_status_lease` (`topic`,`status`,`lease_expire`),
   KEY `idx_message_workflow` (`workflow_id`)

@@ -13,6 +13,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Computed,
     DateTime,
     Double,
     Index,
@@ -22,7 +23,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
 )
 from sqlalchemy import text
 from sqlalchemy.dialects import mysql
@@ -34,7 +34,7 @@ __all__ = ["metadata", "message", "topic", "topic_stats", "alarm", "admin_user",
            "produce_request", "principal", "topic_count", "admin_session", "login_failure", "schedule", "dependency",
            "workflow", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 # Milliseconds matter for delays: MySQL's DATETIME defaults to whole seconds.
 Time = DateTime().with_variant(mysql.DATETIME(fsp=3), "mysql", "mariadb")
@@ -92,7 +92,14 @@ message = Table(
     # its dependencies' success) and how many of its dependencies ended without succeeding.
     Column("wait_mode", TinyInt, nullable=False, server_default=text("0")),
     Column("deps_failed", Integer, nullable=False, server_default=text("0")),
-    UniqueConstraint("topic", "unique_key", name="uk_message_topic_unique_key"),
+    # A topic's unique keys (version 14): the topic of a message with a unique key, NULL
+    # without one, computed by the server. (unique_key, keyed_topic) is unique; a keyless row has
+    # no value in it, where (topic, unique_key) gave every keyless message of a topic the value
+    # (topic, NULL). A Galera node certifies a write set by the unique-key values of the rows it
+    # writes, so that one value made every insert of a topic conflict with every insert of the
+    # same topic through another node (tidemq.tables, docs/ARCHITECTURE.md "Galera").
+    Column("keyed_topic", String(255),
+           Computed("CASE WHEN unique_key IS NULL THEN NULL ELSE topic END", persisted=True), nullable=True),
     # The pull lock: equality on topic and status, then one range of effect_time per priority,
     # read in index order (priority DESC, effect_time): the lock names every priority
     # (``priority IN (9, ..., 0)``), so each range stops at the first message not yet due and no
@@ -108,6 +115,8 @@ message = Table(
     # A workflow's steps (version 13): cancelling a workflow and the console's graph read them.
     # Written on insert and when a message joins a workflow, never by a change of status.
     Index("idx_message_workflow", "workflow_id"),
+    # Produce finds stored keys by (unique_key, keyed_topic); the console filters by unique_key.
+    Index("uk_message_unique_key", "unique_key", "keyed_topic", unique=True),
     # Never reuse the id of a deleted message (SQLite would, without AUTOINCREMENT).
     sqlite_autoincrement=True,
     mysql_engine="InnoDB",
@@ -362,5 +371,6 @@ for _table, _names in ((message, tables.MESSAGE), (topic, tables.TOPIC), (schema
                        (admin_session, tables.ADMIN_SESSION), (login_failure, tables.LOGIN_FAILURE),
                        (schedule, tables.SCHEDULE), (dependency, tables.DEPENDENCY),
                        (workflow, tables.WORKFLOW)):
-    if tuple(c.name for c in _table.columns) != _names.columns():
+    if (tuple(c.name for c in _table.columns if c.computed is None) != _names.columns()
+            or tuple(c.name for c in _table.columns if c.computed is not None) != _names.generated()):
         raise AssertionError(f"{_table.name}: the columns differ from tidemq.tables")

@@ -44,6 +44,10 @@ def old_store(request, tmp_path):
             conn.exec_driver_sql(f"ALTER TABLE {m.name} DROP COLUMN {column}")
         conn.exec_driver_sql("DROP TABLE tidemq_dependency")
         conn.exec_driver_sql("DROP TABLE tidemq_workflow")
+        conn.exec_driver_sql(f"DROP INDEX uk_message_unique_key{on}")  # version 14's index and column
+        conn.exec_driver_sql(f"ALTER TABLE {m.name} DROP COLUMN keyed_topic")
+        conn.exec_driver_sql(f"CREATE UNIQUE INDEX uk_message_topic_unique_key ON {m.name} (topic, unique_key)")
+        conn.execute(update(m).where(m.c.id == ids[2]).values(unique_key="k2"))  # a keyed row from before
         conn.execute(update(m).where(m.c.id == leased[0].id).values(lease_expire=clock.after(now, 30)))
         conn.execute(delete(v))
         conn.execute(insert(v).values(version=1, applied_at=now))
@@ -70,6 +74,13 @@ def test_upgrade_applies_version_2_once(old_store):
     assert {"trace_context", "deps_left", "workflow_id", "wait_mode", "deps_failed"} <= columns
     assert {"tidemq_dependency", "tidemq_workflow"} <= set(inspect(db.engine).get_table_names())
     assert "idx_message_workflow" in _indexes(db)
+    assert "keyed_topic" in columns and "uk_message_unique_key" in _indexes(db)
+    assert "uk_message_topic_unique_key" not in _indexes(db)
+    now = clock.now()
+    # The key stored before the step is still taken: a produce with it answers the stored id.
+    again = store.messages.insert_messages([NewRow("mig", "again", now, 0, unique_key="k2"),
+                                            NewRow("mig", "other", now, 0, unique_key="k3")], now)
+    assert again[0] == ids[2] and again[1] not in ids
     done, running, new = (store.reads.get_message(i) for i in (leased[0].id, leased[1].id, ids[2]))
     assert (done.status, done.lease_expire) == ("SUCCESS", None)
     assert running.status == "RUNNING" and running.lease_expire is not None  # a live lease is kept

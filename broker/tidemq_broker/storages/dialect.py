@@ -110,15 +110,17 @@ class SqlDialect(abc.ABC):
         return self.force_index(stmt, "idx_message_lock")
 
     def alter_table(self, conn: Connection, table: str, columns: Sequence[str] = (), drop_index: Optional[str] = None,
-                    add_index: Optional[str] = None) -> None:
+                    add_index: Optional[str] = None, unique: bool = False) -> None:
         """A schema step's change of ``table``: add ``columns`` (each ``name TYPE ...``), drop the
-        index ``drop_index``, add the index ``add_index`` (``name (column, ...)``), in that order."""
+        index ``drop_index``, add the index ``add_index`` (``name (column, ...)``; ``unique``: a
+        unique one), in that order."""
         for column in columns:
             conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column}")
         if drop_index:
             conn.exec_driver_sql(f"DROP INDEX {drop_index}")
         if add_index:
-            conn.exec_driver_sql(f"CREATE INDEX {add_index.replace(' (', f' ON {table} (', 1)}")
+            kind = "UNIQUE INDEX" if unique else "INDEX"
+            conn.exec_driver_sql(f"CREATE {kind} {add_index.replace(' (', f' ON {table} (', 1)}")
 
     def no_wait(self, conn: Connection) -> bool:
         """Whether ``conn``'s server fails a statement with the execution option

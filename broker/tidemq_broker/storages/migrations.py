@@ -177,6 +177,27 @@ def _workflows(db: SqlDatabase) -> None:
     metadata.create_all(db.engine, tables=[workflow])
 
 
+def _keyed_topic(db: SqlDatabase) -> None:
+    """Version 14: a topic's unique keys are unique in ``(unique_key, keyed_topic)``, where
+    ``keyed_topic`` is generated: the topic of a message with a unique key, NULL without one. The
+    index ``(topic, unique_key)`` gave every keyless message of a topic the value (topic, NULL),
+    which a Galera cluster certifies: inserts of a topic through two nodes conflicted. One ALTER
+    TABLE on MySQL. SQLite keeps its table's (topic, unique_key) constraint (it cannot drop it
+    without copying the table), which says the same."""
+    inspector = inspect(db.engine)
+    columns = {column["name"] for column in inspector.get_columns(MESSAGE.name)}
+    indexes = {ix["name"] for ix in inspector.get_indexes(MESSAGE.name)}
+    added = [] if MESSAGE.keyed_topic in columns else [
+        f"{MESSAGE.keyed_topic} VARCHAR(255) GENERATED ALWAYS AS "
+        f"(CASE WHEN {MESSAGE.unique_key} IS NULL THEN NULL ELSE {MESSAGE.topic} END) STORED"]
+    old = "uk_message_topic_unique_key"
+    new = None if "uk_message_unique_key" in indexes else \
+        f"uk_message_unique_key ({MESSAGE.unique_key}, {MESSAGE.keyed_topic})"
+    with db.engine.begin() as conn:
+        db.dialect.alter_table(conn, MESSAGE.name, added, drop_index=old if old in indexes else None,
+                               add_index=new, unique=True)
+
+
 STEPS = (
     Step(2, "lease_expire only while RUNNING; one (topic, status, lease_expire) index replaces four", _lease_indexes),
     Step(3, "tidemq_topic.max_deliveries: poison messages end in FAIL", _max_deliveries),
@@ -191,6 +212,7 @@ STEPS = (
     Step(11, "results: a message's result, progress and cancel request; a topic's result retention", _results),
     Step(12, "dependencies: a message's deps_left and workflow_id, tidemq_dependency's edges", _dependencies),
     Step(13, "workflows: a message's wait_mode and deps_failed, an index on workflow_id, tidemq_workflow", _workflows),
+    Step(14, "unique keys in (unique_key, keyed_topic): a keyless message gives Galera no key to certify", _keyed_topic),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

@@ -287,10 +287,11 @@ class MySqlDialect(SqlDialect):
         return stmt
 
     def alter_table(self, conn: Connection, table: str, columns: Sequence[str] = (), drop_index: Optional[str] = None,
-                    add_index: Optional[str] = None) -> None:
+                    add_index: Optional[str] = None, unique: bool = False) -> None:
         # One ALTER TABLE: MySQL rebuilds the table once for all of its changes.
+        kind = "UNIQUE INDEX" if unique else "INDEX"
         changes = [f"ADD COLUMN {column}" for column in columns] + \
-            ([f"DROP INDEX {drop_index}"] if drop_index else []) + ([f"ADD INDEX {add_index}"] if add_index else [])
+            ([f"DROP INDEX {drop_index}"] if drop_index else []) + ([f"ADD {kind} {add_index}"] if add_index else [])
         if changes:
             conn.exec_driver_sql(f"ALTER TABLE {table} " + ", ".join(changes))
 

@@ -85,7 +85,7 @@ def leased(row: Mapping[str, Any], topic: str, depends_on: tuple[int, ...] = ())
 
 def to_message(row: Mapping[str, Any]) -> StoredMessage:
     """A full message row as a StoredMessage."""
-    values = dict(row)
+    values = {name: value for name, value in row.items() if name not in M.generated()}
     schedule = values.get(M.retry_schedule)
     values[M.retry_schedule] = json.loads(schedule) if schedule else None
     return StoredMessage(**values)

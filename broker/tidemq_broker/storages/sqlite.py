@@ -18,6 +18,10 @@ from .dialect import CallerTransaction, SqlDialect
 __all__ = ["SqliteDialect"]
 
 _ROWS_PER_STATEMENT = 500  # 19 columns each: stays under SQLite's 32766 variables
+# _KEYED: a keyed insert does nothing on a conflict of any unique key, no target named. A
+# database made before version 14 keeps its (topic, unique_key) constraint beside version 14's
+# (unique_key, keyed_topic) index (SQLite cannot drop a table's constraint without copying the
+# table); the two say the same, and a key taken may trip either first.
 
 
 class SqliteDialect(SqlDialect):
@@ -50,7 +54,7 @@ class SqliteDialect(SqlDialect):
     def insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         for start in range(0, len(values), _ROWS_PER_STATEMENT):
             stmt = sqlite_insert(m).values(values[start : start + _ROWS_PER_STATEMENT])
-            conn.execute(stmt.on_conflict_do_nothing(index_elements=["topic", "unique_key"]))
+            conn.execute(stmt.on_conflict_do_nothing())  # whichever unique key (_KEYED)
 
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
@@ -60,14 +64,17 @@ class SqliteDialect(SqlDialect):
         conn.execute(sqlite_insert(login_failure).values(values).on_conflict_do_nothing(index_elements=["key_hash"]))
 
     def enqueue_keyed(self, tx: CallerTransaction, values: dict[str, Any]) -> Optional[int]:
-        tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing(index_elements=["topic", "unique_key"]))
-        _, rows = tx.execute(select(m.c.id).where(m.c.topic == values["topic"], m.c.unique_key == values["unique_key"]))
+        tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing())  # whichever unique key (_KEYED)
+        _, rows = tx.execute(select(m.c.id).where(m.c.keyed_topic == values["topic"],
+                                                  m.c.unique_key == values["unique_key"]))
         return rows[0][0] if rows else None
 
     def alter_table(self, conn: Connection, table: str, columns: Sequence[str] = (), drop_index: Optional[str] = None,
-                    add_index: Optional[str] = None) -> None:
-        super().alter_table(conn, table, [column.replace("DATETIME(3)", "DATETIME") for column in columns], drop_index,
-                            add_index)
+                    add_index: Optional[str] = None, unique: bool = False) -> None:
+        # SQLite adds a generated column as VIRTUAL only (a new table has it STORED): read, the
+        # two are alike, and an index on it holds its values either way.
+        super().alter_table(conn, table, [column.replace("DATETIME(3)", "DATETIME").replace(") STORED", ") VIRTUAL")
+                                          for column in columns], drop_index, add_index, unique)
 
     def lock_topic_row(self, conn: Connection, topic: str) -> bool:
         """Nothing to lock: the database object's process lock already serialises every transaction."""

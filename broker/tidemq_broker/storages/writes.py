@@ -297,7 +297,8 @@ def _ids_by_unique_key(conn: Connection, keys: list[tuple[str, str]]) -> dict[tu
         key_list = sorted(key_set)
         for start in range(0, len(key_list), _CHUNK):
             chunk = key_list[start : start + _CHUNK]
-            stmt = select(m.c.id, m.c.unique_key).where(m.c.topic == topic_name, m.c.unique_key.in_(chunk))
+            # Read from the unique index alone: (unique_key, keyed_topic), the id with them.
+            stmt = select(m.c.id, m.c.unique_key).where(m.c.keyed_topic == topic_name, m.c.unique_key.in_(chunk))
             for row in conn.execute(stmt):
                 found[(topic_name, row.unique_key)] = row.id
     return found
