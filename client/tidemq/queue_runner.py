@@ -274,11 +274,11 @@ class QueueRunner:
                 self._give_back(token)
                 continue  # suspended, re-ranked or stopping: the loop decides what to do next
             except TidemqError as exc:
-                # A retriable failure (brokers or their database away) is logged once by the pool.
-                level = logging.DEBUG if isinstance(exc, RetriableError) else logging.ERROR
-                log.log(level, "pull of %s failed: %s", self.spec.topic, exc)
+                # A retriable failure is logged once by the pool; a refusal (a bug of ours) here.
+                retriable = isinstance(exc, RetriableError)
+                log.log(logging.DEBUG if retriable else logging.ERROR, "pull of %s failed: %s", self.spec.topic, exc)
                 self._give_back(token)
-                self._stopping.wait(backoff)
+                self._stopping.wait(backoff if retriable else max(backoff, _PULL_RETRY_FIRST))  # refused: not at once
                 backoff = min(max(backoff * 2, _PULL_RETRY_FIRST), _PULL_RETRY_MOST)
                 continue
             finally:

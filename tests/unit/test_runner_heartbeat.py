@@ -14,7 +14,7 @@ from tests.servers import wait_until
 from tidemq import Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq.coordinators.local import LocalCoordinator
-from tidemq.errors import StorageUnavailableError
+from tidemq.errors import PermissionDeniedError, StorageUnavailableError
 from tidemq.lease_keeper import HOLD
 from tidemq.link import LeaseRef
 from tidemq.message import MessageType
@@ -280,3 +280,25 @@ def test_a_call_that_fails_once_is_tried_again_at_once(stub, start, monkeypatch,
     wait_until(lambda: stub.ids(topic, "SUCCESS") == [msg_id], 10, what="the message recorded")
     assert failed == [call] and stub.message(msg_id).attempt == 1
     wait_until(lambda: worker.runners[0].succeeded == 1, 5, what="the runner to count the ack")
+
+
+def test_a_refused_pull_is_not_tried_again_at_once(stub, start, monkeypatch):
+    # A refusal (a bug of ours, not an outage) would be refused again: unlike a failure, it is
+    # not tried again at once, but after the fetch loop's first pause (made 0.3 s here).
+    import tidemq.queue_runner
+
+    monkeypatch.setattr(tidemq.queue_runner, "_PULL_RETRY_FIRST", 0.3)
+    topic = "t.refused.pull"
+    real, calls = stub.pull, []
+
+    def refused_once(*args, **kwargs):
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise PermissionDeniedError("pull of t.refused.pull is not allowed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stub, "pull", refused_once)
+    msg_id = stub.produce(topic, 1)
+    start(ConsumerSpec(topic, MessageType.QUEUE, lambda message: None, threads=1, ttr=30))
+    wait_until(lambda: stub.ids(topic, "SUCCESS") == [msg_id], 10, what="the message recorded")
+    assert calls[1] - calls[0] >= 0.3
