@@ -97,7 +97,7 @@ message = Table(
     # no value in it, where (topic, unique_key) gave every keyless message of a topic the value
     # (topic, NULL). A Galera node certifies a write set by the unique-key values of the rows it
     # writes, so that one value made every insert of a topic conflict with every insert of the
-    # same topic through another node (tidemq.tables, docs/ARCHITECTURE.md "Galera").
+    # same topic through another node (docs/ARCHITECTURE.md, "Unique keys and certification").
     Column("keyed_topic", String(255),
            Computed("CASE WHEN unique_key IS NULL THEN NULL ELSE topic END", persisted=True), nullable=True),
     # The pull lock: equality on topic and status, then one range of effect_time per priority,

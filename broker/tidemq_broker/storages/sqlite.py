@@ -18,7 +18,7 @@ from .dialect import CallerTransaction, SqlDialect
 __all__ = ["SqliteDialect"]
 
 _ROWS_PER_STATEMENT = 500  # 19 columns each: stays under SQLite's 32766 variables
-# _KEYED: a keyed insert does nothing on a conflict of any unique key, no target named. A
+# A keyed insert does nothing on a conflict of any unique key (no conflict target named): a
 # database made before version 14 keeps its (topic, unique_key) constraint beside version 14's
 # (unique_key, keyed_topic) index (SQLite cannot drop a table's constraint without copying the
 # table); the two say the same, and a key taken may trip either first.
@@ -54,7 +54,7 @@ class SqliteDialect(SqlDialect):
     def insert_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         for start in range(0, len(values), _ROWS_PER_STATEMENT):
             stmt = sqlite_insert(m).values(values[start : start + _ROWS_PER_STATEMENT])
-            conn.execute(stmt.on_conflict_do_nothing())  # whichever unique key (_KEYED)
+            conn.execute(stmt.on_conflict_do_nothing())  # any unique key (top of module)
 
     def insert_topics_ignoring_duplicates(self, conn: Connection, values: list[dict[str, Any]]) -> None:
         conn.execute(sqlite_insert(t).values(values).on_conflict_do_nothing(index_elements=["name"]))
@@ -64,7 +64,7 @@ class SqliteDialect(SqlDialect):
         conn.execute(sqlite_insert(login_failure).values(values).on_conflict_do_nothing(index_elements=["key_hash"]))
 
     def enqueue_keyed(self, tx: CallerTransaction, values: dict[str, Any]) -> Optional[int]:
-        tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing())  # whichever unique key (_KEYED)
+        tx.execute(sqlite_insert(m).values(values).on_conflict_do_nothing())  # any unique key (top of module)
         _, rows = tx.execute(select(m.c.id).where(m.c.keyed_topic == values["topic"],
                                                   m.c.unique_key == values["unique_key"]))
         return rows[0][0] if rows else None
