@@ -1,4 +1,4 @@
-"""The VALUES text of a multi-row INSERT into the message table, escaped as MySQL reads it.
+"""The text of a multi-row INSERT into the message table, its values escaped as MySQL reads them.
 
 Built by hand rather than by the driver: escaping every value of every row through PyMySQL was
 the largest part of a broker's CPU time under produce load (docs/PERFORMANCE.md, "Hot paths").
@@ -11,14 +11,39 @@ from typing import Any
 import pymysql
 from pymysql.constants import SERVER_STATUS
 
+from tidemq.tables import MESSAGE as M
+
 from .rows import INSERT_COLUMNS
 
-__all__ = ["literal_rows"]
+__all__ = ["insert_sql", "chunks_by_size", "literal_rows"]
 
+_STATEMENT_BYTES = 4 * 1024 * 1024  # keep each INSERT well under max_allowed_packet
+_COLS = ", ".join(INSERT_COLUMNS)
 _DATA = INSERT_COLUMNS.index("data")
 _SHARED = [col for col in INSERT_COLUMNS if col != "data"]  # the columns rows of a group often share
 #: What a backslash-escaping server needs escaped in a string literal; the backslash goes first.
 _ESCAPES = [("\\", "\\\\"), ("'", "\\'"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\032", "\\Z")]
+
+
+def insert_sql(dbapi: pymysql.connections.Connection, rows: list[dict[str, Any]], suffix: str = "") -> str:
+    """One multi-row INSERT of ``rows`` (a group commit's chunk), ``suffix`` appended; the
+    first row's data is its one parameter (``literal_rows``)."""
+    return f"INSERT INTO {M.name} ({_COLS}) VALUES " + literal_rows(dbapi, rows) + suffix
+
+
+def chunks_by_size(values: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``values`` (rows to insert) in chunks of one INSERT each, each well under the server's
+    packet limit."""
+    chunks: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for row in values:
+        row_size = len(row["data"]) * 2 + len(row["trace"]) + 512  # escaping may double the data
+        if chunks[-1] and size + row_size > _STATEMENT_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(row)
+        size += row_size
+    return chunks
 
 
 def literal_rows(dbapi: pymysql.connections.Connection, rows: list[dict[str, Any]]) -> str:
