@@ -24,7 +24,6 @@ from ..schema import login_failure, message, topic
 from .dialect import CallerTransaction, SqlDialect
 from .failover import Addresses, mark_not_serving_as_disconnect, split_addresses
 from .mysql_values import chunks_by_size, insert_sql
-from .rows import INSERT_COLUMNS
 
 
 __all__ = ["MySqlDialect"]
@@ -34,7 +33,6 @@ _TRANSIENT = {1205, 1213}  # lock wait timeout, deadlock: retry the transaction
 _CROWDED = {1040, 1203}  # too many connections, of the server or of the user
 # The server dropped the connection: killed (1927), gone away (2006), lost mid-query (2013), ...
 _LOST_CONNECTION = {1927, 2006, 2013, 2014, 2045, 2055, 4031}
-_COLS = ", ".join(INSERT_COLUMNS)
 # A QUEUE shard is MOD(id DIV step, total) = rank, with step the server's id increment: with
 # auto_increment_increment = n (a Galera cluster of n nodes sets it), every id one node hands out
 # is alike modulo n, so MOD(id, n) would give each node's messages to one consumer; dividing by
@@ -42,7 +40,6 @@ _COLS = ", ".join(INSERT_COLUMNS)
 # Galera changes it when nodes join or leave, and every broker must use the same rule at the same
 # time (a rule cached per broker would leave some ids in no shard, or in two).
 _ID_STEP = "@@GLOBAL.auto_increment_increment"
-_ROW = "(" + ", ".join(["%s"] * len(INSERT_COLUMNS)) + ")"
 
 
 class MySqlDialect(SqlDialect):
@@ -137,11 +134,7 @@ class MySqlDialect(SqlDialect):
             cursor.execute(sql, (values[0]["data"],))
             if commit:
                 cursor.nextset()  # past START TRANSACTION, to the rows' INSERT
-            if returning:
-                ids = [int(row[0]) for row in cursor.fetchall()]  # in the order of the VALUES list
-            else:
-                first = int(cursor.lastrowid)  # the first statement's LAST_INSERT_ID()
-                ids = [first + k * step for k in range(len(values))]
+            ids = self._inserted_ids(cursor, len(values), returning)  # of the rows' INSERT
             try:
                 cursor.nextset()  # the request rows: a request id stored already fails here
             except pymysql.err.IntegrityError as exc:
@@ -212,20 +205,13 @@ class MySqlDialect(SqlDialect):
     def insert_plain(self, conn: Connection, values: list[dict[str, Any]]) -> list[int]:
         if self._consecutive_ids is None:
             self._check_autoincrement(conn)
+        returning = not self._consecutive_ids and self._returning
+        # Under lock mode 2 without RETURNING (MySQL) only a one-row INSERT tells its row's id.
+        chunks = chunks_by_size(values) if self._consecutive_ids or returning else [[row] for row in values]
         ids: list[int] = []
-        if not self._consecutive_ids and self._returning:
-            for chunk in chunks_by_size(values):
-                # The rows come back in the order of the VALUES list, each with its own id.
-                ids.extend(int(row[0]) for row in _insert_rows(conn, chunk, f" RETURNING {M.id}"))
-            return ids
-        if not self._consecutive_ids:
-            for row in values:
-                result = conn.exec_driver_sql(f"INSERT INTO {M.name} ({_COLS}) VALUES {_ROW}", _params([row]))
-                ids.append(int(result.lastrowid))
-            return ids
-        for chunk in chunks_by_size(values):
-            first = int(_insert_rows(conn, chunk).lastrowid)  # LAST_INSERT_ID(): the first row's id
-            ids.extend(first + k * self._id_step for k in range(len(chunk)))
+        for chunk in chunks:
+            result = _insert_rows(conn, chunk, f" RETURNING {M.id}" if returning else "")
+            ids.extend(self._inserted_ids(result, len(chunk), returning))
         return ids
 
     def insert_plain_alone(self, conn: Connection, values: list[dict[str, Any]]) -> Optional[list[int]]:
@@ -240,12 +226,18 @@ class MySqlDialect(SqlDialect):
         try:
             cursor.execute(insert_sql(cursor.connection, values, f" RETURNING {M.id}" if returning else ""),
                            (values[0]["data"],))
-            if returning:
-                return [int(row[0]) for row in cursor.fetchall()]  # in the order of the VALUES list
-            first = int(cursor.lastrowid)  # LAST_INSERT_ID(): the first row's id
-            return [first + k * self._id_step for k in range(len(values))]
+            return self._inserted_ids(cursor, len(values), returning)
         finally:
             cursor.close()
+
+    def _inserted_ids(self, result: Any, count: int, returning: bool) -> list[int]:
+        """The ids of the ``count`` rows one INSERT wrote (``result``: SQLAlchemy's or the driver's
+        cursor at that statement): read back with RETURNING, in the order of its VALUES list, or
+        LAST_INSERT_ID() (the first row's) and the server's increment."""
+        if returning:
+            return [int(row[0]) for row in result.fetchall()]
+        first = int(result.lastrowid)
+        return [first + k * self._id_step for k in range(count)]
 
     def commits_alone(self, answering: bool) -> bool:
         if self._consecutive_ids is None:
@@ -379,8 +371,4 @@ def _mariadb_with_returning(version: str) -> bool:
 
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
     return conn.exec_driver_sql(insert_sql(conn.connection.dbapi_connection, rows, suffix), (rows[0]["data"],))
-
-
-def _params(rows: list[dict[str, Any]]) -> tuple[Any, ...]:
-    return tuple(row[col] for row in rows for col in INSERT_COLUMNS)
 
