@@ -28,7 +28,6 @@ from tidemq.config import Settings
 from tidemq.errors import ConfigurationError
 from tidemq.rpc import tidemq_pb2 as pb
 
-from .hints import Arrival
 from .intake import rows_from_request, steps_from_request
 from .storage import Storage
 from .storages import open_storage
@@ -50,8 +49,9 @@ class DirectProducer:
         self.max_data_bytes = settings.max_data_bytes
         self.topics = TopicCache(self.storage.topics)
         # As many commits at once as the client keeps Produce RPCs open: its own coalescing
-        # already queues what comes beyond them.
-        self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.name, self._committed,
+        # already queues what comes beyond them. No pull waits in this process: brokers' insert
+        # watches find the rows, so a commit notifies no one.
+        self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.name, None,
                                         slots=settings.produce_in_flight)
 
     def produce(self, request: pb.ProduceRequest, timeout: float) -> list[int]:
@@ -73,8 +73,3 @@ class DirectProducer:
         self.writer.stop()
         if self._own_storage:
             self.storage.close()
-
-    @staticmethod
-    def _committed(arrivals: dict[str, Arrival], ids: list[int]) -> None:
-        # No pull waits in this process: brokers' insert watches find the rows.
-        return None

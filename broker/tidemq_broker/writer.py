@@ -34,7 +34,7 @@ class GroupCommitWriter:
     """Batches concurrent produce requests into shared transactions (``slots`` at a time)."""
 
     def __init__(self, messages: MessageWrites, topics: TopicCache, broker: str,
-                 on_commit: Callable[[dict[str, Arrival], list[int]], None], max_rows: int = 5000,
+                 on_commit: Optional[Callable[[dict[str, Arrival], list[int]], None]], max_rows: int = 5000,
                  slots: int = 2, pulls: Optional[HandOffClaims] = None) -> None:
         self._messages = messages
         self._pulls = pulls  # the pulls waiting here, which a commit may hand messages to
@@ -106,10 +106,11 @@ class GroupCommitWriter:
             for request in batch:
                 request.result = ids[start : start + request.items]
                 start += request.items
-            try:
-                self._on_commit(arrivals((row.topic, row.priority, row.effect_time) for row in all_rows), ids)
-            except Exception:  # committed and answered: a failed wake-up must not undo that
-                log.exception("commit notification failed")
+            if self._on_commit is not None:  # None: no pull to wake in this process (direct)
+                try:
+                    self._on_commit(arrivals((row.topic, row.priority, row.effect_time) for row in all_rows), ids)
+                except Exception:  # committed and answered: a failed wake-up must not undo that
+                    log.exception("commit notification failed")
         finally:
             if handoff is not None:  # after the notifications (``PullHub.settle``)
                 handoff.finish(committed)

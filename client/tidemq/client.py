@@ -176,7 +176,7 @@ class Client:
     def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
         """One Produce RPC (or direct commit) for the requests of ``batch``; on an input error,
         one each (:func:`tidemq.rpc_build.settle_produce` says when and why)."""
-        request, timeout = produce_call(batch, self.settings.rpc_timeout)
+        request, timeout = produce_call(batch, self.settings.rpc_timeout, named=self._direct is None)
         try:
             if self._direct is not None:
                 ids = self._direct.produce(request, timeout)

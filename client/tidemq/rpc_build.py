@@ -117,14 +117,16 @@ def produce_messages(template: pb.NewMessage, datas: list[Any], unique_keys: Opt
 
 
 def produce_call(batch: Sequence[Request[Sequence[pb.NewMessage], list[int]]],
-                 default_timeout: float) -> tuple[pb.ProduceRequest, float]:
+                 default_timeout: float, named: bool = True) -> tuple[pb.ProduceRequest, float]:
     """The one Produce request that carries every request of a coalesced ``batch``, and its
     timeout (the latest caller's deadline). Its request id is kept by the pool's retries on other
-    brokers: a retry of a call committed before its answer was lost stores nothing twice."""
+    brokers: a retry of a call committed before its answer was lost stores nothing twice.
+    ``named=False`` (a direct commit, which nothing retries and which stores no request id):
+    without one."""
     deadlines = [r.deadline for r in batch if r.deadline is not None]
     timeout = max(max(deadlines) - time.monotonic(), 0.001) if deadlines else default_timeout
     messages = [m for r in batch for m in r.payload]
-    return pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex), timeout
+    return pb.ProduceRequest(messages=messages, request_id=uuid.uuid4().hex if named else ""), timeout
 
 
 def settle_produce(batch: Sequence[Request[Sequence[pb.NewMessage], list[int]]],

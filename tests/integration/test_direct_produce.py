@@ -85,6 +85,23 @@ def test_concurrent_direct_produces_share_commits_and_each_gets_its_own_ids(dire
     assert direct._direct.writer.commits < direct.producer.requests == 400
 
 
+def test_a_direct_commit_carries_no_request_id(direct, broker):
+    # A request id lets a broker answer a retry on another broker; nothing retries a direct
+    # commit and it stores none, so the client does not make one for it.
+    seen = []
+    original = direct._direct.produce
+
+    def spy(request, timeout):
+        seen.append(request.request_id)
+        return original(request, timeout)
+
+    direct._direct.produce = spy
+    one = direct.produce("direct.unnamed", 1)
+    two = direct.produce_many("direct.unnamed", [2, 3])
+    assert seen == ["", ""]
+    assert [broker.storage.reads.get_message(i).data for i in [one, *two]] == ["1", "2", "3"]
+
+
 def test_the_async_client_commits_directly_too(settings, broker):
     import asyncio
 

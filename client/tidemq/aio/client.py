@@ -152,7 +152,7 @@ class AsyncClient:
     async def _flush_produce(self, batch: list[Request[Sequence[pb.NewMessage], list[int]]]) -> None:
         """One Produce RPC (or direct commit) for ``batch``; on an input error, one each (see
         :func:`settle_produce`)."""
-        request, timeout = produce_call(batch, self.settings.rpc_timeout)
+        request, timeout = produce_call(batch, self.settings.rpc_timeout, named=self._direct is None)
         try:
             if self._direct is not None:
                 ids = await asyncio.to_thread(self._direct.produce, request, timeout)
