@@ -136,13 +136,10 @@ def _attributes(topic: str, operation: str, **extra: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _span(name: str, kind: str, attributes: dict[str, Any], context: Any = None) -> Iterator[Any]:
-    """A current span; exceptions are recorded on it and raised on. Yields None when no tracer
-    provider is installed."""
-    api = _active()
-    if api is None:
-        yield None
-        return
+def _span(api: tuple[Any, Any], name: str, kind: str, attributes: dict[str, Any],
+          context: Any = None) -> Iterator[Any]:
+    """A current span; exceptions are recorded on it and raised on. ``api``: what ``_active()``
+    returned; each caller asks it first, so that without a provider it builds nothing at all."""
     tracer = api[0].get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(name, context=context, kind=getattr(api[0].SpanKind, kind),
                                       attributes=attributes) as span:
@@ -153,10 +150,11 @@ def _span(name: str, kind: str, attributes: dict[str, Any], context: Any = None)
 def produce_span(topic: str, count: int) -> Iterator[Any]:
     """The producer's span around one produce call (a child of the caller's current span).
     :func:`current_traceparent` inside it names this span, which handlers then join."""
-    if _active() is None:  # every produce() passes here: without a provider, not even the attributes
+    api = _active()
+    if api is None:
         yield None
         return
-    with _span(f"send {topic}", "PRODUCER",
+    with _span(api, f"send {topic}", "PRODUCER",
                _attributes(topic, "send", **{"messaging.operation.name": "send",
                                              "messaging.batch.message_count": count if count > 1 else None})) as span:
         yield span
@@ -172,7 +170,8 @@ def set_message_ids(span: Any, ids: Sequence[int]) -> None:
 def rpc_span(method: str, topics: Iterable[str], traceparents: Iterable[str]) -> Iterator[Any]:
     """The broker's span of one Produce RPC: a child of its messages' producer span. The
     iterables are read only when spans are made."""
-    if _active() is None:
+    api = _active()
+    if api is None:
         yield None
         return
     topics, traceparents = list(topics), list(traceparents)
@@ -181,7 +180,7 @@ def rpc_span(method: str, topics: Iterable[str], traceparents: Iterable[str]) ->
                   "messaging.system": SYSTEM, "messaging.batch.message_count": len(traceparents)}
     if len(set(topics)) == 1:
         attributes["messaging.destination.name"] = topics[0]
-    with _span(f"tidemq.v1.Broker/{method}", "SERVER", attributes, parent) as span:
+    with _span(api, f"tidemq.v1.Broker/{method}", "SERVER", attributes, parent) as span:
         if parent is None:
             _add_links(span, traceparents)
         yield span
@@ -192,12 +191,13 @@ def commit_span(rows: int, requests: int, traceparents: Iterable[str]) -> Iterat
     """The group commit: one transaction for the rows of several Produce RPCs. It runs in one
     of their threads (a child of that RPC's span) and links every message's producer span
     (``traceparents`` is read only when the span is recorded)."""
-    if _active() is None:  # every group commit passes here
+    api = _active()
+    if api is None:
         yield None
         return
     attributes = {"messaging.system": SYSTEM, "messaging.batch.message_count": rows,
                   "tidemq.commit.requests": requests, "db.operation.name": "INSERT"}
-    with _span("tidemq group commit", "INTERNAL", attributes) as span:
+    with _span(api, "tidemq group commit", "INTERNAL", attributes) as span:
         _add_links(span, traceparents)
         yield span
 
@@ -234,10 +234,11 @@ def now_ns() -> int:
 def handler_span(topic: str, msg_id: int, attempt: int, traceparent: str) -> Iterator[Any]:
     """The span of one handler run, a child of the producer's span (``traceparent``). A handler's
     exception is recorded on it (status ERROR) and raised on."""
-    if _active() is None:
+    api = _active()
+    if api is None:
         yield None
         return
-    with _span(f"process {topic}", "CONSUMER", _process_attributes(topic, msg_id, attempt),
+    with _span(api, f"process {topic}", "CONSUMER", _process_attributes(topic, msg_id, attempt),
                _context(traceparent)) as span:
         yield span
 
