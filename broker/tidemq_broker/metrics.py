@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from tidemq.clock import to_epoch_ms
-from tidemq.metrics import AVAILABLE, counter, histogram
+from tidemq.metrics import AVAILABLE, child, counter, histogram
 
 from .storage import AckItem, AckOutcome, Backlog, NewRow
 
@@ -58,26 +58,26 @@ def count_results(items: Sequence[AckItem], outcomes: Sequence[AckOutcome]) -> N
                   for item, outcome in zip(items, outcomes)
                   if outcome is AckOutcome.APPLIED and (item.result is not None or item.cancelled))
     for outcome, n in tally.items():
-        RESULTS_STORED.labels(outcome).inc(n)
+        child(RESULTS_STORED, outcome).inc(n)
 
 
 def workflows_finished(by_state: Mapping[str, int]) -> None:
     """Count the workflows one committed transaction ended, per state (the storage calls it)."""
     for state, n in by_state.items():
-        WORKFLOWS_FINISHED.labels(state).inc(n)
+        child(WORKFLOWS_FINISHED, state).inc(n)
 
 
 def committed(rows: Sequence[NewRow]) -> None:
     """Count the rows of one group commit, per topic and as one batch."""
     GROUP_COMMIT_ROWS.observe(len(rows))
     for topic, n in Tally(row.topic for row in rows).items():
-        PRODUCED.labels(topic).inc(n)
+        child(PRODUCED, topic).inc(n)
 
 
 def expired(by_topic: dict[str, int]) -> None:
     """Count leases the lease-expiry job moved, per topic."""
     for topic, n in by_topic.items():
-        LEASE_EXPIRED.labels(topic).inc(n)
+        child(LEASE_EXPIRED, topic).inc(n)
 
 
 class BacklogCollector:

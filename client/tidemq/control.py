@@ -26,7 +26,9 @@ class RunControl:
     def __init__(self, message_id: int,
                  progress: Optional[Callable[[float, Optional[float], str], None]] = None) -> None:
         self.message_id = message_id
-        self._cancelled = threading.Event()
+        # A flag, not a threading.Event: nothing waits on it, and an Event (a Condition and its
+        # lock) made for every run was a twentieth of a worker's Python per message.
+        self._cancelled = False
         self._on_cancel: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._progress = progress
@@ -34,14 +36,14 @@ class RunControl:
     @property
     def cancelled(self) -> bool:
         """True once the message's cancel was requested."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def request_cancel(self) -> None:
         """The message's cancel was requested: set the flag and run the cancel callbacks once."""
         with self._lock:
-            if self._cancelled.is_set():
+            if self._cancelled:
                 return
-            self._cancelled.set()
+            self._cancelled = True
             callbacks, self._on_cancel = self._on_cancel, []
         for callback in callbacks:
             callback()
@@ -49,14 +51,14 @@ class RunControl:
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` when the cancel is requested (at once if it already was)."""
         with self._lock:
-            if not self._cancelled.is_set():
+            if not self._cancelled:
                 self._on_cancel.append(callback)
                 return
         callback()
 
     def checkpoint(self) -> None:
         """Raise MessageCancelledError once the cancel was requested."""
-        if self._cancelled.is_set():
+        if self._cancelled:
             raise MessageCancelledError(f"message {self.message_id} was cancelled while it ran")
 
     def report(self, done: float, total: Optional[float], note: str) -> None:

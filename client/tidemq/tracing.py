@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import re
 import time
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -33,14 +34,18 @@ TRACEPARENT_MAX = 255
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}(-[0-9A-Za-z._-]*)?")
 _UNSET = object()
 _api: Any = _UNSET  # (trace module, propagate module) or None: looked up once
+_recording = False  # a tracer provider other than the API's stand-ins was seen (see _active)
+_provider_in_env = False  # OTEL_PYTHON_TRACER_PROVIDER was set when the API was looked up
 
 
 def _otel() -> Optional[tuple[Any, Any]]:
     """The OpenTelemetry API modules, or None when they are not installed."""
-    global _api
+    global _api, _provider_in_env
     if _api is _UNSET:
         try:
             _api = (importlib.import_module("opentelemetry.trace"), importlib.import_module("opentelemetry.propagate"))
+            names = importlib.import_module("opentelemetry.environment_variables")
+            _provider_in_env = names.OTEL_PYTHON_TRACER_PROVIDER in os.environ
         except ImportError:
             _api = None
     return _api
@@ -55,12 +60,23 @@ def _active() -> Optional[tuple[Any, Any]]:
     """The API modules when a tracer provider is installed (an SDK's: spans are recorded), else
     None: then tidemq makes no spans at all, which would cost a handler run about a fifth of
     its time and record nothing."""
+    global _recording
+    if _recording:
+        return _api
     api = _otel()
     if api is None:
+        return None
+    # Until a provider is set, the API's get_tracer_provider() looks for one named in the
+    # environment on every call: a tenth of a worker's Python per message, asked once per message
+    # and per call. Its global (None until then) answers first; an API without that global
+    # takes the public path every time.
+    if getattr(api[0], "_TRACER_PROVIDER", _UNSET) is None and not _provider_in_env:
         return None
     provider = api[0].get_tracer_provider()
     if isinstance(provider, (api[0].ProxyTracerProvider, api[0].NoOpTracerProvider)):
         return None
+    # The API sets its global provider once per process: once seen, it stays.
+    _recording = True
     return api
 
 

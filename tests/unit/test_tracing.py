@@ -134,6 +134,35 @@ def test_without_a_tracer_provider_no_spans_are_made():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
+_LATE_PROVIDER = textwrap.dedent("""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from tidemq import tracing
+    with tracing.produce_span("t", 1) as span:       # none installed yet
+        assert span is None
+    trace.set_tracer_provider(TracerProvider())
+    with tracing.produce_span("t", 1) as span:       # installed since: seen at once
+        assert span is not None and tracing.current_traceparent() != ""
+    print("ok")
+""")
+
+_ENV_PROVIDER = textwrap.dedent("""
+    from tidemq import tracing
+    with tracing.produce_span("t", 1) as span:       # named by OTEL_PYTHON_TRACER_PROVIDER
+        assert span is not None and tracing.current_traceparent() != ""
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("script, extra_env", [(_LATE_PROVIDER, {}),
+                                               (_ENV_PROVIDER, {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"})],
+                         ids=["set-after-first-span", "named-in-environment"])
+def test_a_tracer_provider_is_seen_however_and_whenever_it_is_installed(script, extra_env):
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={"PYTHONPATH": str(ROOT / "client"), "PATH": "/usr/bin:/bin", **extra_env})
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
 def test_tidemq_works_without_opentelemetry():
     """In a process where `import opentelemetry` fails, produce-side helpers are no-ops and a
     worker runs a message that carries a trace context."""
