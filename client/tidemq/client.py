@@ -15,7 +15,7 @@ from .direct import open_direct, produce_flushes
 from .config import Settings
 from .coordinator import Coordinator
 from .coordinators import open_coordinator
-from .errors import DataTooLargeError, TidemqError
+from .errors import DataTooLargeError, PullCancelledError, TidemqError
 from .handles import Handle
 from .link import AckItem, AckOutcome, Delivery, Heartbeat, LeaseRef, ProgressRef, PullHandle
 from .pool import BrokerPool
@@ -313,7 +313,12 @@ class Client:
                 self._pulls_at[(request.topic, request.consumer)] = answered
             if tries > 1 and request.lease_token:
                 try:
-                    self.release(request.lease_token, request.consumer, timeout=5)
+                    # Cancelled with the pull: the caller then gives the token back itself, within
+                    # its own time (a stopping worker's drain), which these 5 s could outlast.
+                    self.pool.call("Release", pb.ReleaseRequest(lease_token=request.lease_token,
+                                                                consumer=request.consumer), 5, track=track)
+                except PullCancelledError:
+                    pass
                 except TidemqError as exc:
                     log.info("could not give back the lease of a failed pull of %s: %s", request.topic, exc)
 

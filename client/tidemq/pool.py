@@ -114,9 +114,12 @@ class BrokerPool:
         with self._lock:
             return address in self._addresses and time.monotonic() - self._failed_at.get(address, -1e9) > _QUARANTINE
 
-    def _pick(self, deadline: float, avoid: set[str]) -> Optional[str]:
+    def _pick(self, deadline: float, avoid: set[str], track: Optional[PullHandle] = None) -> Optional[str]:
+        """A live broker not in ``avoid``, waiting until ``deadline`` for one to register; None
+        when there is none by then, or once ``track`` is cancelled (a stopping worker's pull must
+        not wait out its long-poll's deadline for brokers that are gone)."""
         with self._lock:
-            while not self._closed:
+            while not self._closed and not (track is not None and track.cancelled):
                 address = self._pick_now(avoid)
                 if address is not None:
                     return address
@@ -151,7 +154,9 @@ class BrokerPool:
         tried: set[str] = set()
         last_error = "no broker is registered"
         while True:
-            address = prefer if prefer and not tried and self._live(prefer) else self._pick(deadline, tried)
+            address = prefer if prefer and not tried and self._live(prefer) else self._pick(deadline, tried, track)
+            if track is not None and track.cancelled:
+                raise PullCancelledError(f"{method} was cancelled before it was sent")
             remaining = deadline - time.monotonic()
             if address is None or remaining <= 0:
                 raise BrokerUnavailableError(f"no broker answered {method} within {timeout:.1f} s ({last_error})")
