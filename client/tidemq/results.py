@@ -81,6 +81,11 @@ def max_result_bytes() -> int:
     return value
 
 
+# One encoder for every result: ``json.dumps`` with options of its own builds a new one per call,
+# a third of what encoding a small result costs. Encoding keeps no state in the encoder.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _check_size(text: str, limit: int) -> str:
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > limit:
@@ -94,7 +99,7 @@ def encode_result(value: Any, limit: Optional[int] = None) -> Optional[str]:
     if value is None:
         return None
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidResultError(f"the handler's return value must be JSON-serialisable: {exc}") from None
     except RecursionError:

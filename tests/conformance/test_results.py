@@ -218,7 +218,7 @@ def test_a_result_at_the_size_limit_beside_a_small_one_in_one_ack(storage):
 
 
 def test_many_differing_results_in_one_ack_each_land_on_their_own_row(storage):
-    # 700 items: a statement sized for 1,024 (the last id and value repeat to fill it), with
+    # 700 items: a statement sized for 1,024 (the last value repeats to fill it), with
     # text that is not ASCII, a result that is null and one that is empty JSON text.
     ids = insert(storage, "t.many", 700)
     batch = lock(storage, "t.many", 700)

@@ -16,7 +16,12 @@ from sqlalchemy import ColumnElement, bindparam
 
 from ..schema import message as m
 
-__all__ = ["ids_in", "bound_ids_in", "concat_ids"]
+__all__ = ["IDS", "ids_in", "bound_ids_in", "concat_ids"]
+
+#: The ids a statement built once is given at execution (``{"ids": [...]}``), rendered as
+#: literals: the parameter of :func:`bound_ids_in`, which other clauses of the same statement
+#: may read too.
+IDS = bindparam("ids", expanding=True, literal_execute=True)
 
 
 def ids_in(ids: Iterable[int]) -> ColumnElement[bool]:
@@ -27,7 +32,7 @@ def ids_in(ids: Iterable[int]) -> ColumnElement[bool]:
 def bound_ids_in() -> ColumnElement[bool]:
     """``tidemq_message.id IN (:ids)`` for a statement built once: the ids are given at execution
     (``{"ids": [...]}``), rendered the same way as :func:`ids_in`'s."""
-    return m.c.id.in_(bindparam("ids", expanding=True, literal_execute=True))
+    return m.c.id.in_(IDS)
 
 
 def concat_ids(text: Union[str, bytes]) -> list[int]:
