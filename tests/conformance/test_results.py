@@ -217,8 +217,37 @@ def test_a_result_at_the_size_limit_beside_a_small_one_in_one_ack(storage):
     assert {r.id: r.result for r in storage.reads.get_results(ids)} == results
 
 
+def test_an_ack_of_large_results_is_split_whatever_its_first_item_carries(storage):
+    # A SQL storage keeps each UPDATE of results to a few MiB (the server refuses a statement
+    # over its max_allowed_packet): every item's result counts, also when the first has none.
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    updates: list[int] = []
+
+    def count(conn, cursor, statement, parameters, *args):
+        values = parameters.values() if isinstance(parameters, dict) else parameters or ()
+        large = sum(1 for value in values if isinstance(value, str) and len(value) > 1_000_000)
+        if large and statement.lstrip().upper().startswith("UPDATE"):
+            updates.append(large)
+
+    ids = insert(storage, "t.large", 9)
+    batch = lock(storage, "t.large", 9)
+    results = {m.id: json.dumps("x" * (1 << 20)) for m in batch}
+    results[batch[0].id] = None
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        assert ack(storage, [AckItem(m.id, m.lease_token, True, result=results[m.id]) for m in batch]) \
+            == [AckOutcome.APPLIED] * 9
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    assert {r.id: r.result for r in storage.reads.get_results(ids)} == {i: results[i] for i in ids}
+    if updates:  # a SQL storage: 8 MiB of results in more than one statement
+        assert len(updates) >= 2, updates
+
+
 def test_many_differing_results_in_one_ack_each_land_on_their_own_row(storage):
-    # 700 items: a statement sized for 1,024 (the last value repeats to fill it), with
+    # 700 items: a statement sized for 1,024 (nulls fill it; never picked), with
     # text that is not ASCII, a result that is null and one that is empty JSON text.
     ids = insert(storage, "t.many", 700)
     batch = lock(storage, "t.many", 700)

@@ -128,8 +128,9 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
     rows held under it change; ``no_workflow`` and ``workflow_id``: only rows outside any
     workflow, or of that one (see ``apply_to_ids``). Returns how many rows changed.
 
-    Each chunk's statement is built once per size class (a power of two; the last id and value
-    repeat to fill it, a repeated WHEN never matches twice) with every value bound: built anew
+    Each chunk's statement is built once per size class (a power of two; the last id repeats
+    and nulls fill the values, which are never picked: a repeated WHEN never matches twice, and
+    FIELD never answers past the ids) with every value bound: built anew
     for each ack batch, the CASE of hundreds of branches cost the broker more than the write.
     The rows carry only what differs, not a change each: copying a change per row was most of
     the broker's work in an ack of results. On MySQL and MariaDB a text column is picked by
@@ -142,8 +143,7 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
         return 0
     own = tuple(rows[0][1])
     field = conn.dialect.name in _FIELD_PICKERS
-    sizes = [sum(len(v) for v in values.values() if isinstance(v, str)) for _, values in rows] \
-        if any(isinstance(v, str) for v in rows[0][1].values()) else [0] * len(rows)
+    sizes = [sum(len(v) for v in values.values() if isinstance(v, str)) for _, values in rows]
     done, start = 0, 0
     while start < len(rows):
         end, size = start, 0
@@ -166,7 +166,7 @@ def apply_each(conn: Connection, change: Change, rows: Sequence[tuple[int, Mappi
             params.update(zip(_names("w", bucket), ids + ids[-1:] * pad))
         for name in differ:
             got = columns[name]
-            params.update(zip(_names(f"c_{name}", bucket), got + got[-1:] * pad))
+            params.update(zip(_names(f"c_{name}", bucket), got + [None] * pad))
         done += conn.execute(stmt, params).rowcount
         start = end
     return done
@@ -223,8 +223,7 @@ def _bound_case_update(source: tuple[Any, ...], target: Any, names: tuple[str, .
             # FIELD finds the row's id in the list the WHERE's IN reads, written into the
             # statement once at execution (the ids are integers; as ``ids`` explains, binding
             # each one costs the broker more), so every row the WHERE picks is there and
-            # FIELD never answers 0; ELT takes the value at that place. The values past the
-            # ids (the size class's padding) are never picked.
+            # FIELD never answers 0; ELT takes the value at that place.
             cases[name] = func.elt(func.field(m.c.id, _Listed(IDS)), *values, type_=column.type)
         else:
             cases[name] = case(*[(m.c.id == when, value) for when, value in zip(whens, values)], else_=column)
