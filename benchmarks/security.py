@@ -1,8 +1,9 @@
 """security: produce and consume through a broker serving TLS and checking tokens, beside a
 plaintext broker without authentication, in the same run (target: >= 0.8 x plaintext).
 
-The principals cover ``bench.*``, not ``*``, so every Ack and Extend also reads the topics of
-its messages: the costlier of the two authorization paths.
+The principals cover ``bench.*``, not ``*``, so every Ack and Extend is authorized on the topics
+of its messages: the costlier of the two authorization paths (the broker knows the topics of the
+leases its own pulls granted; it reads any other's).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from .intake import (
 )
 from .hints import arrivals
 from .handoff import Handed, HandOff, handed_out
+from .lease_grants import LeaseGrants
 from .pulls import PullHub, Quiet, long_poll
 from .produce_streams import ProduceStreams
 from .release_signals import ReleaseSignals
@@ -68,6 +69,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.name = name
         self.max_data_bytes = max_data_bytes
         self.streams = streams if streams is not None else ProduceStreams()
+        self.grants = LeaseGrants()  # acks and heartbeats of leases granted here need no topic read
 
     @rpc
     def Produce(self, request: pb.ProduceRequest, context: grpc.ServicerContext) -> pb.ProduceReply:
@@ -167,6 +169,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             self.hub.notify(topic, min(m.effect_time for m in found), {m.priority for m in found})
             return pb.PullReply()
         child(metrics.DELIVERED, topic).inc(len(found))
+        self.grants.remember(found)
         return pb.PullReply(messages=[_delivery(m) for m in found])
 
     def _blocked_recheck(self, settings: TopicSettings) -> float:
@@ -195,7 +198,8 @@ class BrokerService(pb_grpc.BrokerServicer):
     @rpc
     def Ack(self, request: pb.AckRequest, context: grpc.ServicerContext) -> pb.AckReply:
         check_ids([item.id for item in request.items], "acks")
-        self._authorize_messages("Ack", [item.id for item in request.items])
+        leases = [(item.id, item.lease_token) for item in request.items]
+        self.grants.authorize("Ack", leases, self.storage.reads.message_topics)
         items = ack_items(request)
         released: dict[str, dict[int, int]] = {}
         now = clock.now()
@@ -211,6 +215,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                                              self.topics.get, released, handoff,
                                              committed=lambda: self.results.notify(item.id for item in items))
             committed = True
+            self.grants.forget(leases)
             self._wake_released(handed_out(released, handoff), now)
         finally:
             if handoff is not None:
@@ -242,7 +247,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     def Touch(self, request: pb.TouchRequest, context: grpc.ServicerContext) -> pb.TouchReply:
         check_ids([request.id])
         ttr = check_lease_ttr(request.ttr_seconds)
-        self._authorize_messages("Touch", [request.id])
+        self.grants.authorize("Touch", [(request.id, request.lease_token)], self.storage.reads.message_topics)
         [extended] = self.storage.leases.extend_leases([(request.id, request.lease_token)], ttr, clock.now())
         return pb.TouchReply(extended=extended)
 
@@ -256,7 +261,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         leases = [(lease.id, lease.lease_token) for lease in request.leases]
         now = clock.now()
         reports = [(p.id, check_lease_token(p.lease_token), check_progress(p, now)) for p in request.progress]
-        self._authorize_messages("Extend", [lease_id for lease_id, _ in leases] + [id for id, _, _ in reports])
+        self.grants.authorize("Extend", leases + [(id, token) for id, token, _ in reports],
+                              self.storage.reads.message_topics)
         extended = self.storage.leases.extend_leases(leases, ttr, now)
         if reports:
             self.storage.leases.report_progress(reports, now)

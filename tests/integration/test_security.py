@@ -17,7 +17,7 @@ from tests.servers import wait_until
 from tidemq import Client, clock
 from tidemq.errors import (AuthenticationError, ConfigurationError,
                            PermissionDeniedError)
-from tidemq.link import AckItem, LeaseRef
+from tidemq.link import AckItem, AckOutcome, LeaseRef
 from tidemq_broker.auth import new_token, token_hash
 from tidemq_broker.server import BrokerServer
 from tidemq_broker.storage import AckItem as StoredAck
@@ -143,6 +143,32 @@ def test_each_role_against_each_rpc_on_its_own_and_a_foreign_topic(auth_broker, 
         finally:
             client.close()
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_lease_pulled_through_the_broker_is_acked_by_its_own_topic_only(auth_broker, store):
+    """Acks and heartbeats of a lease the broker granted are authorized on the topic it leased
+    (lease_grants.py): another principal naming the same id and token is refused, and nothing
+    changes; the puller's own heartbeat and ack apply."""
+    orders = client_of(auth_broker, token=principal(store, "orders-w", "consumer", ["orders.*"]))
+    billing = client_of(auth_broker, token=principal(store, "billing-w", "consumer", ["billing.*"]))
+    admin = client_of(auth_broker, token=principal(store, "ops", "admin", ["*"]))
+    try:
+        [msg_id] = admin.produce_many("orders.lease", [{"k": 1}])
+        [got] = orders.pull("orders.lease", "orders-w", wait=2, max_messages=1, ttr=30)
+        before = store.reads.get_message(msg_id)
+        for call in (lambda: billing.ack("billing.x", "billing-w", [AckItem(msg_id, got.lease_token, True, "")]),
+                     lambda: billing.extend([LeaseRef(msg_id, got.lease_token)], 60),
+                     lambda: billing.touch(msg_id, got.lease_token, 60)):
+            with pytest.raises(PermissionDeniedError, match="orders.lease"):
+                call()
+        assert store.reads.get_message(msg_id) == before
+        assert orders.extend([LeaseRef(msg_id, got.lease_token)], 60) == [True]
+        assert orders.ack("orders.lease", "orders-w", [AckItem(msg_id, got.lease_token, True, "")]) \
+            == [AckOutcome.APPLIED]
+        assert store.reads.get_message(msg_id).status == "SUCCESS"
+    finally:
+        for c in (orders, billing, admin):
+            c.close()
 
 
 def test_a_revoked_token_stops_working_within_seconds_on_every_broker(settings, store, spawn, tmp_path):

@@ -4,9 +4,10 @@ Ack, and how tidemq errors become gRPC status codes."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import datetime
-from typing import Optional
+from typing import Iterator, Optional
 
 import grpc
 import prometheus_client
@@ -63,17 +64,25 @@ class Context:
         raise Aborted(code, details, dict(self._trailing).get(ERROR_KEY, ""))
 
 
-@pytest.fixture
-def broker():
+@contextlib.contextmanager
+def memory_service() -> Iterator[BrokerService]:
     """A BrokerService as a BrokerServer assembles it, on a memory storage."""
     storage = open_memory_storage()
     topics = TopicCache(storage.topics)
     hub = PullHub(storage.probes, recheck=60)
     writer = GroupCommitWriter(storage.messages, topics, "b:1", hub.notify_commit)
     hub.start()
-    yield BrokerService(storage, topics, writer, hub, "b:1", max_data_bytes=1024)
-    hub.stop()
-    writer.stop()
+    try:
+        yield BrokerService(storage, topics, writer, hub, "b:1", max_data_bytes=1024)
+    finally:
+        hub.stop()
+        writer.stop()
+
+
+@pytest.fixture
+def broker():
+    with memory_service() as service:
+        yield service
 
 
 def produce(broker, topic: str, *datas: str, request_id: str = "", delay: Optional[float] = None, retry: int = -1):
