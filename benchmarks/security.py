@@ -61,19 +61,22 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                                        args.produce_batch, client_env=env)
                 produce_s[side] += per / rate
         consume_s = {side: 0.0 for side in sides}
-        for side, env in sides.items():
-            worker_env = dict(env, TIDEMQ_TOKEN=tokens["consumer"]) if side != "plaintext" else dict(env)
-            topic = f"bench.sec.consume.{'tls' if side != 'plaintext' else 'plain'}"
-            procs = cluster.start_workers(args.security_workers, topic, {**worker_env, "BENCH_THREADS":
-                                          str(args.worker_threads), "BENCH_BATCH": str(args.worker_batch)})
-            try:
-                for r in range(rounds):
+        # The sides take turns, as the produce rounds do: a machine that slows down during the
+        # scenario then weighs on both (workers start anew each round, outside the timing).
+        for r in range(rounds):
+            for side in (list(sides) if r % 2 == 0 else list(reversed(sides))):
+                env = sides[side]
+                worker_env = dict(env, TIDEMQ_TOKEN=tokens["consumer"]) if side != "plaintext" else dict(env)
+                topic = f"bench.sec.consume.{'tls' if side != 'plaintext' else 'plain'}"
+                procs = cluster.start_workers(args.security_workers, topic, {**worker_env, "BENCH_THREADS":
+                                              str(args.worker_threads), "BENCH_BATCH": str(args.worker_batch)})
+                try:
                     cpu = CpuMeter({"brokers": [b.pid for b in cluster.brokers], "workers": [p.pid for p in procs]})
                     seconds, _ = _workers_seconds(cluster, report, topic, per, procs,
                                                   f"{side} round {r + 1}/{rounds}", cpu, "")
                     consume_s[side] += seconds
-            finally:
-                cluster.stop_workers()
+                finally:
+                    cluster.stop_workers()
     finally:
         cluster.brokers.remove(secure)
         secure.stop()
