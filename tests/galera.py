@@ -160,11 +160,27 @@ class GaleraCluster:
             wait_until(self.primary, timeout, 0.1, "the serving Galera nodes synced in one primary component")
             return False
         survivor = self.serving()[0]
-        log.warning("Galera: the serving nodes formed no primary component within %s s; bootstrapping node%d",
-                    grace, survivor.index)
+        log.warning("Galera: the serving nodes formed no primary component within %s s; bootstrapping node%d.%s",
+                    grace, survivor.index, self.membership_log())
         survivor.execute("SET GLOBAL wsrep_provider_options='pc.bootstrap=YES'")
         wait_until(self.primary, timeout, 0.1, "a primary component of the serving Galera nodes")
         return True
+
+    def membership_log(self, lines: int = 15) -> str:
+        """The last membership lines (suspicions, timeouts, views) of each serving node's error
+        log: the fixture deletes the logs with the cluster, so a test that needed a bootstrap
+        keeps them in its own output."""
+        words = ("suspect", "timer expired", "timed out", "view(", "NON_PRIM", "declaring inactive", "quorum")
+        parts = []
+        for node in self.serving():
+            try:
+                with open(os.path.join(node.dir, "error.log"), errors="replace") as f:
+                    found = [line.rstrip() for line in f
+                             if any(word in line for word in words) and "Passing config" not in line]
+            except OSError as exc:
+                found = [f"(unreadable: {exc})"]
+            parts.append(f"\nnode{node.index}:\n" + "\n".join(found[-lines:]))
+        return "".join(parts)
 
     def start_node(self, index: int, timeout: float = 180) -> None:
         """Start node ``index`` again and wait until it has caught up (Synced)."""
