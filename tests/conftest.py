@@ -14,6 +14,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
+from tests import failure_context
 from tests.galera import GaleraCluster
 from tests.servers import MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble
 
@@ -30,6 +31,15 @@ def truncate(db) -> None:
                 conn.execute(delete(table))
 
     db.tx(work)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that fails in its setup or its body reports its processes' and servers' last log
+    lines (tests/failure_context.py): CI keeps nothing else of a run."""
+    report = (yield).get_result()
+    if report.failed and report.when in ("setup", "call"):
+        report.sections.extend(failure_context.sections(getattr(item, "funcargs", {})))
 
 
 @pytest.fixture(scope="session")
@@ -208,10 +218,11 @@ def spawn(tmp_path):
         log = open(tmp_path / f"{name}.log", "ab")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=os.getcwd())
-        proc.log_path = tmp_path / f"{name}.log"
+        proc.name, proc.log_path = name, tmp_path / f"{name}.log"
         procs.append(proc)
         return proc
 
+    start.procs = procs  # read by a failure's report (pytest_runtest_makereport)
     yield start
     for proc in procs:
         if proc.poll() is None:

@@ -166,13 +166,13 @@ class GaleraCluster:
         wait_until(self.primary, timeout, 0.1, "a primary component of the serving Galera nodes")
         return True
 
-    def membership_log(self, lines: int = 15) -> str:
-        """The last membership lines (suspicions, timeouts, views) of each serving node's error
-        log: the fixture deletes the logs with the cluster, so a test that needed a bootstrap
-        keeps them in its own output."""
+    def membership_log(self, lines: int = 15, nodes: Optional[list[GaleraNode]] = None) -> str:
+        """The last membership lines (suspicions, timeouts, views) of the error log of each of
+        ``nodes`` (the serving ones by default): the fixture deletes the logs with the cluster, so
+        a test that needed a bootstrap, or failed, keeps them in its own output."""
         words = ("suspect", "timer expired", "timed out", "view(", "NON_PRIM", "declaring inactive", "quorum")
         parts = []
-        for node in self.serving():
+        for node in self.serving() if nodes is None else nodes:
             try:
                 with open(os.path.join(node.dir, "error.log"), errors="replace") as f:
                     found = [line.rstrip() for line in f

@@ -1,0 +1,29 @@
+"""A failed test's report carries its processes' last log lines (tests/failure_context.py)."""
+
+from __future__ import annotations
+
+import sys
+
+from tests import failure_context
+
+
+def test_a_failure_reports_each_spawned_process_with_its_state_and_last_lines(spawn):
+    talker = spawn("talker", [sys.executable, "-c", "print('\\n'.join(f'line {i}' for i in range(100)))"])
+    talker.wait(10)
+    sleeper = spawn("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"])
+    (title, text), (title2, text2) = failure_context.sections({"spawn": spawn})
+    assert title == f"talker (exited 0): last {failure_context.LINES} lines of its log"
+    assert text.splitlines() == [f"line {i}" for i in range(100 - failure_context.LINES, 100)]
+    assert title2.startswith("sleeper (running)") and text2 == "(empty)"
+    sleeper.kill()
+
+
+def test_a_tail_reads_only_the_end_of_a_large_log(tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"{i:09d}\n" for i in range(100_000)))
+    assert failure_context.tail(log, lines=3, chars=25).splitlines() == ["000099998", "000099999"]
+    assert failure_context.tail(tmp_path / "missing.log").startswith("(unreadable: ")
+
+
+def test_a_test_without_processes_or_galera_adds_nothing():
+    assert failure_context.sections({}) == []
