@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from tests import failure_context
 from tests.galera import GaleraCluster
-from tests.servers import MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble
+from tests.servers import MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble, forget_touched, touched
 
 
 def truncate(db) -> None:
@@ -33,13 +33,19 @@ def truncate(db) -> None:
     db.tx(work)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The servers started, stopped or killed from here on are this test's (its report names them)."""
+    forget_touched()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A test that fails in its setup or its body reports its processes' and servers' last log
     lines (tests/failure_context.py): CI keeps nothing else of a run."""
     report = (yield).get_result()
     if report.failed and report.when in ("setup", "call"):
-        report.sections.extend(failure_context.sections(getattr(item, "funcargs", {})))
+        report.sections.extend(failure_context.sections(getattr(item, "funcargs", {}), touched()))
 
 
 @pytest.fixture(scope="session")

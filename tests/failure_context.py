@@ -1,5 +1,6 @@
-"""What a failed test adds to its report: the last lines of each process it spawned and, when it
-used the Galera cluster, each node's membership lines.
+"""What a failed test adds to its report: the last lines of each process it spawned and of each
+server it started, stopped or killed, and, when it used the Galera cluster, each node's
+membership lines.
 
 A CI machine goes away with its run, and every test's directory with it: the report is all that
 is kept, so a failure must carry what explains it (a broker's traceback, a worker's retries, a
@@ -7,6 +8,7 @@ cluster that lost its primary component)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,16 @@ LINES = 60  # per log: a traceback and what led to it
 CHARS = 16_000  # read from the end of a log at most, so a runaway log costs the report nothing
 
 
-def sections(funcargs: dict[str, Any]) -> list[tuple[str, str]]:
-    """(title, text) pairs for a failed test whose fixture values are ``funcargs``."""
+def sections(funcargs: dict[str, Any], servers: Iterable[Any] = ()) -> list[tuple[str, str]]:
+    """(title, text) pairs for a failed test whose fixture values are ``funcargs`` and that
+    started, stopped or killed ``servers`` (``tests.servers.touched()``)."""
     found = []
     for proc in getattr(funcargs.get("spawn"), "procs", ()):
         state = "running" if proc.poll() is None else f"exited {proc.returncode}"
         found.append((f"{proc.name} ({state}): last {LINES} lines of its log", tail(proc.log_path)))
+    for server in servers:
+        found.append((f"{server.kind} on port {server.port} ({server.state()}), started, stopped or killed "
+                      f"in this test: last {LINES} lines of {server.log_name}", server.log_tail()))
     galera = funcargs.get("galera")
     if galera is not None:
         found.append(("Galera nodes: last membership lines", galera.membership_log(nodes=galera.nodes)))

@@ -25,6 +25,7 @@ class GaleraNode(MariaDB):
     """
 
     user = "mysql"
+    reported = False  # a failed test reports the cluster's membership lines instead (failure_context)
 
     def __init__(self, cluster: "GaleraCluster", index: int, install: bool) -> None:
         directory = os.path.join(cluster.dir, f"node{index}")

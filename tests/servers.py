@@ -17,9 +17,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["free_port", "MariaDB", "Prometheus", "ZooKeeper", "ZooKeeperEnsemble", "wait_until"]
+from tests import failure_context
+
+__all__ = ["free_port", "forget_touched", "MariaDB", "Prometheus", "touched", "ZooKeeper", "ZooKeeperEnsemble",
+           "wait_until"]
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 
@@ -61,9 +65,68 @@ def _reap(proc: Optional[subprocess.Popen], sig: int, timeout: float = 30) -> No
         proc.wait(10)
 
 
-class MariaDB:
+#: The servers started, stopped or killed since the current test's setup began: a failed test
+#: reports their logs (tests/failure_context.py). Session servers start in the setup of the
+#: first test that needs them, so a server that could not start is reported too.
+_touched: list["_Server"] = []
+
+
+def touched() -> list["_Server"]:
+    """The servers started, stopped or killed since ``forget_touched()``, first touched first."""
+    return list(_touched)
+
+
+def forget_touched() -> None:
+    """Start a new test's list of touched servers (tests/conftest.py, at each test's setup)."""
+    _touched.clear()
+
+
+class _Server:
+    """What a failed test's report reads of a server: its kind, port, state and log."""
+
+    kind = "server"
+    log_name = ""  # in the server's directory
+    reported = True  # False where a report of its own covers the server (a Galera node)
+    dir: str
+    port: int
+    proc: Optional[subprocess.Popen]
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.dir, self.log_name)
+
+    def state(self) -> str:
+        """The server's state: "running", "exited N" (0 after a stop's SIGTERM, -9 after a kill) or
+        "never started"."""
+        if self.proc is None:
+            return "never started"
+        code = self.proc.poll()
+        return "running" if code is None else f"exited {code}"
+
+    def log_tail(self) -> str:
+        """The last lines of the server's log, or of what it was when ``_remove`` deleted it."""
+        if os.path.exists(self.log_path) or self._kept_log is None:
+            return failure_context.tail(Path(self.log_path))
+        return self._kept_log
+
+    _kept_log: Optional[str] = None
+
+    def _touch(self) -> None:
+        if self.reported and self not in _touched:
+            _touched.append(self)
+
+    def _remove(self) -> None:
+        """Delete the server's directory, keeping its log's end: a test that stops its own server
+        in a ``finally`` removes it before a failure's report is written."""
+        self._kept_log = failure_context.tail(Path(self.log_path))
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class MariaDB(_Server):
     """A throwaway MariaDB server (user root@127.0.0.1, no password)."""
 
+    kind = "MariaDB"
+    log_name = "error.log"
     user = "root"  # the operating-system user mariadbd runs as
 
     def __init__(self, *options: str, install: bool = True, directory: Optional[str] = None) -> None:
@@ -89,6 +152,7 @@ class MariaDB:
             "--innodb-flush-log-at-trx-commit=1", "--max-allowed-packet=64M", *self.options]
 
     def start(self, timeout: float = 60, wait: bool = True) -> "MariaDB":
+        self._touch()
         log = open(os.path.join(self.dir, "stdout.log"), "ab")
         self.proc = subprocess.Popen(self.arguments(), stdout=log, stderr=subprocess.STDOUT)
         if wait:
@@ -136,9 +200,11 @@ class MariaDB:
 
     def kill(self) -> None:
         """SIGKILL the server (a crash)."""
+        self._touch()
         _reap(self.proc, signal.SIGKILL)
 
     def stop(self) -> None:
+        self._touch()
         _reap(self.proc, signal.SIGTERM)
 
     def restart(self) -> None:
@@ -147,7 +213,7 @@ class MariaDB:
 
     def cleanup(self) -> None:
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._remove()
 
 
 def _four_letter(port: int, word: str, timeout: float = 1.0) -> str:
@@ -165,8 +231,11 @@ def _four_letter(port: int, word: str, timeout: float = 1.0) -> str:
         return ""
 
 
-class ZooKeeper:
+class ZooKeeper(_Server):
     """One ZooKeeper server (standalone, or one member of an ensemble)."""
+
+    kind = "ZooKeeper"
+    log_name = "zk.log"
 
     def __init__(self, port: Optional[int] = None, ensemble: str = "", myid: int = 0,
                  directory: Optional[str] = None) -> None:
@@ -186,6 +255,7 @@ class ZooKeeper:
             )
 
     def start(self, timeout: float = 60, wait: bool = True) -> "ZooKeeper":
+        self._touch()
         log = open(os.path.join(self.dir, "zk.log"), "ab")
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true", "-cp", ZK_CLASSPATH,
@@ -215,14 +285,16 @@ class ZooKeeper:
         return f"127.0.0.1:{self.port}"
 
     def kill(self) -> None:
+        self._touch()
         _reap(self.proc, signal.SIGKILL)
 
     def stop(self) -> None:
+        self._touch()
         _reap(self.proc, signal.SIGTERM)
 
     def cleanup(self) -> None:
         self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._remove()
 
 
 class ZooKeeperEnsemble:
@@ -252,13 +324,16 @@ class ZooKeeperEnsemble:
             member.cleanup()
 
 
-class Prometheus:
+class Prometheus(_Server):
     """A Prometheus server scraping every second; tests add targets with ``scrape``.
 
     Targets live in a file-based service discovery file that Prometheus re-reads on change, so
     one server serves the whole session and each test names its own processes (its ``job``
     label) without a restart.
     """
+
+    kind = "Prometheus"
+    log_name = "prometheus.log"
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="tidemq-prometheus-")
@@ -273,6 +348,7 @@ class Prometheus:
                 f"      - files: ['{self.dir}/targets.json']\n        refresh_interval: 1s\n")
 
     def start(self, timeout: float = 60) -> "Prometheus":
+        self._touch()
         log = open(os.path.join(self.dir, "prometheus.log"), "ab")
         self.proc = subprocess.Popen(
             ["prometheus", f"--config.file={self.dir}/prometheus.yml", f"--storage.tsdb.path={self.dir}/data",
@@ -326,4 +402,4 @@ class Prometheus:
 
     def cleanup(self) -> None:
         _reap(self.proc, signal.SIGKILL)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._remove()

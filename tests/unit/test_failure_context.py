@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 
 from tests import failure_context
+from tests.servers import ZooKeeper, forget_touched, touched
 
 
 def test_a_failure_reports_each_spawned_process_with_its_state_and_last_lines(spawn):
@@ -27,3 +30,22 @@ def test_a_tail_reads_only_the_end_of_a_large_log(tmp_path):
 
 def test_a_test_without_processes_or_galera_adds_nothing():
     assert failure_context.sections({}) == []
+
+
+def test_a_failure_reports_each_server_the_test_started_stopped_or_killed(tmp_path):
+    server = ZooKeeper(directory=str(tmp_path / "zk"))  # not started: its state and log are what is read
+    Path(server.log_path).write_text("".join(f"zk line {i}\n" for i in range(80)))
+    forget_touched()
+    assert failure_context.sections({}, touched()) == []
+    server.proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    server.proc.wait(10)
+    server.stop()
+    server.kill()  # touched twice, reported once
+    [(title, text)] = failure_context.sections({}, touched())
+    assert title == (f"ZooKeeper on port {server.port} (exited 3), started, stopped or killed in this test: "
+                     f"last {failure_context.LINES} lines of zk.log")
+    assert text.splitlines() == [f"zk line {i}" for i in range(80 - failure_context.LINES, 80)]
+    server.cleanup()  # a test that removes its own server in a finally, before the report
+    assert not Path(server.log_path).exists()
+    assert failure_context.sections({}, touched()) == [(title, text)]
+    forget_touched()
