@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from tests import failure_context
 from tests.galera import GaleraCluster
-from tests.servers import MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble, forget_touched, touched
+from tests.servers import MariaDB, Prometheus, ZooKeeper, ZooKeeperEnsemble
 
 
 def truncate(db) -> None:
@@ -36,7 +36,7 @@ def truncate(db) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """The servers started, stopped or killed from here on are this test's (its report names them)."""
-    forget_touched()
+    failure_context.forget_touched()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -45,7 +45,7 @@ def pytest_runtest_makereport(item, call):
     lines (tests/failure_context.py): CI keeps nothing else of a run."""
     report = (yield).get_result()
     if report.failed and report.when in ("setup", "call"):
-        report.sections.extend(failure_context.sections(getattr(item, "funcargs", {}), touched()))
+        report.sections.extend(failure_context.sections(getattr(item, "funcargs", {}), failure_context.touched()))
 
 
 @pytest.fixture(scope="session")

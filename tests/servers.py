@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,13 +16,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any, Optional
 
-from tests import failure_context
+from tests.failure_context import ReportedServer
 
-__all__ = ["free_port", "forget_touched", "MariaDB", "Prometheus", "touched", "ZooKeeper", "ZooKeeperEnsemble",
-           "wait_until"]
+__all__ = ["free_port", "MariaDB", "Prometheus", "ZooKeeper", "ZooKeeperEnsemble", "wait_until"]
 
 ZK_CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
 
@@ -65,64 +62,7 @@ def _reap(proc: Optional[subprocess.Popen], sig: int, timeout: float = 30) -> No
         proc.wait(10)
 
 
-#: The servers started, stopped or killed since the current test's setup began: a failed test
-#: reports their logs (tests/failure_context.py). Session servers start in the setup of the
-#: first test that needs them, so a server that could not start is reported too.
-_touched: list["_Server"] = []
-
-
-def touched() -> list["_Server"]:
-    """The servers started, stopped or killed since ``forget_touched()``, first touched first."""
-    return list(_touched)
-
-
-def forget_touched() -> None:
-    """Start a new test's list of touched servers (tests/conftest.py, at each test's setup)."""
-    _touched.clear()
-
-
-class _Server:
-    """What a failed test's report reads of a server: its kind, port, state and log."""
-
-    kind = "server"
-    log_name = ""  # in the server's directory
-    reported = True  # False where a report of its own covers the server (a Galera node)
-    dir: str
-    port: int
-    proc: Optional[subprocess.Popen]
-
-    @property
-    def log_path(self) -> str:
-        return os.path.join(self.dir, self.log_name)
-
-    def state(self) -> str:
-        """The server's state: "running", "exited N" (0 after a stop's SIGTERM, -9 after a kill) or
-        "never started"."""
-        if self.proc is None:
-            return "never started"
-        code = self.proc.poll()
-        return "running" if code is None else f"exited {code}"
-
-    def log_tail(self) -> str:
-        """The last lines of the server's log, or of what it was when ``_remove`` deleted it."""
-        if os.path.exists(self.log_path) or self._kept_log is None:
-            return failure_context.tail(Path(self.log_path))
-        return self._kept_log
-
-    _kept_log: Optional[str] = None
-
-    def _touch(self) -> None:
-        if self.reported and self not in _touched:
-            _touched.append(self)
-
-    def _remove(self) -> None:
-        """Delete the server's directory, keeping its log's end: a test that stops its own server
-        in a ``finally`` removes it before a failure's report is written."""
-        self._kept_log = failure_context.tail(Path(self.log_path))
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class MariaDB(_Server):
+class MariaDB(ReportedServer):
     """A throwaway MariaDB server (user root@127.0.0.1, no password)."""
 
     kind = "MariaDB"
@@ -231,7 +171,7 @@ def _four_letter(port: int, word: str, timeout: float = 1.0) -> str:
         return ""
 
 
-class ZooKeeper(_Server):
+class ZooKeeper(ReportedServer):
     """One ZooKeeper server (standalone, or one member of an ensemble)."""
 
     kind = "ZooKeeper"
@@ -324,7 +264,7 @@ class ZooKeeperEnsemble:
             member.cleanup()
 
 
-class Prometheus(_Server):
+class Prometheus(ReportedServer):
     """A Prometheus server scraping every second; tests add targets with ``scrape``.
 
     Targets live in a file-based service discovery file that Prometheus re-reads on change, so

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from tests import failure_context
-from tests.servers import ZooKeeper, forget_touched, touched
+from tests.failure_context import forget_touched, touched
+from tests.servers import ZooKeeper
 
 
 def test_a_failure_reports_each_spawned_process_with_its_state_and_last_lines(spawn):
