@@ -79,6 +79,7 @@ class ReportedServer:
     dir: str
     port: int
     proc: Optional[subprocess.Popen]
+    _kept_log: Optional[str] = None  # the log's end, once ``_remove`` deleted the log
 
     @property
     def log_path(self) -> str:
@@ -97,8 +98,6 @@ class ReportedServer:
         if os.path.exists(self.log_path) or self._kept_log is None:
             return tail(Path(self.log_path))
         return self._kept_log
-
-    _kept_log: Optional[str] = None
 
     def _touch(self) -> None:
         if self.reported and self not in _touched:

@@ -196,7 +196,7 @@ class ZooKeeper(ReportedServer):
 
     def start(self, timeout: float = 60, wait: bool = True) -> "ZooKeeper":
         self._touch()
-        log = open(os.path.join(self.dir, "zk.log"), "ab")
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true", "-cp", ZK_CLASSPATH,
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", os.path.join(self.dir, "zoo.cfg")],
@@ -289,7 +289,7 @@ class Prometheus(ReportedServer):
 
     def start(self, timeout: float = 60) -> "Prometheus":
         self._touch()
-        log = open(os.path.join(self.dir, "prometheus.log"), "ab")
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             ["prometheus", f"--config.file={self.dir}/prometheus.yml", f"--storage.tsdb.path={self.dir}/data",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
