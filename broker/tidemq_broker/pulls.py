@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable, Optional, Sequence
 
 from tidemq import clock
-from .errors import StorageUnavailableError
+from .errors import DatabaseOutOfReachError, StorageUnavailableError
 from .handoff import HandOffClaims
 from .hints import Arrival, LockHints
 from .inserts import InsertWatch
@@ -219,13 +219,11 @@ class PullHub(HandOffClaims):
         # since the last tick, every tick, and the earliest NEW effect_time of each waited-on
         # topic every few ticks (``_audit_forever``). A waiter is woken only when its topic got
         # something due sooner than before.
-        # The watch also runs while no pull waits but topics are pulled (busy consumers pull
-        # again at once): its lowerings keep their locks' hints exact, and a watch that fell
-        # behind would have to forget them.
-        # Looks come quicker while they keep finding rows (within the last second) and a pull
-        # sleeps here: other brokers are committing, and each look's interval is what their
-        # messages wait. A pull busy locking will find them itself; the look costs the cores it
-        # waits for.
+        # The watch also runs while no pull waits but topics are pulled (busy consumers pull again
+        # at once): its lowerings keep their hints exact; a watch that fell behind would forget them.
+        # Looks come quicker while they keep finding rows (within the last second) and a pull sleeps
+        # here: other brokers are committing, and each look's interval is what their messages wait.
+        # A pull busy locking will find them itself; the look costs the cores it waits for.
         warned = [float("-inf")]
         interval, last = self._probe_interval, time.monotonic()
         while True:
@@ -273,10 +271,11 @@ class PullHub(HandOffClaims):
                 self._guarded(lambda: self._probe_earliest(topics), warned)
                 self._next_probe = began + self.hints.next_probe(time.monotonic() - began)
 
-    @staticmethod
-    def _guarded(probe: Callable[[], None], warned: list[float]) -> None:
+    def _guarded(self, probe: Callable[[], None], warned: list[float]) -> None:
         try:
             probe()
+        except DatabaseOutOfReachError:  # so are the pulls' locks: their consumers move to another broker
+            self._wake(lambda w: True)
         except StorageUnavailableError:
             pass  # the database logs its outage once; waiting pulls still wake on their own timers
         except Exception:

@@ -11,7 +11,7 @@ import grpc
 from tidemq.pool import ERROR_KEY  # trailing metadata: the class name of the tidemq error
 
 from . import errors
-from .errors import PermissionDeniedError, RetriableError, TidemqError, ValidationError
+from .errors import DatabaseOutOfReachError, PermissionDeniedError, RetriableError, TidemqError, ValidationError
 
 __all__ = ["ERROR_KEY", "MAX_DETAILS_BYTES", "abort_with", "rpc"]
 
@@ -36,8 +36,13 @@ def rpc(method: F) -> F:
 
 
 def abort_with(context: grpc.ServicerContext, exc: TidemqError) -> NoReturn:
-    """End the call with the status of ``exc`` (grpc's ``abort`` raises, leaving the handler)."""
-    context.set_trailing_metadata(((ERROR_KEY, _public_name(exc)),))
+    """End the call with the status of ``exc`` (grpc's ``abort`` raises, leaving the handler).
+
+    A database out of this broker's reach (``storages.reach``) is the broker's failure, not the
+    request's: UNAVAILABLE without the error's name, which a client's pool takes as it takes a
+    broker that does not answer, moving the call (and the next ones, for a while) elsewhere."""
+    if not isinstance(exc, DatabaseOutOfReachError):
+        context.set_trailing_metadata(((ERROR_KEY, _public_name(exc)),))
     context.abort(_code(exc), _details(exc))
     raise AssertionError("grpc's abort returned")  # it always raises; this satisfies NoReturn
 

@@ -25,6 +25,7 @@ __all__ = [
     "RetriableError",
     "BrokerUnavailableError",
     "StorageUnavailableError",
+    "DatabaseOutOfReachError",
     "CoordinationError",
     "LeaseLostError",
     "PullCancelledError",
@@ -118,6 +119,12 @@ class BrokerUnavailableError(RetriableError):
 
 class StorageUnavailableError(RetriableError):
     """Raised when the database cannot be reached or timed out; the request was not applied."""
+
+
+class DatabaseOutOfReachError(StorageUnavailableError):
+    """Raised when this process gets no answer at all from the database (a network partition),
+    before anything is sent. Another process may reach it: a broker answers its callers
+    UNAVAILABLE, and their pools move the call to another broker."""
 
 
 class CoordinationError(RetriableError):

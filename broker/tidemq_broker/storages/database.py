@@ -26,6 +26,7 @@ from ..errors import StorageUnavailableError
 from . import no_wait
 from .dialect import SqlDialect
 from .kept import Kept
+from .reach import Reach
 from .workflow_tally import Outcomes
 
 __all__ = ["NoConnectionError", "SqlDatabase"]
@@ -77,6 +78,8 @@ class SqlDatabase:
         for pooled in {self.engine, self.produce_engine}:
             event.listen(pooled, "handle_error", self._on_error)
         no_wait.enable(self.engine)
+        # A database gone silent for this process alone (reach.py); SQLite's file cannot be.
+        self.reach = Reach(list(dict.fromkeys([self.engine, self.produce_engine])), watch=not dialect.single_writer)
 
     def _on_error(self, context: Any) -> None:
         """On a lost connection, renew the whole pool only when the unit of work lost one before.
@@ -117,7 +120,13 @@ class SqlDatabase:
         the first of an outage is logged (``outage``), the others are left to the callers.
         """
         self._local.lost = 0
+        with self.reach:
+            return self._tx(work, attempts, produce, committed)
+
+    def _tx(self, work: Callable[[Connection], T], attempts: int, produce: bool,
+            committed: Optional[Callable[[], None]]) -> T:
         for attempt in range(1, attempts + 1):
+            self.reach.check()  # out of reach meanwhile: not one more connection's timeout
             committing = opened = False
             try:
                 engine = self.produce_engine if produce else self.engine
@@ -202,11 +211,16 @@ class SqlDatabase:
         """
         if self.dialect.single_writer:
             return self.tx(work, produce=True)
+        with self.reach:
+            return self._commit_alone(work, attempts, lost)
+
+    def _commit_alone(self, work: Callable[[Connection], T], attempts: int, lost: Optional[Callable[[], T]]) -> T:
         conn = self._take(self._producers, "produce")
         driver_error = self.engine.dialect.loaded_dbapi.Error
         reopened = False
         try:
             for attempt in range(1, attempts + 1):
+                self.reach.check()
                 if conn is not None and not self.dialect.usable(conn):
                     conn = _dropped(conn)
                 if conn is None:
@@ -255,9 +269,14 @@ class SqlDatabase:
     def _autocommit(self, work: Callable[[Connection], T], connections: Kept) -> T:
         if self.dialect.single_writer:
             return self.tx(work)
+        with self.reach:
+            return self._autocommit_unit(work, connections)
+
+    def _autocommit_unit(self, work: Callable[[Connection], T], connections: Kept) -> T:
         conn = self._take(connections, "autocommit")
         try:
             for attempt in range(2):
+                self.reach.check()
                 try:
                     if conn is None:
                         conn = self._opened(connections)
@@ -343,6 +362,7 @@ class SqlDatabase:
 
     def close(self) -> None:
         """Release every pooled connection."""
+        self.reach.stop()
         for connections in (self._readers, self._writers, self._producers):
             for conn in connections.idle():
                 _dropped(conn)

@@ -1,0 +1,180 @@
+"""Whether this process reaches its database: a database gone silent told from a slow one.
+
+A network partition between one broker and MySQL (a firewall, an address moved to another
+server while old connections stay open) answers nothing at all: every statement in flight waits
+for a reply until the driver's read timeout (30 s), and every caller of that broker waits out its
+deadline there, though another broker may reach the database. A server that is stopped, full or
+killing connections answers (refuses, closes) and needs none of this.
+
+``Reach`` counts the units of work in flight. When some have been in flight for ``stall``
+seconds and none ended meanwhile, it opens a connection of its own with short timeouts. If the
+server answers that (even by refusing it, or its host by refusing the port), the database is only
+slow, or down for every broker alike (they all fail fast then, as before). If nothing answers,
+the database is out of reach: the connections in use are shut (their statements fail now instead
+of at the read timeout), the pools' idle ones are dropped, and every unit of work fails at once
+with ``DatabaseOutOfReachError`` without touching the network (the pull hub's looks too, which
+then wake the broker's waiting pulls), until a probe, every ``every`` seconds, gets an answer again. The
+broker answers such calls UNAVAILABLE, which its clients' pools take as this broker's failure: they
+move the call to another broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from sqlalchemy import Engine, event
+
+from ..errors import DatabaseOutOfReachError
+
+__all__ = ["Reach"]
+
+log = logging.getLogger("tidemq_broker.storages.database")  # the database's own outage lines
+#: Error numbers below this one come from the server: it answered, so it can be reached.
+_CLIENT_ERRORS = 2000
+
+
+class Reach:
+    """Watches the units of work of ``engines`` (``SqlDatabase`` wraps each in ``with reach:``)."""
+
+    def __init__(self, engines: list[Engine], stall: float = 2.0, every: float = 1.0, probe_timeout: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic, watch: bool = True,
+                 connect: Optional[Callable[[int], Any]] = None) -> None:
+        """``connect(timeout)`` opens a driver connection for a probe (by default one like the
+        engines' last new connection, with ``timeout`` seconds to connect, read and write)."""
+        self._engines = engines
+        self._stall, self._every, self._probe_timeout = stall, every, probe_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._since = clock()  # the last unit's end, or the start of the oldest one in flight
+        self._lost_at: Optional[float] = None
+        self._probed_at = 0.0
+        self._why = ""
+        self._connect = connect or self._connect_like_last
+        self._last: Optional[tuple[Any, tuple, dict]] = None  # (dbapi, cargs, cparams) of the last connection
+        self._in_use: set[Any] = set()  # driver connections checked out of the pools
+        self._stopped = threading.Event()
+        for engine in engines:
+            event.listen(engine, "do_connect", self._noted, insert=True)  # before a Galera router
+            event.listen(engine, "checkout", self._checked_out)
+            event.listen(engine, "checkin", self._checked_in)
+        if watch:
+            threading.Thread(target=self._watch, name="tidemq-db-reach", daemon=True).start()
+
+    @property
+    def out_of_reach(self) -> bool:
+        return self._lost_at is not None
+
+    def check(self) -> None:
+        """Raise ``DatabaseOutOfReachError`` while the database is out of reach."""
+        if self._lost_at is not None:
+            raise DatabaseOutOfReachError(self._why)
+
+    def __enter__(self) -> "Reach":
+        self.check()
+        with self._lock:
+            if not self._inflight:
+                self._since = self._clock()
+            self._inflight += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._inflight -= 1
+            self._since = self._clock()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    # -- watching --------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stopped.wait(min(self._stall, self._every) / 4):
+            self.tick()
+
+    def tick(self) -> None:
+        """One look: a stall probed, or (out of reach) whether a probe gets an answer again."""
+        now = self._clock()
+        if self._lost_at is not None:
+            if now - self._probed_at >= self._every:
+                self._probed_at = now
+                if self._answers() is None:
+                    self._back(now)
+            return
+        with self._lock:
+            stalled = self._inflight > 0 and now - self._since >= self._stall
+        if stalled:
+            failure = self._answers()
+            if failure is None:
+                with self._lock:  # only slow: look again after another stall
+                    self._since = self._clock()
+            else:
+                self._lose(now, failure)
+
+    def _answers(self) -> Optional[str]:
+        """None when the server answers a new connection (a refusal counts), else why not."""
+        try:
+            conn = self._connect(max(1, round(self._probe_timeout)))
+            if conn is None:
+                return None  # nothing connected yet: nothing to judge by
+        except Exception as exc:  # the driver's errors, socket errors
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+            # Refused (the server stopped, its host up) or refused by the server (full, access):
+            # an answer, the same for every broker. Only silence is this process's own.
+            refused = isinstance(getattr(exc, "original_exception", exc), ConnectionRefusedError)
+            return None if refused or (code is not None and code < _CLIENT_ERRORS) else repr(exc)
+        try:
+            conn.close()
+        except Exception:  # it answered: that is all a probe asks
+            pass
+        return None
+
+    def _lose(self, now: float, failure: str) -> None:
+        self._why = (f"this broker gets no answer from the database (nothing back for {self._stall:.0f} s; "
+                     f"a new connection: {failure})")
+        self._lost_at = self._probed_at = now
+        log.warning("%s; calls here fail at once, and clients move to other brokers, until it answers", self._why)
+        with self._lock:
+            in_use = list(self._in_use)
+        for dbapi_conn in in_use:
+            _shut(dbapi_conn)
+        for engine in self._engines:
+            engine.dispose(close=False)  # idle pooled connections: dropped without a word on the wire
+
+    def _back(self, now: float) -> None:
+        lost_at, self._lost_at = self._lost_at, None
+        log.info("the database answers this broker again after %.1f s", now - (lost_at or now))
+        with self._lock:
+            self._since = self._clock()
+
+    def _connect_like_last(self, timeout: int) -> Any:
+        if self._last is None:
+            return None
+        dbapi, cargs, cparams = self._last
+        return dbapi.connect(*cargs, **{**cparams, "connect_timeout": timeout, "read_timeout": timeout,
+                                        "write_timeout": timeout})
+
+    # -- pool events -------------------------------------------------------------------------
+    def _noted(self, dialect: Any, record: Any, cargs: tuple, cparams: dict) -> None:
+        self._last = (dialect.loaded_dbapi, tuple(cargs), dict(cparams))
+
+    def _checked_out(self, dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        with self._lock:
+            self._in_use.add(dbapi_conn)
+
+    def _checked_in(self, dbapi_conn: Any, record: Any) -> None:
+        with self._lock:
+            self._in_use.discard(dbapi_conn)
+
+
+def _shut(dbapi_conn: Any) -> None:
+    """Shut a driver connection's socket: a statement waiting on it fails at once."""
+    sock = getattr(dbapi_conn, "_sock", None)  # PyMySQL's; a driver without one is left alone
+    if isinstance(sock, socket.socket):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed

@@ -1,0 +1,82 @@
+"""One broker cut off from MariaDB while the other still reaches it (a relay between that broker
+and the server, cut: its connections stay open and nothing passes, as in a network partition).
+
+The cut-off broker finds that its statements get no answer and a new connection none either
+(``storages/reach.py``); it shuts what it had in flight and answers every call UNAVAILABLE, so
+producers and workers move to the other broker and go on. Once the relay heals it serves again."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+
+from tests.faults.load import ProduceLoad, check_calls, check_outcome
+from tests.faults.partition import Relay
+from tests.faults.stack import Stack, reruns, successes
+from tests.processes import process_env, start_broker_process
+from tests.servers import wait_until
+from tidemq import Client, Settings
+from tidemq_broker.storages import open_storage
+
+CUT = 12.0  # seconds the relay stays cut
+
+
+def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_url, zk_hosts, spawn, tmp_path,
+                                                                          record_property):
+    topic, log = "fault.db.partition", tmp_path / "runs.log"
+    server = urllib.parse.urlsplit(mysql_url)
+    relay = Relay(f"{server.hostname}:{server.port}")
+    settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=zk_hosts)
+    env = process_env(settings, FAULT_LOG=str(log), FAULT_TOPIC=topic, FAULT_TTR="3", FAULT_SLEEP="0.002")
+    through = mysql_url.replace(f"{server.hostname}:{server.port}", relay.address, 1)
+    client = Client(settings)
+    load = ProduceLoad(client, topic, timeout=3.0, every=0.2)
+    storage = open_storage(mysql_url)
+    try:
+        cut_off, _ = start_broker_process(spawn, tmp_path, {**env, "TIDEMQ_DB_URL": through}, "cut")
+        stack = Stack(spawn, tmp_path, env, brokers=1, workers=2)
+        stack.brokers["cut"] = cut_off
+        wait_until(lambda: len(client.coordinator.consumers(topic)) == 2, 30, what="two workers registered")
+        wait_until(lambda: len(client.pool.addresses()) == 2, 30, what="two brokers discovered")
+        load.start()
+        wait_until(lambda: successes(storage, topic) >= 500, 60, 0.1, "consumption before the partition")
+
+        relay.cut()
+        cut_at = time.monotonic()
+        done = successes(storage, topic)
+        # Consumption goes on through the other broker while the cut lasts.
+        wait_until(lambda: successes(storage, topic) >= done + 1000, CUT, 0.1, "consumption during the partition")
+        consumed_by = time.monotonic() - cut_at
+        time.sleep(max(0.0, cut_at + CUT - time.monotonic()))
+        during = successes(storage, topic) - done
+        relay.heal()
+        healed_at = time.monotonic()
+        ok_during = load.succeeded_since(cut_at) - load.succeeded_since(healed_at)
+        failed_during = load.failed_since(cut_at) - load.failed_since(healed_at)
+
+        # The broker that was cut off serves again: a call sent to it alone succeeds.
+        def served() -> bool:
+            return stack.fault_records(r"answers this broker again")["cut"] != []
+
+        wait_until(served, 30, 0.1, "the cut-off broker to find the database again")
+        done = successes(storage, topic)
+        wait_until(lambda: successes(storage, topic) >= done + 500, 30, 0.1, "consumption after the partition")
+        load.stop()
+
+        stack.assert_alive()
+        figures = check_calls(load) + ", " + check_outcome(storage, topic, load.acked, log)
+        twice = reruns(log)
+        assert not twice, f"{len(twice)} messages ran twice, no worker died: {sorted(twice)[:5]}"
+        # Calls that reached the cut-off broker before it knew may fail; the rest go elsewhere.
+        assert ok_during > failed_during, f"during the cut {ok_during} produce calls succeeded, {failed_during} failed"
+        named = stack.assert_fault_named_once(r"database", at_most=3)
+        assert stack.fault_records(r"no answer from the database")["cut"], "the cut-off broker never named the fault"
+        figures += (f", during the {CUT:.0f} s cut: consumed {during} (1,000 within {consumed_by:.1f} s), produce "
+                    f"calls {ok_during} answered and {failed_during} failed, records naming it: {named}")
+        record_property("figures", figures)
+        print(f"\ndatabase partition: {figures}")
+    finally:
+        load.stop()
+        client.close()
+        storage.close()
+        relay.close()
