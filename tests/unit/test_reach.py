@@ -145,3 +145,16 @@ def test_going_out_of_reach_shuts_the_connections_in_use(engine):
         assert not reader.is_alive() and got == [b""], "a read in flight was not ended"
     b.close()
     a.close()
+
+
+def test_connections_given_back_or_dropped_are_not_held(engine):
+    reach = _reach(engine, Clock(), Server())
+    with engine.connect() as kept:
+        kept.execute(text("SELECT 1"))
+        assert len(reach._in_use) == 1
+    assert not reach._in_use, "a connection given back is still counted in use"
+    conn = engine.connect()
+    conn.execute(text("SELECT 1"))
+    conn.invalidate()  # lost: checked in as None
+    conn.close()
+    assert not reach._in_use, "an invalidated connection is still held"

@@ -62,6 +62,8 @@ class Reach:
             event.listen(engine, "do_connect", self._noted, insert=True)  # before a Galera router
             event.listen(engine, "checkout", self._checked_out)
             event.listen(engine, "checkin", self._checked_in)
+            # A connection invalidated (lost, dropped) is checked in as None: forget it here.
+            event.listen(engine, "invalidate", self._invalidated)
         if watch:
             threading.Thread(target=self._watch, name="tidemq-db-reach", daemon=True).start()
 
@@ -168,6 +170,9 @@ class Reach:
     def _checked_in(self, dbapi_conn: Any, record: Any) -> None:
         with self._lock:
             self._in_use.discard(dbapi_conn)
+
+    def _invalidated(self, dbapi_conn: Any, record: Any, exception: Any) -> None:
+        self._checked_in(dbapi_conn, record)
 
 
 def _shut(dbapi_conn: Any) -> None:
