@@ -4,7 +4,6 @@ ZooKeeper stops for longer than the session timeout under QUEUE load: consumptio
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -12,10 +11,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
 from tests.faults.load import ProduceLoad, check_calls, check_outcome
+from tests.faults.serial_runs import SerialRuns
 from tests.faults.stack import Stack, reruns, successes
 from tests.processes import process_env
 from tests.servers import ZooKeeper, wait_until
-from tidemq import Client, Message, MessageType, Settings, Worker
+from tidemq import Client, MessageType, Settings, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq_broker.server import BrokerServer
 from tidemq_broker.storages import open_storage
@@ -27,36 +27,20 @@ TOPIC_Q = "fault.zk.queue"
 def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemble, ensemble_chroot, mysql_url):
     settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=ensemble.hosts + ensemble_chroot)
     broker = BrokerServer(settings).start()
-    intervals: list[tuple[int, float, float, int]] = []
-    running = [0]
-    overlaps = [0]
-    lock = threading.Lock()
-
-    def make_handler(worker_no):
-        def handle(message: Message) -> None:
-            with lock:
-                running[0] += 1
-                overlaps[0] += running[0] > 1
-            start = time.monotonic()
-            time.sleep(0.005)
-            with lock:
-                running[0] -= 1
-                intervals.append((message.id, start, time.monotonic(), worker_no))
-        return handle
-
+    serial = SerialRuns(sleep=0.005)
     workers, clients = [], []
     try:
         for n in range(3):
             client = Client(settings)
             clients.append(client)
-            spec = ConsumerSpec(TOPIC, MessageType.SERIAL_QUEUE, make_handler(n), threads=1, ttr=3, batch=1)
+            spec = ConsumerSpec(TOPIC, MessageType.SERIAL_QUEUE, serial.handler(n), threads=1, ttr=3, batch=1)
             workers.append(Worker([spec], client=client, drain_timeout=10).start())
         wait_until(lambda: len(clients[0].coordinator.consumers(TOPIC)) == 3, 30, what="three consumers")
         ids = []
         for start in range(0, 240, 40):
             ids += clients[0].produce_many(TOPIC, [{"n": n} for n in range(start, start + 40)])
 
-        wait_until(lambda: len(intervals) >= 40, 60, what="serial work under way")
+        wait_until(lambda: len(serial.runs) >= 40, 60, what="serial work under way")
         top = min(workers, key=lambda w: w.runners[0].rank[0])
         old_node = top.runners[0].registration.node
         top.client.coordinator.expire_session()
@@ -64,7 +48,7 @@ def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemb
         new_rank = wait_until(lambda: top.runners[0].rank[0] >= 0 and top.runners[0].rank, 30, what="a rank again")
         assert new_rank[0] == 2, "a consumer that registers again is the newest: it must not take the top rank back"
 
-        wait_until(lambda: len(intervals) >= 120, 60, what="work after the session expiry")
+        wait_until(lambda: len(serial.runs) >= 120, 60, what="work after the session expiry")
         ensemble.leader().kill()
         wait_until(lambda: broker.storage.counts.count_by_status(TOPIC) == {TOPIC: {"SUCCESS": len(ids)}}, 120, 0.05,
                    "every serial message to succeed")
@@ -75,12 +59,8 @@ def test_session_expiry_and_leader_kill_keep_serial_order_and_exclusivity(ensemb
             client.close()
         broker.stop(grace=1)
 
-    assert overlaps[0] == 0, f"{overlaps[0]} times two serial handlers ran at once"
-    ordered = sorted(intervals, key=lambda iv: iv[1])
-    assert [iv[0] for iv in ordered] == ids, "serial messages ran out of (effect_time, id) order"
-    assert all(a[2] <= b[1] for a, b in zip(ordered, ordered[1:])), "handler intervals overlap"
-    print(f"\nzookeeper faults: {len(ids)} serial messages, workers used {sorted({iv[3] for iv in intervals})}, "
-          f"overlaps {overlaps[0]}")
+    serial.assert_one_at_a_time_in_order(ids)
+    print(f"\nzookeeper faults: {len(ids)} serial messages, workers used {sorted({run.worker for run in serial.runs})}")
 
 
 def test_zookeeper_stopped_longer_than_the_session_timeout(mysql_url, spawn, tmp_path, record_property):

@@ -9,18 +9,18 @@ process finds its session gone and registers again as the newest consumer."""
 from __future__ import annotations
 
 import collections
-import threading
 import time
 
 import pytest
 
 from tests.faults.load import ProduceLoad, check_calls, check_outcome
 from tests.faults.partition import Relay
+from tests.faults.serial_runs import SerialRuns
 from tests.faults.stack import Stack, reruns, successes
 from tests.observe import all_messages
 from tests.processes import TIDEMQ, kill9, process_env, start_broker_process
 from tests.servers import wait_until
-from tidemq import Client, Message, MessageType, Settings, Worker, trace
+from tidemq import Client, MessageType, Settings, Worker, trace
 from tidemq.consumer import ConsumerSpec
 from tidemq_broker.server import BrokerServer
 from tidemq_broker.storages import open_storage
@@ -185,28 +185,13 @@ def test_a_serial_consumer_cut_off_from_zookeeper_never_runs_beside_the_new_top(
     cut_settings = Settings.from_env({"TIDEMQ_ZK_SESSION_TIMEOUT": str(SESSION)}, db_url=mysql_url,
                                      zk_hosts=_through(relay, zk_hosts))
     broker = BrokerServer(settings).start()
-    runs: list[tuple[int, float, float, str]] = []  # (id, start, end, worker)
-    running, overlaps = [0], [0]
-    lock = threading.Lock()
-
-    def handler(name: str):
-        def handle(message: Message) -> None:
-            with lock:
-                running[0] += 1
-                overlaps[0] += running[0] > 1
-            start = time.monotonic()
-            time.sleep(0.002)
-            with lock:
-                running[0] -= 1
-                runs.append((message.id, start, time.monotonic(), name))
-        return handle
-
+    serial = SerialRuns(sleep=0.002)
     clients, workers = [], {}
     try:
         # The worker to be cut off registers first: it holds the top rank, the one that runs.
         for name, worker_settings in (("cut", cut_settings), ("other", settings)):
             clients.append(Client(worker_settings))
-            spec = ConsumerSpec(topic, MessageType.SERIAL_QUEUE, handler(name), threads=1, ttr=3, batch=1)
+            spec = ConsumerSpec(topic, MessageType.SERIAL_QUEUE, serial.handler(name), threads=1, ttr=3, batch=1)
             workers[name] = Worker([spec], client=clients[-1], drain_timeout=10).start()
             wait_until(lambda: workers[name].runners[0].rank[0] >= 0, 30, what=f"{name} registered")
         assert workers["cut"].runners[0].rank[0] == 0, "the premise failed: the first consumer is not the top one"
@@ -214,19 +199,19 @@ def test_a_serial_consumer_cut_off_from_zookeeper_never_runs_beside_the_new_top(
         load = ProduceLoad(producer, topic, timeout=3.0, every=0.5)  # 100 a second, one broker: ids in order
         load.start()
         try:
-            wait_until(lambda: len(runs) >= 100, 60, what="serial work under way")
+            wait_until(lambda: len(serial.runs) >= 100, 60, what="serial work under way")
             relay.cut()
             cut_at = time.monotonic()
             wait_until(lambda: workers["other"].runners[0].rank[0] == 0, 10 * SESSION, 0.05,
                        "the other consumer to become the top one")
             took_over = time.monotonic()
             time.sleep(max(0.0, cut_at + 3 * SESSION - time.monotonic()))
-            during = collections.Counter(run[3] for run in list(runs) if took_over <= run[1])
+            during = collections.Counter(run.worker for run in list(serial.runs) if took_over <= run.start)
             relay.heal()
             wait_until(lambda: workers["cut"].runners[0].rank[0] == 1, 30, 0.05,
                        "the cut-off consumer registered again, as the newest")
-            done = len(runs)
-            wait_until(lambda: len(runs) >= done + 100, 60, what="serial work after the partition")
+            done = len(serial.runs)
+            wait_until(lambda: len(serial.runs) >= done + 100, 60, what="serial work after the partition")
         finally:
             load.stop()
         check_calls(load)
@@ -240,14 +225,10 @@ def test_a_serial_consumer_cut_off_from_zookeeper_never_runs_beside_the_new_top(
             client.close()
         broker.stop(grace=1)
 
-    assert overlaps[0] == 0, f"{overlaps[0]} times two serial handlers ran at once"
-    ordered = sorted(runs, key=lambda run: run[1])
-    assert all(a[2] <= b[1] for a, b in zip(ordered, ordered[1:])), "handler runs overlap"
-    assert [run[0] for run in ordered] == [m.id for m in stored], \
-        "serial messages ran out of (effect_time, id) order, or one ran twice"
+    serial.assert_one_at_a_time_in_order([m.id for m in stored])
     assert sum(during.values()) > 0, "nothing of the serial topic ran while its top consumer was cut off"
-    by = {name: sum(1 for run in runs if run[3] == name) for name in workers}
-    figures = (f"{len(stored)} serial messages, runs by worker {by}, {dict(during)} while cut off, "
-               f"the other consumer on top {took_over - cut_at:.1f} s after the cut, overlaps {overlaps[0]}")
+    by = collections.Counter(run.worker for run in serial.runs)
+    figures = (f"{len(stored)} serial messages, runs by worker {dict(by)}, {dict(during)} while cut off, "
+               f"the other consumer on top {took_over - cut_at:.1f} s after the cut, overlaps {serial.overlaps}")
     record_property("figures", figures)
     print(f"\nzookeeper partition, serial: {figures}")
