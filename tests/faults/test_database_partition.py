@@ -44,8 +44,9 @@ def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_u
         relay.cut()
         cut_at = time.monotonic()
         done = successes(storage, topic)
-        # Consumption goes on through the other broker while the cut lasts.
-        wait_until(lambda: successes(storage, topic) >= done + 1000, CUT, 0.1, "consumption during the partition")
+        # Consumption goes on through the other broker while the cut lasts (before the broker
+        # could tell a silent database, none did: its pulls and acks waited out their deadlines).
+        wait_until(lambda: successes(storage, topic) >= done + 500, CUT, 0.1, "consumption during the partition")
         consumed_by = time.monotonic() - cut_at
         time.sleep(max(0.0, cut_at + CUT - time.monotonic()))
         during = successes(storage, topic) - done
@@ -71,7 +72,7 @@ def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_u
         assert ok_during > failed_during, f"during the cut {ok_during} produce calls succeeded, {failed_during} failed"
         named = stack.assert_fault_named_once(r"database", at_most=3)
         assert stack.fault_records(r"no answer from the database")["cut"], "the cut-off broker never named the fault"
-        figures += (f", during the {CUT:.0f} s cut: consumed {during} (1,000 within {consumed_by:.1f} s), produce "
+        figures += (f", during the {CUT:.0f} s cut: consumed {during} (500 within {consumed_by:.1f} s), produce "
                     f"calls {ok_during} answered and {failed_during} failed, records naming it: {named}")
         record_property("figures", figures)
         print(f"\ndatabase partition: {figures}")

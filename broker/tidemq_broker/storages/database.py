@@ -78,7 +78,6 @@ class SqlDatabase:
         for pooled in {self.engine, self.produce_engine}:
             event.listen(pooled, "handle_error", self._on_error)
         no_wait.enable(self.engine)
-        # A database gone silent for this process alone (reach.py); SQLite's file cannot be.
         self.reach = Reach(list(dict.fromkeys([self.engine, self.produce_engine])), watch=not dialect.single_writer)
 
     def _on_error(self, context: Any) -> None:
@@ -123,8 +122,7 @@ class SqlDatabase:
         with self.reach:
             return self._tx(work, attempts, produce, committed)
 
-    def _tx(self, work: Callable[[Connection], T], attempts: int, produce: bool,
-            committed: Optional[Callable[[], None]]) -> T:
+    def _tx(self, work: Callable[[Connection], T], attempts: int, produce: bool, committed: Any) -> T:
         for attempt in range(1, attempts + 1):
             self.reach.check()  # out of reach meanwhile: not one more connection's timeout
             committing = opened = False
@@ -165,6 +163,8 @@ class SqlDatabase:
         """The error for a unit of work the database did not serve (``sent``: whether any of it
         reached the server; if not, ``NoConnectionError``)."""
         self.outage.failed(cause)
+        if not sent:
+            self.reach.check()  # silent meanwhile: the broker's failure, not the request's (reach.py)
         error = StorageUnavailableError if sent else NoConnectionError
         return error(f"the database is unavailable: {cause!r}")
 

@@ -78,9 +78,12 @@ class MySqlDialect(SqlDialect):
             pool_recycle=1800,
             pool_timeout=5,
             isolation_level="READ COMMITTED",
-            # Fail fast while the server is down instead of hanging past the caller's deadline.
+            # Fail fast while the server is down instead of hanging past the caller's deadline:
+            # PyMySQL reads the server's greeting under read_timeout, so a connection accepted and
+            # never answered (a proxy whose server is gone) fails in 3 s too; statements get 30 s
+            # once it is open (``_statement_timeouts``).
             # The insert watch's GROUP_CONCAT of 500 ids: MySQL's default 1,024 bytes would cut it.
-            connect_args={"connect_timeout": 3, "read_timeout": 30, "write_timeout": 30, "charset": "utf8mb4",
+            connect_args={"connect_timeout": 3, "read_timeout": 3, "write_timeout": 30, "charset": "utf8mb4",
                           "client_flag": flags, "init_command": "SET SESSION group_concat_max_len = 1048576",
                           **_tls_args(url)},
             **options,
@@ -88,6 +91,7 @@ class MySqlDialect(SqlDialect):
         if addresses and self._addresses is not None:
             self._addresses.attach(engine)
         mark_not_serving_as_disconnect(engine)
+        event.listen(engine, "connect", _statement_timeouts)
         _quiet_lost_connection_resets()
         return engine
 
@@ -372,3 +376,7 @@ def _mariadb_with_returning(version: str) -> bool:
 def _insert_rows(conn: Connection, rows: list[dict[str, Any]], suffix: str = "") -> Any:
     return conn.exec_driver_sql(insert_sql(conn.connection.dbapi_connection, rows, suffix), (rows[0]["data"],))
 
+
+def _statement_timeouts(dbapi_conn: Any, record: Any) -> None:
+    """A new connection's reads wait 30 s from now on (3 s while it was being opened)."""
+    dbapi_conn._read_timeout = 30  # PyMySQL applies it at its next read

@@ -7,7 +7,7 @@ deadline there, though another broker may reach the database. A server that is s
 killing connections answers (refuses, closes) and needs none of this.
 
 ``Reach`` counts the units of work in flight. When some have been in flight for ``stall``
-seconds and none ended meanwhile, it opens a connection of its own with short timeouts. If the
+seconds and none ended well meanwhile (units that time out one after another end too), it opens a connection of its own with short timeouts. If the
 server answers that (even by refusing it, or its host by refusing the port), the database is only
 slow, or down for every broker alike (they all fail fast then, as before). If nothing answers,
 the database is out of reach: the connections in use are shut (their statements fail now instead
@@ -84,10 +84,11 @@ class Reach:
             self._inflight += 1
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, failed: object, *exc: object) -> None:
         with self._lock:
             self._inflight -= 1
-            self._since = self._clock()
+            if failed is None:  # an answer; a unit that failed (timed out, say) is none
+                self._since = self._clock()
 
     def stop(self) -> None:
         self._stopped.set()
