@@ -12,7 +12,9 @@ with the number of waiters of an id, and nothing runs while nobody waits. It lea
 the waiters read themselves: ids whose waiters this broker already woke, and, for one interval,
 the messages of a waiter that ended an idle time (it read them as it registered).
 A waiter also reads again by itself every ``recheck`` seconds (the probe failing while the
-database is away must not leave it asleep until its deadline).
+database is away must not leave it asleep until its deadline). When the probe finds the
+database out of this broker's reach (``storages/reach.py``), it wakes every waiter at once:
+their reads fail the same way, and their callers move to a broker that reaches it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Callable, Iterable, Sequence
 
 from tidemq.lifecycle import FINAL_STATUSES
 
-from .errors import RetriableError
+from .errors import DatabaseOutOfReachError, RetriableError
 from .storage import MessageResult, Probes
 
 __all__ = ["ResultHub", "is_final"]
@@ -65,10 +67,14 @@ class ResultHub:
         """Wake every waiter: Results calls answer with what they have."""
         with self._lock:
             self._stopped.set()
+            self._someone_waits.notify_all()
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        with self._lock:
             for events in self._waiters.values():
                 for event in events:
                     event.set()
-            self._someone_waits.notify_all()
 
     def notify(self, ids: Iterable[int]) -> int:
         """Messages ``ids`` may have ended (this broker recorded it): wake their waiters; returns
@@ -140,6 +146,11 @@ class ResultHub:
                 # next probes come sooner: those this broker recorded woke their waiters at once.
                 if waited and self.notify(self._probes.finished(waited)):
                     self._found_at = time.monotonic()
+            except DatabaseOutOfReachError as exc:
+                # Another broker may reach it: each waiter's read fails now, and its Results call
+                # goes back UNAVAILABLE, which its caller's pool moves to another broker.
+                log.debug("result probe failed: %s", exc)
+                self._wake_all()
             except RetriableError as exc:  # the database away: waiters re-read on their recheck
                 log.debug("result probe failed: %s", exc)
             except Exception:

@@ -3,13 +3,15 @@ and the server, cut: its connections stay open and nothing passes, as in a netwo
 
 The cut-off broker finds that its statements get no answer and a new connection none either
 (``storages/reach.py``); it shuts what it had in flight and answers every call UNAVAILABLE, so
-producers and workers move to the other broker and go on. Once the relay heals it serves again."""
+producers and workers move to the other broker and go on; a Results call waiting there moves
+too. Once the relay heals it serves again."""
 
 from __future__ import annotations
 
 import time
 import urllib.parse
 
+from tests.background import InThread
 from tests.faults.load import ProduceLoad, check_calls, check_outcome
 from tests.faults.partition import Relay
 from tests.faults.stack import Stack, reruns, successes
@@ -33,12 +35,15 @@ def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_u
     load = ProduceLoad(client, topic, timeout=3.0, every=0.2)
     storage = open_storage(mysql_url)
     try:
-        cut_off, _ = start_broker_process(spawn, tmp_path, {**env, "TIDEMQ_DB_URL": through}, "cut")
+        cut_off, cut_address = start_broker_process(spawn, tmp_path, {**env, "TIDEMQ_DB_URL": through}, "cut")
         stack = Stack(spawn, tmp_path, env, brokers=1, workers=2)
         stack.brokers["cut"] = cut_off
         wait_until(lambda: len(client.coordinator.consumers(topic)) == 2, 30, what="two workers registered")
         wait_until(lambda: len(client.pool.addresses()) == 2, 30, what="two brokers discovered")
         load.start()
+        # A caller waiting at the cut-off broker for a message that no worker runs.
+        waited = client.produce(f"{topic}.waited", "waited")
+        waiter = InThread(lambda: client.results([waited], wait=60.0, broker=cut_address))
         wait_until(lambda: successes(storage, topic) >= 500, 60, 0.1, "consumption before the partition")
 
         relay.cut()
@@ -48,6 +53,14 @@ def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_u
         # could tell a silent database, none did: its pulls and acks waited out their deadlines).
         wait_until(lambda: successes(storage, topic) >= done + 500, CUT, 0.1, "consumption during the partition")
         consumed_by = time.monotonic() - cut_at
+        # Its waiter moved to the other broker when the cut-off one found the silence: the
+        # cancel, wherever it is recorded, ends the wait before the relay heals (not the
+        # cut-off broker's probe finding it once it reaches the database again).
+        assert client.cancel(waited)
+        cancelled_at = time.monotonic()
+        [state] = waiter.value(5.0)
+        assert not state.found, state
+        waiter_took = time.monotonic() - cancelled_at
         time.sleep(max(0.0, cut_at + CUT - time.monotonic()))
         during = successes(storage, topic) - done
         relay.heal()
@@ -73,7 +86,8 @@ def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_u
         named = stack.assert_fault_named_once(r"database", at_most=3)
         assert stack.fault_records(r"no answer from the database")["cut"], "the cut-off broker never named the fault"
         figures += (f", during the {CUT:.0f} s cut: consumed {during} (500 within {consumed_by:.1f} s), produce "
-                    f"calls {ok_during} answered and {failed_during} failed, records naming it: {named}")
+                    f"calls {ok_during} answered and {failed_during} failed, records naming it: {named}, "
+                    f"the waiter's answer {waiter_took * 1000:.0f} ms after the cancel")
         record_property("figures", figures)
         print(f"\ndatabase partition: {figures}")
     finally:

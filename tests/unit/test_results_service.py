@@ -15,6 +15,7 @@ from tests.background import InThread
 from tests.servers import wait_until
 from tests.unit.test_broker_service import Aborted, Context, produce, pull, stored
 from tidemq import clock
+from tidemq.errors import DatabaseOutOfReachError
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq_broker.pulls import PullHub
 from tidemq_broker.results import ResultHub
@@ -244,3 +245,33 @@ def test_a_waiter_that_ends_an_idle_time_is_first_probed_one_interval_later():
         hub.stop()
     [(at, ids)] = asked[:1]
     assert ids == [7] and at - registered >= 0.3
+
+
+def test_a_database_out_of_this_brokers_reach_wakes_every_waiter_whose_read_then_fails():
+    """Another broker may reach the database: the waiters here must not sleep until their
+    deadline (or recheck). Once the probe finds it out of reach, each waiter reads again, and
+    the failure ends its Results call (UNAVAILABLE, which moves the caller's call elsewhere)."""
+    reach = {"out": False}
+
+    class Probes:
+        def finished(self, ids):
+            if reach["out"]:
+                raise DatabaseOutOfReachError("no answer from the database")
+            return []
+
+    def read(ids):
+        if reach["out"]:
+            raise DatabaseOutOfReachError("no answer from the database")
+        return [MessageResult(id, "t.reach", "RUNNING", None, None, clock.now(), None) for id in ids]
+
+    hub = ResultHub(Probes(), probe_interval=0.01, recheck=60)  # type: ignore[arg-type]
+    hub.start()
+    try:
+        waiters = [InThread(hub.wait, [id], time.monotonic() + 60, read) for id in (1, 2, 2)]
+        wait_until(lambda: len(hub._waiters) == 2 and len(hub._waiters[2]) == 2, 10, 0.005, what="three waiters")
+        assert all(waiter.is_alive() for waiter in waiters)
+        reach["out"] = True
+        for waiter in waiters:
+            assert isinstance(waiter.outcome(5), DatabaseOutOfReachError)
+    finally:
+        hub.stop()
