@@ -8,8 +8,12 @@ too. Once the relay heals it serves again."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.parse
+
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from tests.background import InThread
 from tests.faults.load import ProduceLoad, check_calls, check_outcome
@@ -17,8 +21,9 @@ from tests.faults.partition import Relay
 from tests.faults.stack import Stack, reruns, successes
 from tests.processes import process_env, start_broker_process
 from tests.servers import wait_until
-from tidemq import Client, Settings
-from tidemq_broker.storages import open_storage
+from tidemq import Client, Settings, clock
+from tidemq_broker.storage import TopicSettings
+from tidemq_broker.storages import mysql, open_storage
 
 CUT = 12.0  # seconds the relay stays cut
 
@@ -95,3 +100,45 @@ def test_a_broker_cut_off_from_the_database_hands_its_callers_to_another(mysql_u
         client.close()
         storage.close()
         relay.close()
+
+
+def test_a_transaction_cut_off_from_the_server_gives_its_row_locks_back(mysql_url, mysql_db, mysql_store,
+                                                                       monkeypatch):
+    """A broker cut off in the middle of a unit of work can neither commit nor roll back: the
+    server holds that transaction's row locks until it ends the connection. Its idle time in a
+    transaction is bounded (``mysql.IDLE_TRANSACTION_TIMEOUT``), not its 8 hours' wait_timeout."""
+    with mysql_db.engine.connect() as conn:
+        setting = conn.execute(text("SELECT @@SESSION.idle_transaction_timeout")).scalar()
+    assert setting == mysql.IDLE_TRANSACTION_TIMEOUT == 30
+    monkeypatch.setattr(mysql, "IDLE_TRANSACTION_TIMEOUT", 2)  # the same setting, without waiting 30 s
+    mysql_store.topics.save_topic(TopicSettings("t.cut.held"), clock.now())
+    server = urllib.parse.urlsplit(mysql_url)
+    relay = Relay(f"{server.hostname}:{server.port}")
+    engine = mysql.MySqlDialect().create_engine(
+        mysql_url.replace(f"{server.hostname}:{server.port}", relay.address, 1), pool_size=1)
+    held = "SELECT name FROM tidemq_topic WHERE name = 't.cut.held' FOR UPDATE"
+
+    def free() -> bool:
+        with mysql_db.engine.connect() as other:
+            try:
+                other.execute(text(held + " NOWAIT"))
+                return True
+            except OperationalError:  # 1205: the lock is held
+                return False
+            finally:
+                other.rollback()
+
+    holder = engine.connect()
+    try:
+        holder.execute(text(held))
+        assert not free()
+        relay.cut()  # until the end: the server is never told that the connection is gone
+        cut_at = time.monotonic()
+        wait_until(free, 15, 0.1, "the server to end the cut-off transaction")
+        freed_after = time.monotonic() - cut_at
+        print(f"\ncut-off transaction: its row lock given back {freed_after:.1f} s after the cut (idle limit 2 s)")
+    finally:
+        relay.close()
+        with contextlib.suppress(Exception):
+            holder.invalidate()
+        engine.dispose(close=False)

@@ -40,6 +40,11 @@ _LOST_CONNECTION = {1927, 2006, 2013, 2014, 2045, 2055, 4031}
 # Galera changes it when nodes join or leave, and every broker must use the same rule at the same
 # time (a rule cached per broker would leave some ids in no shard, or in two).
 _ID_STEP = "@@GLOBAL.auto_increment_increment"
+#: Seconds a transaction of tidemq's may sit idle at the server before MariaDB ends its
+#: connection and rolls it back. No unit of work waits between its statements, so only one
+#: whose broker can no longer reach the server idles: cut off by a network partition, its rows
+#: would stay locked until ``wait_timeout`` (8 hours by default). MySQL has no such setting.
+IDLE_TRANSACTION_TIMEOUT = 30
 
 
 class MySqlDialect(SqlDialect):
@@ -83,8 +88,10 @@ class MySqlDialect(SqlDialect):
             # never answered (a proxy whose server is gone) fails in 3 s too; statements get 30 s
             # once it is open (``_statement_timeouts``).
             # The insert watch's GROUP_CONCAT of 500 ids: MySQL's default 1,024 bytes would cut it.
+            # /*M! … */ is run by MariaDB alone (10.3 and later); MySQL reads it as a comment.
             connect_args={"connect_timeout": 3, "read_timeout": 3, "write_timeout": 30, "charset": "utf8mb4",
-                          "client_flag": flags, "init_command": "SET SESSION group_concat_max_len = 1048576",
+                          "client_flag": flags, "init_command": "SET SESSION group_concat_max_len = 1048576 /*M!100300 , "
+                          f"SESSION idle_transaction_timeout = {IDLE_TRANSACTION_TIMEOUT} */",
                           **_tls_args(url)},
             **options,
         )
