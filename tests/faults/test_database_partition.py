@@ -9,6 +9,7 @@ too. Once the relay heals it serves again."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import urllib.parse
 
@@ -22,8 +23,9 @@ from tests.faults.stack import Stack, reruns, successes
 from tests.processes import process_env, start_broker_process
 from tests.servers import wait_until
 from tidemq import Client, Settings, clock
+from tidemq.errors import StorageUnavailableError
 from tidemq_broker.storage import TopicSettings
-from tidemq_broker.storages import mysql, open_storage
+from tidemq_broker.storages import mysql, open_database, open_storage
 
 CUT = 12.0  # seconds the relay stays cut
 
@@ -142,3 +144,46 @@ def test_a_transaction_cut_off_from_the_server_gives_its_row_locks_back(mysql_ur
         with contextlib.suppress(Exception):
             holder.invalidate()
         engine.dispose(close=False)
+
+
+def test_a_node_of_several_gone_silent_is_left_for_one_that_answers(mysql_url):
+    """A URL naming several interchangeable servers (a Galera cluster) whose node in use is cut
+    off from this process alone while another answers: the database is not out of reach. The
+    connections to the silent node are shut, new ones go to the node that answers, and the units
+    of work go on there. (Both addresses lead to one server here: the first through the relay.)"""
+    server = urllib.parse.urlsplit(mysql_url)
+    direct = f"{server.hostname}:{server.port}"
+    relay = Relay(direct)
+    db = open_database(mysql_url.replace(direct, f"{relay.address},{direct}", 1))
+    done: list[float] = []
+    failed: list[Exception] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                db.tx(lambda conn: conn.execute(text("SELECT 1")).all())
+                done.append(time.monotonic())
+            except StorageUnavailableError as exc:  # a COMMIT in flight at the cut: its outcome unknown
+                failed.append(exc)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    try:
+        for worker in workers:
+            worker.start()
+        wait_until(lambda: len(done) >= 100, 10, what="units of work through the first address")
+        assert db.dialect.addresses.current == ("127.0.0.1", int(relay.address.rsplit(":", 1)[1]))
+        relay.cut()
+        cut_at = time.monotonic()
+        wait_until(lambda: sum(at > cut_at for at in done) >= 100, 20, 0.05, "units of work at the other address")
+        resumed = min(at for at in done if at > cut_at) - cut_at
+        assert not db.reach.out_of_reach, "one silent node of two was taken for the whole database"
+        assert db.dialect.addresses.current == (server.hostname, server.port)
+        print(f"\nsilent node: units of work went on at the other address {resumed:.1f} s after the cut, "
+              f"{len(failed)} failed meanwhile")
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+        relay.close()
+        db.close()

@@ -12,6 +12,7 @@ from pymysql.err import OperationalError
 from sqlalchemy import create_engine, text
 
 from tidemq.errors import DatabaseOutOfReachError, StorageUnavailableError
+from tidemq_broker.storages.failover import Addresses
 from tidemq_broker.storages.reach import Reach
 
 
@@ -158,3 +159,27 @@ def test_connections_given_back_or_dropped_are_not_held(engine):
     conn.invalidate()  # lost: checked in as None
     conn.close()
     assert not reach._in_use, "an invalidated connection is still held"
+
+
+def test_of_several_addresses_a_silent_one_in_use_is_left_for_one_that_answers(engine):
+    """A Galera cluster's node cut off from this process alone: not the database out of reach."""
+    clock, servers = Clock(), {("db1", 3306): Server(), ("db2", 3306): Server()}
+    addresses = Addresses(list(servers))
+    reach = Reach([engine], stall=2.0, every=1.0, clock=clock, watch=False, addresses=addresses,
+                  connect=lambda timeout, address: servers[address].connect(timeout))
+    servers["db1", 3306].state = "silent"
+    with reach:
+        clock.now += 2.5
+        reach.tick()
+    assert not reach.out_of_reach and addresses.current == ("db2", 3306)
+    assert servers["db1", 3306].probes == servers["db2", 3306].probes == 1
+
+    servers["db2", 3306].state = "silent"  # every address silent: out of reach
+    with reach:
+        clock.now += 2.5
+        reach.tick()
+    assert reach.out_of_reach
+    servers["db1", 3306].state = "answers"
+    clock.now += 1.0
+    reach.tick()
+    assert not reach.out_of_reach and addresses.current == ("db1", 3306)

@@ -4,6 +4,7 @@ then finds the database out of reach and fails at once without touching the netw
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 from sqlalchemy import text
 
+from tests.background import InThread
 from tests.servers import wait_until
 from tidemq.errors import DatabaseOutOfReachError, StorageUnavailableError
 from tidemq_broker.storages import open_database
@@ -51,5 +53,22 @@ def test_a_silent_database_fails_within_the_connect_timeout_then_at_once(silent_
         with pytest.raises(DatabaseOutOfReachError, match="no answer from the database"):
             db.tx(lambda conn: conn.execute(text("SELECT 1")).all())
         assert time.monotonic() - began < 1, "out of reach, a unit of work still waited on the network"
+    finally:
+        db.close()
+
+
+def test_a_unit_that_fails_after_the_silence_was_found_logs_nothing_more(silent_address, caplog):
+    """A read's second connection is still waiting for its greeting (3 s) when the broker finds
+    the silence (a stall of 2 s, then a probe of 2 s): it fails later, on its own timeout. It
+    sent nothing, so it is the broker's failure (out of reach), and the fault was named once,
+    by reach.py, not again by the outage of the calls to the database."""
+    db = open_database(f"mysql+pymysql://root@{silent_address}/tidemq")
+    try:
+        caplog.set_level(logging.INFO, logger="tidemq_broker.storages.database")
+        unit = InThread(db.read, lambda conn: conn.execute(text("SELECT 1")).all())
+        assert isinstance(unit.outcome(15), DatabaseOutOfReachError), unit.error
+        assert db.reach.out_of_reach
+        lines = [r.getMessage() for r in caplog.records if r.name == "tidemq_broker.storages.database"]
+        assert len(lines) == 1 and "no answer from the database" in lines[0], lines
     finally:
         db.close()

@@ -17,8 +17,7 @@ from typing import Any, Callable, ContextManager, Optional, TypeVar
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.sql.expression import Executable
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeoutError
 
 from tidemq.outage import Outage
 
@@ -78,7 +77,8 @@ class SqlDatabase:
         for pooled in {self.engine, self.produce_engine}:
             event.listen(pooled, "handle_error", self._on_error)
         no_wait.enable(self.engine)
-        self.reach = Reach(list(dict.fromkeys([self.engine, self.produce_engine])), watch=not dialect.single_writer)
+        self.reach = Reach(list(dict.fromkeys([self.engine, self.produce_engine])), watch=not dialect.single_writer,
+                           addresses=dialect.addresses)
 
     def _on_error(self, context: Any) -> None:
         """On a lost connection, renew the whole pool only when the unit of work lost one before.
@@ -160,11 +160,11 @@ class SqlDatabase:
         raise AssertionError("unreachable")
 
     def _unavailable(self, cause: BaseException, sent: bool = True) -> StorageUnavailableError:
-        """The error for a unit of work the database did not serve (``sent``: whether any of it
-        reached the server; if not, ``NoConnectionError``)."""
-        self.outage.failed(cause)
+        """The error for a unit of work the database did not serve (``sent``: any of it reached the server)."""
         if not sent:
             self.reach.check()  # silent meanwhile: the broker's failure, not the request's (reach.py)
+        if not self.reach.out_of_reach:  # else reach.py named the fault, once: not a line more
+            self.outage.failed(cause)
         error = StorageUnavailableError if sent else NoConnectionError
         return error(f"the database is unavailable: {cause!r}")
 
@@ -283,17 +283,17 @@ class SqlDatabase:
                     result = work(conn)
                     break
                 except DBAPIError as exc:
-                    conn = _dropped(conn)
+                    sent, conn = conn is not None, _dropped(conn)  # None: its connect failed, nothing sent
                     if exc.connection_invalidated and attempt == 0:
                         continue
                     if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                        raise self._unavailable(exc.orig) from exc
+                        raise self._unavailable(exc.orig, sent=sent) from exc
                     raise
                 except self.engine.dialect.loaded_dbapi.Error as exc:
-                    conn = _dropped(conn)
+                    sent, conn = conn is not None, _dropped(conn)
                     if attempt == 0:
                         continue
-                    raise self._unavailable(exc) from exc
+                    raise self._unavailable(exc, sent=sent) from exc
                 except PoolTimeoutError as exc:
                     raise self._unavailable(exc) from exc
                 except BaseException:

@@ -34,6 +34,8 @@ class SqlDialect(abc.ABC):
 
     #: True when the database takes one writing transaction at a time (SQLite).
     single_writer: bool = False
+    #: The interchangeable servers a URL names (``failover.Addresses``), or None for one.
+    addresses: Optional[Any] = None
 
     @abc.abstractmethod
     def create_engine(self, url: str, **options: Any) -> Engine:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any
+from typing import Any, Optional
 
 from sqlalchemy import Engine, event
 
@@ -65,17 +65,32 @@ class Addresses:
         self.addresses = addresses
         self._current = 0
         self._lock = threading.Lock()
+        #: (dbapi, cargs, cparams) of the last new connection: what a reach probe connects with.
+        self.last: Optional[tuple[Any, tuple, dict]] = None
 
     @property
     def current(self) -> tuple[str, int]:
         """The address new connections go to."""
         return self.addresses[self._current]
 
+    def in_order(self) -> list[tuple[str, int]]:
+        """Every address, the one in use first."""
+        start = self._current
+        return [self.addresses[(start + step) % len(self.addresses)] for step in range(len(self.addresses))]
+
+    def use(self, address: tuple[str, int], why: str) -> None:
+        """Send new connections to ``address`` from now on (``why``: what was found of the one in use)."""
+        with self._lock:
+            if self.addresses[self._current] != address:
+                log.warning("database %s:%s %s; using %s:%s", *self.current, why, *address)
+                self._current = self.addresses.index(address)
+
     def attach(self, engine: Engine) -> None:
         """Route ``engine``'s new connections through these addresses."""
         event.listen(engine, "do_connect", self._connect)
 
     def _connect(self, dialect: Any, record: Any, cargs: tuple, cparams: dict[str, Any]) -> Any:
+        self.last = (dialect.loaded_dbapi, tuple(cargs), dict(cparams))
         start = self._current
         failures = []
         for step in range(len(self.addresses)):

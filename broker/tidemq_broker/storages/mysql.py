@@ -54,7 +54,7 @@ class MySqlDialect(SqlDialect):
         self._consecutive_ids: bool | None = None
         self._id_step = 1
         self._returning = False  # MariaDB 10.5+: INSERT ... RETURNING gives every row's id
-        self._addresses: Optional[Addresses] = None
+        self.addresses: Optional[Addresses] = None
 
     def create_engine(self, url: str, pool_size: int = 16, multi_statements: bool = False,
                       **options: Any) -> Engine:
@@ -68,8 +68,8 @@ class MySqlDialect(SqlDialect):
         # A URL may name several addresses (a Galera cluster): see storages/failover.py.
         # The produce engine and the main engine share one Addresses, so they use the same node.
         url, addresses = split_addresses(url)
-        if addresses and self._addresses is None:
-            self._addresses = Addresses(addresses)
+        if addresses and self.addresses is None:
+            self.addresses = Addresses(addresses)
         engine = create_engine(
             url,
             pool_size=pool_size,
@@ -95,8 +95,8 @@ class MySqlDialect(SqlDialect):
                           **_tls_args(url)},
             **options,
         )
-        if addresses and self._addresses is not None:
-            self._addresses.attach(engine)
+        if addresses and self.addresses is not None:
+            self.addresses.attach(engine)
         mark_not_serving_as_disconnect(engine)
         event.listen(engine, "connect", _statement_timeouts)
         _quiet_lost_connection_resets()

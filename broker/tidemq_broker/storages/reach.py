@@ -16,6 +16,12 @@ with ``DatabaseOutOfReachError`` without touching the network (the pull hub's lo
 then wake the broker's waiting pulls), until a probe, every ``every`` seconds, gets an answer again. The
 broker answers such calls UNAVAILABLE, which its clients' pools take as this broker's failure: they
 move the call to another broker.
+
+A URL that names several interchangeable servers (a Galera cluster, ``failover.py``) is probed
+address by address, the one in use first: when it is silent and another answers, only that node
+is out of this process's reach. The connections in use are shut and the idle ones dropped as
+above, new connections go to the node that answered, and the units of work that lost their
+connection before their COMMIT run again there.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any, Callable, Optional
 from sqlalchemy import Engine, event
 
 from ..errors import DatabaseOutOfReachError
+from .failover import Addresses
 
 __all__ = ["Reach"]
 
@@ -42,9 +49,10 @@ class Reach:
 
     def __init__(self, engines: list[Engine], stall: float = 2.0, every: float = 1.0, probe_timeout: float = 2.0,
                  clock: Callable[[], float] = time.monotonic, watch: bool = True,
-                 connect: Optional[Callable[[int], Any]] = None) -> None:
+                 connect: Optional[Callable[..., Any]] = None, addresses: Optional[Addresses] = None) -> None:
         """``connect(timeout)`` opens a driver connection for a probe (by default one like the
-        engines' last new connection, with ``timeout`` seconds to connect, read and write)."""
+        engines' last new connection, with ``timeout`` seconds to connect, read and write;
+        ``connect(timeout, address)`` to one of ``addresses``, the servers a URL names)."""
         self._engines = engines
         self._stall, self._every, self._probe_timeout = stall, every, probe_timeout
         self._clock = clock
@@ -55,11 +63,13 @@ class Reach:
         self._probed_at = 0.0
         self._why = ""
         self._connect = connect or self._connect_like_last
+        self._addresses = addresses
         self._last: Optional[tuple[Any, tuple, dict]] = None  # (dbapi, cargs, cparams) of the last connection
         self._in_use: set[Any] = set()  # driver connections checked out of the pools
         self._stopped = threading.Event()
         for engine in engines:
-            event.listen(engine, "do_connect", self._noted, insert=True)  # before a Galera router
+            # A router of several addresses answers do_connect before this (failover.py), and notes it itself.
+            event.listen(engine, "do_connect", self._noted)
             event.listen(engine, "checkout", self._checked_out)
             event.listen(engine, "checkin", self._checked_in)
             # A connection invalidated (lost, dropped) is checked in as None: forget it here.
@@ -118,9 +128,25 @@ class Reach:
                 self._lose(now, failure)
 
     def _answers(self) -> Optional[str]:
-        """None when the server answers a new connection (a refusal counts), else why not."""
+        """None when the server answers a new connection (a refusal counts), else why not. With
+        several addresses: the one in use, else the first other that answers, which new
+        connections then go to (the connections in use are shut: their node is silent)."""
+        if self._addresses is None:
+            return self._answer()
+        silent = []
+        for address in self._addresses.in_order():
+            failure = self._answer(address)
+            if failure is None:
+                if silent:
+                    self._addresses.use(address, "gets no answer from this process")
+                    self._shut_all()
+                return None
+            silent.append(f"{address[0]}:{address[1]}: {failure}")
+        return "; ".join(silent)
+
+    def _answer(self, *address: tuple[str, int]) -> Optional[str]:
         try:
-            conn = self._connect(max(1, round(self._probe_timeout)))
+            conn = self._connect(max(1, round(self._probe_timeout)), *address)
             if conn is None:
                 return None  # nothing connected yet: nothing to judge by
         except Exception as exc:  # the driver's errors, socket errors
@@ -140,6 +166,10 @@ class Reach:
                      f"a new connection: {failure})")
         self._lost_at = self._probed_at = now
         log.warning("%s; calls here fail at once, and clients move to other brokers, until it answers", self._why)
+        self._shut_all()
+
+    def _shut_all(self) -> None:
+        """Fail the statements in flight now, and drop the idle connections."""
         with self._lock:
             in_use = list(self._in_use)
         for dbapi_conn in in_use:
@@ -153,11 +183,13 @@ class Reach:
         with self._lock:
             self._since = self._clock()
 
-    def _connect_like_last(self, timeout: int) -> Any:
-        if self._last is None:
+    def _connect_like_last(self, timeout: int, address: Optional[tuple[str, int]] = None) -> Any:
+        last = self._last or (self._addresses.last if self._addresses is not None else None)
+        if last is None:
             return None
-        dbapi, cargs, cparams = self._last
-        return dbapi.connect(*cargs, **{**cparams, "connect_timeout": timeout, "read_timeout": timeout,
+        dbapi, cargs, cparams = last
+        where = {"host": address[0], "port": address[1]} if address else {}
+        return dbapi.connect(*cargs, **{**cparams, **where, "connect_timeout": timeout, "read_timeout": timeout,
                                         "write_timeout": timeout})
 
     # -- pool events -------------------------------------------------------------------------
