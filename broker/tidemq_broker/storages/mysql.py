@@ -90,8 +90,9 @@ class MySqlDialect(SqlDialect):
             # The insert watch's GROUP_CONCAT of 500 ids: MySQL's default 1,024 bytes would cut it.
             # /*M! … */ is run by MariaDB alone (10.3 and later); MySQL reads it as a comment.
             connect_args={"connect_timeout": 3, "read_timeout": 3, "write_timeout": 30, "charset": "utf8mb4",
-                          "client_flag": flags, "init_command": "SET SESSION group_concat_max_len = 1048576 /*M!100300 , "
-                          f"SESSION idle_transaction_timeout = {IDLE_TRANSACTION_TIMEOUT} */",
+                          "client_flag": flags,
+                          "init_command": "SET SESSION group_concat_max_len = 1048576 /*M!100300 , SESSION "
+                                          f"idle_transaction_timeout = {IDLE_TRANSACTION_TIMEOUT} */",
                           **_tls_args(url)},
             **options,
         )

@@ -7,9 +7,10 @@ deadline there, though another broker may reach the database. A server that is s
 killing connections answers (refuses, closes) and needs none of this.
 
 ``Reach`` counts the units of work in flight. When some have been in flight for ``stall``
-seconds and none ended well meanwhile (units that time out one after another end too), it opens a connection of its own with short timeouts. If the
-server answers that (even by refusing it, or its host by refusing the port), the database is only
-slow, or down for every broker alike (they all fail fast then, as before). If nothing answers,
+seconds and none ended well meanwhile (units that time out one after another end too), it opens
+a connection of its own with short timeouts. If the server answers that (even by refusing it,
+or its host by refusing the port), the database is only slow, or down for every broker alike
+(they all fail fast then, as before). If nothing answers,
 the database is out of reach: the connections in use are shut (their statements fail now instead
 of at the read timeout), the pools' idle ones are dropped, and every unit of work fails at once
 with ``DatabaseOutOfReachError`` without touching the network (the pull hub's looks too, which
