@@ -197,17 +197,17 @@ class SqlDatabase:
         checkout with a transaction's bookkeeping around them. For a group commit of plain rows
         that no pull waits for (``Writes.insert_messages``).
 
-        An INSERT must not run twice, and its outcome is unknown once it was sent on a connection
-        that then broke. So a connection is looked at before use, without a round trip
-        (``SqlDialect.usable``): one the server closed while it sat here (``KILL``,
-        ``wait_timeout``, a restart) is replaced at no risk. A connection lost during the
-        statement raises ``StorageUnavailableError`` and is not retried, as a lost COMMIT in
-        ``tx``, unless the caller can tell what happened: then ``lost()`` is returned instead
-        (a group with request ids: the transaction's retry finds them stored or not). A transient refusal (deadlock, lock-wait timeout, a Galera certification
-        conflict) committed nothing: the work runs again on a fresh connection, after the pause
-        ``tx`` makes. ``work`` may also be one string that opens a transaction and commits it
-        (``insert_plain_answering(commit=True)``): a connection is dropped after any error, so
-        a transaction left open by a failed statement is rolled back by the server.
+        An INSERT must not run twice, and its outcome is unknown once it was sent on a connection that
+        then broke. So a connection is looked at before use, without a round trip (``SqlDialect.usable``):
+        one the server closed while it sat here (``KILL``, ``wait_timeout``, a restart) is replaced at no
+        risk. A connection lost during the statement raises ``StorageUnavailableError`` and is not retried,
+        as a lost COMMIT in ``tx``, unless the caller can tell what happened: then ``lost()`` is returned
+        instead (a group with request ids: the transaction's retry finds them stored or not). A transient
+        refusal (deadlock, lock-wait timeout, a Galera certification conflict) committed nothing: the work
+        runs again on a fresh connection, after the pause ``tx`` makes. ``work`` may also be one string
+        that opens a transaction and commits it (``insert_plain_answering(commit=True)``): a connection is
+        dropped after any error, so a transaction left open by a failed statement is rolled back by the
+        server.
         """
         if self.dialect.single_writer:
             return self.tx(work, produce=True)

@@ -75,8 +75,12 @@ class Addresses:
 
     def in_order(self) -> list[tuple[str, int]]:
         """Every address, the one in use first."""
+        return [self.addresses[index] for index in self._indexes()]
+
+    def _indexes(self) -> list[int]:
+        """Every address's index, the one in use first, then those after it (wrapping round)."""
         start = self._current
-        return [self.addresses[(start + step) % len(self.addresses)] for step in range(len(self.addresses))]
+        return [(start + step) % len(self.addresses) for step in range(len(self.addresses))]
 
     def use(self, address: tuple[str, int], why: str) -> None:
         """Send new connections to ``address`` from now on (``why``: what was found of the one in use)."""
@@ -91,10 +95,10 @@ class Addresses:
 
     def _connect(self, dialect: Any, record: Any, cargs: tuple, cparams: dict[str, Any]) -> Any:
         self.last = (dialect.loaded_dbapi, tuple(cargs), dict(cparams))
-        start = self._current
+        indexes = self._indexes()
+        start = indexes[0]
         failures = []
-        for step in range(len(self.addresses)):
-            index = (start + step) % len(self.addresses)
+        for index in indexes:
             host, port = self.addresses[index]
             try:
                 conn = dialect.loaded_dbapi.connect(*cargs, **{**cparams, "host": host, "port": port})
