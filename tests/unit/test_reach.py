@@ -183,3 +183,24 @@ def test_of_several_addresses_a_silent_one_in_use_is_left_for_one_that_answers(e
     clock.now += 1.0
     reach.tick()
     assert not reach.out_of_reach and addresses.current == ("db1", 3306)
+
+
+def test_several_addresses_are_probed_at_once(engine):
+    """A probe takes as long with two silent nodes as with one: each waits out its timeout beside the others."""
+    clock = Clock()
+    servers = {("db1", 3306): Server(), ("db2", 3306): Server(), ("db3", 3306): Server()}
+    servers["db1", 3306].state = servers["db2", 3306].state = "silent"
+    begun = threading.Barrier(len(servers), timeout=5)
+
+    def connect(timeout, address):
+        begun.wait()  # passes only once every address's probe has begun: one by one, none would
+        return servers[address].connect(timeout)
+
+    addresses = Addresses(list(servers))
+    reach = Reach([engine], stall=2.0, every=1.0, clock=clock, watch=False, addresses=addresses, connect=connect)
+    with reach:
+        clock.now += 2.5
+        reach.tick()
+    assert not begun.broken, "the addresses were probed one after another"
+    assert not reach.out_of_reach and addresses.current == ("db3", 3306)
+    assert [server.probes for server in servers.values()] == [1, 1, 1]

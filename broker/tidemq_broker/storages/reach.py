@@ -18,9 +18,10 @@ then wake the broker's waiting pulls), until a probe, every ``every`` seconds, g
 broker answers such calls UNAVAILABLE, which its clients' pools take as this broker's failure: they
 move the call to another broker.
 
-A URL that names several interchangeable servers (a Galera cluster, ``failover.py``) is probed
-address by address, the one in use first: when it is silent and another answers, only that node
-is out of this process's reach. The connections in use are shut and the idle ones dropped as
+A URL that names several interchangeable servers (a Galera cluster, ``failover.py``) has every
+address probed at once, so a probe takes as long with several silent nodes as with one: when the
+one in use is silent and another answers (the first in order after it), only that node is out of
+this process's reach. The connections in use are shut and the idle ones dropped as
 above, new connections go to the node that answered, and the units of work that lost their
 connection before their COMMIT run again there.
 """
@@ -31,6 +32,7 @@ import logging
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 from sqlalchemy import Engine, event
@@ -48,7 +50,7 @@ _CLIENT_ERRORS = 2000
 class Reach:
     """Watches the units of work of ``engines`` (``SqlDatabase`` wraps each in ``with reach:``)."""
 
-    def __init__(self, engines: list[Engine], stall: float = 2.0, every: float = 1.0, probe_timeout: float = 2.0,
+    def __init__(self, engines: list[Engine], stall: float = 1.0, every: float = 1.0, probe_timeout: float = 2.0,
                  clock: Callable[[], float] = time.monotonic, watch: bool = True,
                  connect: Optional[Callable[..., Any]] = None, addresses: Optional[Addresses] = None) -> None:
         """``connect(timeout)`` opens a driver connection for a probe (by default one like the
@@ -130,20 +132,21 @@ class Reach:
 
     def _answers(self) -> Optional[str]:
         """None when the server answers a new connection (a refusal counts), else why not. With
-        several addresses: the one in use, else the first other that answers, which new
-        connections then go to (the connections in use are shut: their node is silent)."""
+        several addresses, all probed at once: the one in use, else the first other that answers,
+        which new connections then go to (the connections in use are shut: their node is silent)."""
         if self._addresses is None:
             return self._answer()
-        silent = []
-        for address in self._addresses.in_order():
-            failure = self._answer(address)
+        order = self._addresses.in_order()
+        with ThreadPoolExecutor(len(order), thread_name_prefix="tidemq-db-probe") as probes:
+            failures = list(probes.map(self._answer, order))
+        if failures[0] is None:
+            return None
+        for address, failure in zip(order, failures):
             if failure is None:
-                if silent:
-                    self._addresses.use(address, "gets no answer from this process")
-                    self._shut_all()
+                self._addresses.use(address, "gets no answer from this process")
+                self._shut_all()
                 return None
-            silent.append(f"{address[0]}:{address[1]}: {failure}")
-        return "; ".join(silent)
+        return "; ".join(f"{host}:{port}: {failure}" for (host, port), failure in zip(order, failures))
 
     def _answer(self, *address: tuple[str, int]) -> Optional[str]:
         try:
