@@ -40,7 +40,7 @@ _LAZY = {
     "mq_consumer": "consumer", "Message": "message", "MessageStatus": "message", "MessageType": "message",
     "enqueue": "transactional", "Worker": "worker", "Handle": "handles", "Progress": "results",
     "Workflow": "workflows", "sig": "canvas", "chain": "canvas", "group": "canvas", "chord": "canvas",
-    "WorkflowHandle": "workflow_handles", "WorkflowInfo": "workflow_info",
+    "WorkflowHandle": "workflow_handles", "WorkflowInfo": "workflow_info", "WorkflowState": "dependencies",
     "batch": "canvas",  # served by _Package.batch below: the name is also a submodule's
 }
 
@@ -62,6 +62,7 @@ __all__ = [
     "workflow_state",
     "workflow_handle",
     "WorkflowInfo",
+    "WorkflowState",
     "WorkflowHandle",
     "requeue",
     "schedule",
