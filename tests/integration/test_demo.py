@@ -31,4 +31,5 @@ def test_the_demo_runs_every_part_and_says_how_each_ended(tmp_path):
     # The handler saw its cancel before its last part: it ran part by part, not to the end.
     stopped = next(text for text in out.splitlines() if "report 2025 stops at part" in text)
     assert int(stopped.split("part ")[1].split(" of")[0]) < 200, stopped
-    assert len(os.listdir(tmp_path)) == 1 and os.listdir(tmp_path)[0].startswith("tidemq-demo-")
+    store = next(text for text in out.splitlines() if "SQLite store in " in text).split("SQLite store in ")[1]
+    assert os.path.dirname(store.split(",")[0]) == str(tmp_path), store
