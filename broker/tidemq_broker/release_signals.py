@@ -25,7 +25,8 @@ import threading
 from typing import Callable, Iterable, Optional
 
 from tidemq.coordinator import Coordinator
-from tidemq.errors import CoordinationError
+
+from .topic_signals import SignalSender
 
 __all__ = ["ReleaseSignals"]
 
@@ -44,13 +45,14 @@ class ReleaseSignals:
         self._wake = wake
         self._name = name
         self._lock = threading.Lock()
-        self._pending_changed = threading.Condition(self._lock)
-        self._pending: set[str] = set()
         self._watched: dict[str, Callable[[], None]] = {}
         self._stopped = False
-        self._failing = False
         self._others: Optional[bool] = None  # other brokers registered (None: not known, signal)
-        self._thread = threading.Thread(target=self._send_forever, name="tidemq-release-signals", daemon=True)
+        # Said once per outage: the other brokers' probes still find the steps.
+        self._sender = SignalSender(lambda topic: coordinator.signal(topic, name), "tidemq-release-signals", log,
+                                    "cannot signal released steps to the other brokers (%s); they find them "
+                                    "by their probe until this works again",
+                                    "signalling released steps to the other brokers works again")
 
     def start(self) -> None:
         if self._name:
@@ -58,16 +60,16 @@ class ReleaseSignals:
                 self._coordinator.watch_brokers(self._brokers_changed)
             except Exception as exc:  # ZooKeeper away: not known, so every release is signalled
                 log.debug("cannot watch the brokers: %r", exc)
-        self._thread.start()
+        self._sender.start()
 
     def _brokers_changed(self, brokers: list[str]) -> None:
         self._others = any(broker != self._name for broker in brokers)
 
     def stop(self) -> None:
+        self._sender.stop()
         with self._lock:
             self._stopped = True
             watched, self._watched = self._watched, {}
-            self._pending_changed.notify_all()
         for stop_watch in watched.values():
             stop_watch()
 
@@ -75,11 +77,7 @@ class ReleaseSignals:
         """Steps of ``topics`` were released by a commit of this broker: tell the others."""
         if self._others is False:
             return  # there are none
-        with self._lock:
-            before = len(self._pending)
-            self._pending.update(topics)
-            if len(self._pending) > before:
-                self._pending_changed.notify()
+        self._sender.send(topics)
 
     def watch(self, topic: str) -> None:
         """Wake this broker's pulls of ``topic`` on every signal of it from now on (once per
@@ -106,28 +104,3 @@ class ReleaseSignals:
     def _heard(self, topic: str, sender: Optional[str]) -> None:
         if not self._name or sender != self._name:
             self._wake(topic)
-
-    def _send_forever(self) -> None:
-        while True:
-            with self._lock:
-                while not self._pending and not self._stopped:
-                    self._pending_changed.wait()
-                if self._stopped:
-                    return
-                topics, self._pending = sorted(self._pending), set()
-            for topic in topics:
-                self._send(topic)
-
-    def _send(self, topic: str) -> None:
-        try:
-            self._coordinator.signal(topic, self._name)
-        except CoordinationError as exc:
-            # Said once per outage: the other brokers' probes still find the steps.
-            if not self._failing:
-                log.warning("cannot signal released steps to the other brokers (%s); they find them by "
-                            "their probe until this works again", exc)
-            self._failing = True
-            return
-        if self._failing:
-            log.info("signalling released steps to the other brokers works again")
-            self._failing = False

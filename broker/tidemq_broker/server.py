@@ -18,6 +18,7 @@ from tidemq.rpc import tidemq_pb2_grpc as pb_grpc
 
 from . import metrics
 from .auth import Principals, TokenInterceptor
+from .cancels import cancel_signals
 from .errors import ConfigurationError
 from .hints import MARGIN
 from .maintenance import Maintainer
@@ -115,9 +116,10 @@ class BrokerServer:
                                       lambda topic: self.hub.notify(topic, clock.after(clock.now(), -MARGIN), None),
                                       self.address)
         # An open Produce stream holds a server thread: a quarter of them at most.
+        self.cancel_signals = cancel_signals(self.coordinator)
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
                                      settings.max_data_bytes, self.results, self.signals,
-                                     ProduceStreams(limit=max(1, workers // 4)))
+                                     ProduceStreams(limit=max(1, workers // 4)), self.cancel_signals)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
             LeaseExpiry(self.storage.leases, self.address, self._wake_all, self._max_deliveries),
@@ -153,6 +155,7 @@ class BrokerServer:
         self.hub.start()
         self.results.start()
         self.signals.start()
+        self.cancel_signals.start()
         self._server.start()
         if self._own_coordinator:
             self.coordinator.start()
@@ -168,6 +171,7 @@ class BrokerServer:
         self.hub.stop()
         self.results.stop()
         self.signals.stop()
+        self.cancel_signals.stop()
         self.service.streams.stop()
         done = self._server.stop(grace)
         done.wait(grace + 1)

@@ -19,6 +19,7 @@ from tidemq.validation import check_topic
 
 from . import metrics
 from .auth import authorize, checks_topics
+from .cancels import Cancels
 from .errors import MalformedRequestError
 from .intake import (
     MAX_TTR,
@@ -45,6 +46,7 @@ from .rpc_errors import ERROR_KEY, rpc
 from .schedules import check_schedule, next_tick
 from .storage import (AckOutcome, LeasedMessage, LockRequest, MessageResult, Shard, Storage,
                       TopicSettings, WorkflowStep)
+from .topic_signals import SignalSender
 from .topics import TopicCache
 from .workflow_wait import wait_workflow
 from .writer import GroupCommitWriter
@@ -59,10 +61,12 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     def __init__(self, storage: Storage, topics: TopicCache, writer: GroupCommitWriter, hub: PullHub,
                  name: str, max_data_bytes: int, results: Optional[ResultHub] = None,
-                 signals: Optional[ReleaseSignals] = None, streams: Optional[ProduceStreams] = None) -> None:
+                 signals: Optional[ReleaseSignals] = None, streams: Optional[ProduceStreams] = None,
+                 cancel_signals: Optional[SignalSender] = None) -> None:
         self.storage = storage
         self.results = results if results is not None else ResultHub(storage.probes)
         self.signals = signals
+        self.cancels = Cancels(storage, self.results, self._wake_released, name, cancel_signals)
         self.topics = topics
         self.writer = writer
         self.hub = hub
@@ -276,19 +280,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         ids = check_ids(request.ids)
         if request.workflow:
             authorize("Cancel", self.storage.dependencies.workflow_topics(ids) if checks_topics() else ())
-            counts = self.storage.dependencies.cancel_workflows(ids, request.running, clock.now(), self.name)
-            return pb.CancelReply(cancelled=[True] * sum(counts))
+            return pb.CancelReply(cancelled=[True] * self.cancels.workflows(ids, request.running))
         self._authorize_messages("Cancel", ids)
-        released: dict[str, dict[int, int]] = {}
-        before = clock.now()
-        cancelled = self.storage.messages.cancel(ids, released)
-        self._wake_released(released, before)  # steps that waited for the cancelled ones to end, whatever the outcome
-        self.results.notify(id for id, gone in zip(ids, cancelled) if gone)
-        if request.running:
-            rest = [id for id, gone in zip(ids, cancelled) if not gone]
-            marked = dict(zip(rest, self.storage.messages.request_cancel(rest, clock.now(), self.name))) if rest else {}
-            cancelled = [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
-        return pb.CancelReply(cancelled=cancelled)
+        return pb.CancelReply(cancelled=self.cancels.messages(ids, request.running))
 
     @rpc
     def Results(self, request: pb.ResultsRequest, context: grpc.ServicerContext) -> pb.ResultsReply:

@@ -93,6 +93,7 @@ def run_demo(db_path: str) -> int:
 
 
 _REPORT_PARTS = {"2026-11": 4, "2025": 200}  # the demo's reports and their parts (one tenth of a second each)
+_LONG = "2025"  # the report the demo cancels while it runs
 
 
 def _work_specs(long_running: threading.Event) -> list[ConsumerSpec]:
@@ -112,7 +113,7 @@ def _work_specs(long_running: threading.Event) -> list[ConsumerSpec]:
                 raise
             time.sleep(0.1)  # the part's work
             message.progress(n, parts, note=f"part {n}")
-            if n == 5:
+            if month == _LONG and n == 5:
                 long_running.set()
         return {"month": month, "rows": parts * 250}
 
@@ -141,7 +142,7 @@ def _work(client: Any, long_running: threading.Event) -> bool:
     raises ResultTimeoutError after 15 s); True when each ended as shown."""
     report = client.produce("demo.reports", {"month": "2026-11"}, result=True)
     bad = client.produce("demo.reports", {"month": "2026-13"}, retry=0, result=True)
-    long = client.produce("demo.reports", {"month": "2025"}, result=True)
+    long = client.produce("demo.reports", {"month": _LONG}, result=True)
     _say(f"produced reports 2026-11, 2026-13 and 2025 with result=True: handles {report.id}, {bad.id}, {long.id}")
     _say(f"report 2026-11 result: {report.result(timeout=15)}")
     try:

@@ -207,8 +207,9 @@ class Client:
     def cancel(self, msg_id: int, timeout: Optional[float] = None, *, running: bool = False) -> bool:
         """Delete a message that is still pending (NEW). False if it is running, done or gone.
 
-        ``running``: a RUNNING message is marked instead; its handler learns of it at its next
-        heartbeat or progress report and stops, and the message ends CANCELLED (True then)."""
+        ``running``: a RUNNING message is marked instead; its worker learns of it at once (the
+        topic's cancel signal brings its heartbeat forward) and its handler stops, and the
+        message ends CANCELLED (True then)."""
         return self.cancel_many([msg_id], timeout, running=running)[0]
 
     def cancel_many(self, ids: Sequence[int], timeout: Optional[float] = None, *,

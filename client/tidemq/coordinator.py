@@ -9,6 +9,8 @@ Node layout under the root (default ``/tidemq``), a contract other tools rely on
     <root>/consumers/<topic>/<instance>-<seq>        ephemeral sequential, one per live consumer
     <root>/broadcast/<topic>/m-<seq>                 persistent sequential, one per broadcast
     <root>/leader/                                   the maintenance election
+    <root>/signals/<topic>                           persistent; its data set by each release signal
+    <root>/cancels/<topic>                           persistent; its data set by each cancel signal
 """
 
 from __future__ import annotations
@@ -176,6 +178,17 @@ class Coordinator(abc.ABC):
 
         Returns a function that stops the watch.
         """
+
+    @abc.abstractmethod
+    def signal_cancel(self, topic: str) -> None:
+        """Tell every watcher of ``topic``'s cancel signal that a cancel of running messages of
+        the topic was requested (workers then ask at once which of theirs). Coalesced, like
+        :meth:`signal`; the request itself is in the database, the signal only hastens it."""
+
+    @abc.abstractmethod
+    def watch_cancels(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after each cancel signal of ``topic`` (and possibly once at the
+        start). Returns a function that stops the watch."""
 
     # -- leadership ----------------------------------------------------------------------
     @abc.abstractmethod

@@ -21,7 +21,11 @@ beaten, and starts once a beat goes through.
 
 The heartbeat also carries the handlers' progress reports (the latest per message; a report
 brings the next heartbeat of its lease forward, to at most one a second) and brings back which
-messages' cancel was requested: their runs' :class:`~tidemq.control.RunControl` is told.
+messages' cancel was requested: their runs' :class:`~tidemq.control.RunControl` is told. A
+cancel signal of the topic (a broker marked running messages of it: ``Coordinator.watch_cancels``)
+brings the heartbeat of every held lease forward at once, to at most one per
+:data:`CANCEL_EVERY`: a handler that reports no progress learns of its cancel in milliseconds,
+not at its next ttr/3 beat.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Callable, Optional, Sequence
 from . import metrics
 from .consumer import ConsumerSpec
 from .control import RunControl
+from .coordinator import Coordinator
 from .drain import LAST_CALL, Drain
 from .errors import RetriableError, StorageUnavailableError, TidemqError
 from .link import BrokerLink, Delivery, LeaseRef, ProgressRef
@@ -50,6 +55,8 @@ log = logging.getLogger(__name__)
 SMALLEST = 50
 #: Seconds between two heartbeats a handler's progress reports bring forward.
 PROGRESS_EVERY = 1.0
+#: Seconds between two heartbeats cancel signals bring forward.
+CANCEL_EVERY = 0.1
 #: Seconds before a failed beat of short leases is tried again (they have hold/2 left at least).
 SHORT_RETRY = 0.1
 #: Seconds between two looks of a handler thread at a held message whose lease is UNCONFIRMED.
@@ -92,6 +99,8 @@ class LeaseKeeper:
         self._cancel_seen: set[LeaseRef] = set()  # cancel requested before the run started
         self._progress: dict[LeaseRef, ProgressRef] = {}  # the latest report not yet sent, per lease
         self._progress_sent = 0.0  # monotonic time of the last heartbeat a report brought forward
+        self._cancel_signalled = False  # a cancel signal heard since the last beat of every held lease
+        self._cancel_sent = -math.inf  # monotonic time of the last heartbeat a cancel signal brought forward
         # Leases of ``hold`` seconds, each with the monotonic time it surely lasts until: held
         # ones, and started ones (a run's control made, or its outcome on its way) until a beat
         # extends them by ttr.
@@ -99,14 +108,23 @@ class LeaseKeeper:
         self._next_short = math.inf  # when the short leases are beaten next
         self._nudge = threading.Event()
         self._stop = threading.Event()
+        self._unwatch: Callable[[], None] = lambda: None  # stops the watch of cancel signals
         self._thread = threading.Thread(target=self._loop, name=f"tidemq-heartbeat-{spec.topic}", daemon=True)
         self.stale = 0  # leases found lost before their handler started
 
-    def start(self) -> None:
+    def start(self, coordinator: Optional[Coordinator] = None) -> None:
+        """Start beating; with ``coordinator``, on its cancel signals of the topic too."""
+        if coordinator is not None:
+            try:
+                self._unwatch = coordinator.watch_cancels(self.spec.topic, self.cancel_signalled)
+            except Exception as exc:  # ZooKeeper away (kazoo's errors too): cancels wait for a beat
+                log.warning("cannot watch the cancel signals of %s (%r): a cancel of a running message "
+                            "is learned at its next heartbeat", self.spec.topic, exc)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop beating (once every outcome was sent or given up)."""
+        self._unwatch()
         self._stop.set()
         self._nudge.set()
         self._thread.join(self._drain.left() + LAST_CALL + 1.0)
@@ -162,6 +180,15 @@ class LeaseKeeper:
                 return
             self._progress[lease] = ProgressRef(lease.id, lease.lease_token, done, total, note)
         metrics.progress_reported(self.spec.topic, done, total)
+        self._nudge.set()
+
+    def cancel_signalled(self) -> None:
+        """A broker marked running messages of this topic: beat every held lease soon, to learn
+        whether they are among them (called from the coordinator's thread: it must not wait)."""
+        with self._lock:
+            if not self._held:
+                return  # nothing running or waiting here: nothing to learn
+            self._cancel_signalled = True
         self._nudge.set()
 
     def before_start(self, delivery: Delivery, extend: bool = True) -> StartCheck:
@@ -226,17 +253,24 @@ class LeaseKeeper:
             with self._lock:
                 pending = bool(self._progress)
                 short = self._next_short if self._short else math.inf
-            wake = min(next_full, short, self._progress_sent + PROGRESS_EVERY if pending else math.inf)
+                cancels = self._cancel_sent + CANCEL_EVERY if self._cancel_signalled else math.inf
+            wake = min(next_full, short, self._progress_sent + PROGRESS_EVERY if pending else math.inf, cancels)
             if wake > now:
                 self._nudge.wait(wake - now)
                 self._nudge.clear()
                 continue
+            if now >= cancels:
+                with self._lock:
+                    self._cancel_signalled = False
+                self._cancel_sent = now
             if now >= next_full:
                 failed = self.beat()
                 next_full = time.monotonic() + period
             else:
                 with self._lock:
                     only = set(self._progress) | (set(self._short) if now >= short else set())
+                    if now >= cancels:
+                        only |= self._held
                 failed = self.beat(only)
             if now >= short:
                 # From this beat's start, not its end: a beat extends a short lease from the

@@ -314,8 +314,9 @@ def report_progress(now: datetime, progress: str) -> Change:
 
 
 def request_cancel(now: datetime, **who: object) -> Change:
-    """RUNNING stays RUNNING, marked ``cancel_requested``: its worker learns of it at its next
-    heartbeat or progress report and stops the handler (:func:`cancelled`)."""
+    """RUNNING stays RUNNING, marked ``cancel_requested``: its worker learns of it with a
+    heartbeat (brought forward by the topic's cancel signal) and stops the handler
+    (:func:`cancelled`)."""
     return Change(Event.CANCEL_REQUESTED, (RUNNING,), RUNNING, {M.cancel_requested: True, M.update_time: now},
                   trace=_line(now, Event.CANCEL_REQUESTED, **who))
 

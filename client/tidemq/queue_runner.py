@@ -151,7 +151,7 @@ class QueueRunner:
     def start(self) -> None:
         self.registration = self.coordinator.register_consumer(self.spec.topic, self.instance)
         self._unwatch = self.coordinator.watch_consumers(self.spec.topic, self._on_members)
-        self._keeper.start()
+        self._keeper.start(self.coordinator)  # a cancel signal of the topic brings its beat forward
         self._acks.start()
         self._threads = [self._spawn(self._fetch_loop, "fetch")]
         self._due.start()

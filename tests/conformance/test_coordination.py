@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -159,6 +160,42 @@ def test_a_signal_reaches_the_watchers_of_its_topic_only_and_a_stopped_watch_hea
     sender.signal("t.other")  # sent after it, heard after it
     wait_until(lambda: counts["t.other"] > before["t.other"], 10, what="the signal of t.other")
     assert counts["t.sig"] == stopped_at
+
+
+def test_a_cancel_signal_reaches_its_topics_watchers_and_is_not_a_release_signal(coordinators):
+    sender, reader = coordinators(), coordinators()
+    heard = Counter()
+    lock = threading.Lock()
+
+    def count(what):
+        def call(*_):
+            with lock:
+                heard[what] += 1
+        return call
+
+    stop = reader.watch_cancels("t.cx", count("cancel t.cx"))
+    reader.watch_cancels("t.cy", count("cancel t.cy"))
+    reader.watch_signal("t.cx", count("release t.cx"))
+    sender.signal_cancel("t.never.watched")  # signalling a topic nobody watches is fine
+    wait_until(lambda: len(heard) == 3, 10, what="the watches' first calls")
+    with lock:
+        before = Counter(heard)
+    sender.signal_cancel("t.cx")
+    wait_until(lambda: heard["cancel t.cx"] > before["cancel t.cx"], 10, what="the cancel signal of t.cx")
+    sender.signal("t.cx")  # a release signal of the same topic reaches the release watch only
+    wait_until(lambda: heard["release t.cx"] > before["release t.cx"], 10, what="the release signal of t.cx")
+    with lock:
+        released = heard["release t.cx"]
+    sender.signal_cancel("t.cx")  # a second cancel signal, on the node the first created
+    wait_until(lambda: heard["cancel t.cx"] > before["cancel t.cx"] + 1, 10, what="a second cancel signal")
+    stop()
+    with lock:
+        stopped_at = heard["cancel t.cx"]
+    sender.signal_cancel("t.cx")  # unheard: its watch stopped
+    sender.signal_cancel("t.cy")  # sent after it, heard after it
+    wait_until(lambda: heard["cancel t.cy"] > before["cancel t.cy"], 10, what="the cancel signal of t.cy")
+    assert heard["cancel t.cx"] == stopped_at
+    assert heard["release t.cx"] == released  # no cancel signal reached the release watch
 
 
 def test_pruning_removes_only_old_broadcasts_and_sequences_never_repeat(coordinators):

@@ -10,6 +10,7 @@ from tidemq import Message, mq_consumer
 
 LOG = os.environ["RESULTS_LOG"]
 TTR = float(os.environ.get("RESULTS_TTR", "3"))
+QUIET_TTR = 300.0  # its heartbeats come every 100 s
 
 
 def started(message: Message) -> None:
@@ -50,6 +51,16 @@ def handle(message: Message):
     if kind == "hang":  # ignores its cancel: only a kill stops it
         time.sleep(3600)
     raise ValueError(f"unknown kind {kind}")
+
+
+@mq_consumer("results.quiet", threads=2, ttr=QUIET_TTR, batch=1)
+def handle_quiet(message: Message):
+    """Reports no progress, so no call of its own tells it of its cancel: only its heartbeat,
+    every ttr/3, or the cancel signal of its topic."""
+    started(message)
+    while not message.cancelled:
+        time.sleep(0.01)
+    message.checkpoint()  # raises: the message ends CANCELLED
 
 
 @mq_consumer("results.async", ttr=TTR, batch=1)

@@ -1,6 +1,7 @@
 """Results, progress and cancelling running work against real MariaDB and ZooKeeper, real
 brokers and real worker processes: a waiter on another broker than the ack, results at the size
-limit and over it, cancels during a run (threaded and async handlers), a cancel racing
+limit and over it, cancels during a run (threaded and async handlers; through another broker,
+of a handler that reports nothing, told by the topic's cancel signal), a cancel racing
 completion, a worker killed during a cancel, a late ack after CANCELLED, and bad input."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from tests.background import InThread
 from tests.processes import kill9, process_env, start_broker_process, start_worker, wait_registered
 from tests.servers import wait_until
-from tidemq import Client, Settings
+from tidemq import Client, Settings, clock
 from tidemq.errors import MessageCancelledError, MessageNotFoundError, RemoteError
 from tidemq.lifecycle import MessageStatus
 from tidemq.link import AckItem, AckOutcome, LeaseRef
@@ -126,6 +127,31 @@ def test_a_cancel_stops_a_running_handler_and_the_message_ends_cancelled(client,
         handle.result(timeout=60)
     assert handle.status() is MessageStatus.CANCELLED
     assert starts(tmp_path / "starts.log")[handle.id] == 1
+
+
+def test_a_cancel_through_another_broker_reaches_a_handler_that_reports_nothing_before_its_next_heartbeat(
+        settings, two_brokers, worker_env, spawn, tmp_path):
+    # The worker calls broker A only; the cancel goes through broker B. The handler reports no
+    # progress, and its lease's next heartbeat comes 100 s after its start (ttr 300 s): only the
+    # cancel signal of its topic, through ZooKeeper, can tell it within the wait below.
+    pulled, other = two_brokers
+    start_worker(spawn, "w1", MODULE, {**worker_env, "TIDEMQ_BROKERS": pulled.address})
+    canceller = only(other, settings)
+    try:
+        wait_registered(canceller.coordinator, "results.quiet", 1)
+        handle = canceller.produce("results.quiet", {}, result=True)
+        wait_until(lambda: handle.id in starts(tmp_path / "starts.log"), 60, what="the handler's start")
+        # Its lease extended by the ttr (the beat that follows a held message's start): no
+        # heartbeat is due before 100 s from now on.
+        wait_until(lambda: (pulled.storage.reads.get_message(handle.id).lease_expire - clock.now()).total_seconds()
+                   > 200, 30, what="the lease extended by ttr")
+        assert handle.cancel(running=True) is True
+        with pytest.raises(MessageCancelledError):
+            handle.result(timeout=30)
+        assert handle.status() is MessageStatus.CANCELLED
+        assert starts(tmp_path / "starts.log")[handle.id] == 1
+    finally:
+        canceller.close()
 
 
 def test_a_cancel_racing_completion_ends_each_message_either_done_or_cancelled_once(client, worker_env, spawn,

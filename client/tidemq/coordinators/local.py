@@ -247,6 +247,12 @@ class LocalCoordinator(Coordinator):
     def watch_signal(self, topic: str, callback: Callable[[Optional[str]], None]) -> Callable[[], None]:
         return self._watch("signal/" + topic, lambda: callback(None))  # coalesced notifications: never sure
 
+    def signal_cancel(self, topic: str) -> None:
+        self._changed("cancel/" + topic)
+
+    def watch_cancels(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._watch("cancel/" + topic, callback)
+
     # -- leadership --------------------------------------------------------------------------
     def run_for_leader(self, identifier: str, lead: Callable[[threading.Event], None]) -> Callable[[], None]:
         tree = self._tree

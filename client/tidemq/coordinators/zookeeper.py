@@ -33,7 +33,7 @@ _STATES = {
 }
 
 
-_SUBPATHS = ("brokers", "consumers", "broadcast", "leader", "signals")
+_SUBPATHS = ("brokers", "consumers", "broadcast", "leader", "signals", "cancels")
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -102,7 +102,7 @@ class ZooKeeperCoordinator(Coordinator):
         """Give nodes made before TIDEMQ_ZK_AUTH was set (an upgrade) the ACL they lack: the root,
         its subpaths and their persistent children (per-topic parents, the election)."""
         paths = [self.root] + [self._path(sub) for sub in _SUBPATHS]
-        for sub in ("consumers", "broadcast", "leader", "signals"):
+        for sub in ("consumers", "broadcast", "leader", "signals", "cancels"):
             paths += [self._path(sub, child) for child in self._zk.get_children(self._path(sub))]
         secure_nodes(self._zk, paths, self._acl)
 
@@ -301,19 +301,30 @@ class ZooKeeperCoordinator(Coordinator):
     def prune_broadcasts(self, older_than: float) -> int:
         return self._broadcasts.prune(older_than)
 
-    # -- signals: <root>/signals/<topic>, one node per topic whose data each signal sets ----
+    # -- signals: <root>/signals/<topic> and <root>/cancels/<topic>, one node per topic ------
+    # Each signal sets its node's data (the sender's name): every DataWatch of it fires.
     def signal(self, topic: str, sender: str = "") -> None:
-        path = self._path("signals", topic)
+        self._set_signal(self._path("signals", topic), sender, f"signal {topic}")
+
+    def signal_cancel(self, topic: str) -> None:
+        self._set_signal(self._path("cancels", topic), "", f"signal a cancel of {topic}")
+
+    def _set_signal(self, path: str, sender: str, what: str) -> None:
         try:
             try:
                 self._zk.set(path, sender.encode())  # a new version: every DataWatch of it fires
             except NoNodeError:
                 self._zk.ensure_path(path)
         except KazooException as exc:
-            raise CoordinationError(f"cannot signal {topic}: {exc!r}") from None
+            raise CoordinationError(f"cannot {what}: {exc!r}") from None
 
-    def watch_signal(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
-        path = self._path("signals", topic)
+    def watch_cancels(self, topic: str, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._watch_node(self._path("cancels", topic), lambda sender: callback())
+
+    def watch_signal(self, topic: str, callback: Callable[[Optional[str]], None]) -> Callable[[], None]:
+        return self._watch_node(self._path("signals", topic), callback)
+
+    def _watch_node(self, path: str, callback: Callable[[Optional[str]], None]) -> Callable[[], None]:
         self._zk.ensure_path(path)
         stopped = threading.Event()
         seen = [-1]  # the node's version at the previous call

@@ -1,0 +1,88 @@
+"""Cancel requests: pending messages removed, running ones marked, and the workers running them
+told at once.
+
+A running message's cancel is a flag on its row (``cancel_requested``), which its worker reads
+with its next heartbeat. Heartbeats come every ttr/3, so a handler that reports no progress
+would learn of it up to a third of its ttr later. The broker that records the flag therefore
+signals the topics of the marked messages through the coordinator (``Coordinator.signal_cancel``,
+from a thread of its own: ``topic_signals``); every worker consuming such a topic beats the
+leases it holds at once and so learns of it in milliseconds, whichever broker it pulls from. The
+flag stays the truth: a lost signal (ZooKeeper away) only leaves the cancel to the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Callable, Optional, Sequence
+
+from tidemq import clock
+from tidemq.coordinator import Coordinator
+
+from .errors import RetriableError
+from .results import ResultHub
+from .storage import Storage
+from .topic_signals import SignalSender
+
+__all__ = ["Cancels", "cancel_signals"]
+
+log = logging.getLogger(__name__)
+
+
+def cancel_signals(coordinator: Coordinator) -> SignalSender:
+    """The sender of a broker's cancel signals (started and stopped by its server)."""
+    return SignalSender(coordinator.signal_cancel, "tidemq-cancel-signals", log,
+                        "cannot signal cancels of running messages to the workers (%s); they learn of "
+                        "them at their next heartbeat until this works again",
+                        "signalling cancels of running messages to the workers works again")
+
+
+class Cancels:
+    """Cancels of messages and of workflows, as a broker records them.
+
+    ``wake_released(released, since)`` wakes what waited for the cancelled messages to end;
+    ``signals`` (None: none) tells the workers of the marked messages' topics.
+    """
+
+    def __init__(self, storage: Storage, results: ResultHub,
+                 wake_released: Callable[[dict[str, dict[int, int]], datetime], None], name: str,
+                 signals: Optional[SignalSender] = None) -> None:
+        self._storage = storage
+        self._results = results
+        self._wake_released = wake_released
+        self._name = name
+        self._signals = signals
+
+    def messages(self, ids: Sequence[int], running: bool) -> list[bool]:
+        """Delete the NEW messages among ``ids``; with ``running``, mark the RUNNING ones. Per id,
+        whether it was cancelled or marked."""
+        released: dict[str, dict[int, int]] = {}
+        before = clock.now()
+        cancelled = self._storage.messages.cancel(ids, released)
+        self._wake_released(released, before)  # steps that waited for the cancelled ones to end, whatever the outcome
+        self._results.notify(id for id, gone in zip(ids, cancelled) if gone)
+        if not running:
+            return cancelled
+        rest = [id for id, gone in zip(ids, cancelled) if not gone]
+        marked = dict(zip(rest, self._storage.messages.request_cancel(rest, clock.now(), self._name))) if rest else {}
+        self._signal(lambda: self._storage.reads.message_topics([id for id, was in marked.items() if was]))
+        return [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
+
+    def workflows(self, ids: Sequence[int], running: bool) -> int:
+        """Cancel each workflow of ``ids`` whole (``WorkflowStore.cancel_workflows``); how many
+        messages were removed or marked."""
+        counts = self._storage.dependencies.cancel_workflows(ids, running, clock.now(), self._name)
+        if running and any(counts):
+            self._signal(lambda: self._storage.dependencies.workflow_topics(ids))
+        return sum(counts)
+
+    def _signal(self, topics: Callable[[], set[str]]) -> None:
+        """Signal the ``topics()`` of marked messages (a read, after the marks' commit)."""
+        if self._signals is None:
+            return
+        try:
+            found = topics()
+        except RetriableError as exc:  # the marks are stored: the workers' heartbeats find them
+            log.debug("cannot read the topics of cancelled messages to signal them: %s", exc)
+            return
+        self._signals.send(found)
