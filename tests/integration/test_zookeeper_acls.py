@@ -93,12 +93,15 @@ def test_others_can_read_tidemq_nodes_but_not_change_them(zk_hosts, broker, clie
             posixpath.join(ROOT, "consumers", TOPIC, consumer_node),
             posixpath.join(ROOT, "broadcast", NEWS, f"m-{seq:010d}"),
             posixpath.join(ROOT, "signals", TOPIC),  # made by the broker's watch of TOPIC's releases
+            posixpath.join(ROOT, "cancels", TOPIC),  # made by the worker's watch of TOPIC's cancels
         ]
         wait_until(lambda: client.coordinator._zk.exists(targets[4]), 10, what="the signal node of the topic")
+        wait_until(lambda: client.coordinator._zk.exists(targets[5]), 10, what="the cancel node of the topic")
         assert_every_node_has_the_acl(zk_hosts)
         with kazoo(zk_hosts, credentials) as intruder:
             # Readable: what operators and read-only tools need.
-            assert sorted(intruder.get_children(ROOT)) == ["broadcast", "brokers", "consumers", "leader", "signals"]
+            assert sorted(intruder.get_children(ROOT)) == ["broadcast", "brokers", "cancels", "consumers", "leader",
+                                                           "signals"]
             assert broker.address in intruder.get_children(posixpath.join(ROOT, "brokers"))
             assert intruder.get_children(posixpath.join(ROOT, "consumers", TOPIC)) == [consumer_node]
             before = {path: intruder.get(path) for path in targets}
