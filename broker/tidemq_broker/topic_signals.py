@@ -1,7 +1,7 @@
 """A thread that sends signals of topics through the coordinator, so the calls that raise them
 do not wait for ZooKeeper.
 
-Topics raised while a round of signals is on its way go together in the next round: a signal
+Topics given while a round of signals is on its way go together in the next round: a signal
 says that something changed in a topic, not how often. A failure is logged once per outage (a
 lost signal only delays what the database still holds: the watchers find it by their own
 periodic reads), and so is its end.
@@ -19,15 +19,15 @@ __all__ = ["SignalSender"]
 
 
 class SignalSender:
-    """Calls ``send(topic)`` from a thread of its own for every topic raised.
+    """Calls ``signal(topic)`` from a thread of its own for every topic given to :meth:`send`.
 
     ``failing`` and ``working`` are the lines ``log`` says when sending starts and stops failing
     (``failing`` gets the error as its one ``%s``).
     """
 
-    def __init__(self, send: Callable[[str], None], name: str, log: logging.Logger,
+    def __init__(self, signal: Callable[[str], None], name: str, log: logging.Logger,
                  failing: str, working: str) -> None:
-        self._signal = send
+        self._signal = signal
         self._log = log
         self._failing_text = failing
         self._working_text = working
