@@ -38,7 +38,7 @@ SMOKE = {
     "flow_messages": 2_000, "flow_locks": 20, "enqueue_samples": 20, "enqueue_idle_seconds": 0.5,
     "aio_callers": [1, 16], "aio_seconds": 0.5, "aio_warmup": 0.1,
     "results_samples": 20, "results_messages": 1_000, "results_waiters": 100, "results_idle_seconds": 1.0,
-    "results_warmup": 0.5,
+    "results_warmup": 0.5, "results_cancels": 3,
     "workflow_group": 50, "workflow_rounds": 1, "workflow_samples": 20, "workflow_dag": 30,
     # One pressure end to end (a broker killed and restarted); tests/bench/test_pressures.py
     # starts and stops every other kind against real servers.
@@ -130,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--results-waiters", type=int, default=1000, help="concurrent Results long-polls on one broker")
     g.add_argument("--results-idle-seconds", type=float, default=10.0, help="seconds the waiters' broker CPU is measured")
     g.add_argument("--results-warmup", type=float, default=2.0, help="seconds for every waiter to be waiting first")
+    g.add_argument("--results-cancels", type=int, default=100,
+                   help="running handlers cancelled one after another, each timed to its end seen by a waiter")
     g = p.add_argument_group("workflow (chord fan-in, dependency latency, a DAG; no-op steps)")
     g.add_argument("--workflow-group", type=int, default=10_000, help="members of the group with a chord callback")
     g.add_argument("--workflow-rounds", type=int, default=6,

@@ -7,6 +7,8 @@ Declares one QUEUE consumer of ``$BENCH_TOPIC`` (``$BENCH_THREADS`` handler thre
 
 With ``$BENCH_RESULT=1`` the handler returns a small dict, which the worker stores as the
 message's result (the ``results`` scenario compares it with handlers that return nothing).
+With ``$BENCH_UNTIL_CANCELLED=1`` it runs until its message's cancel is requested, reporting no
+progress (so only a heartbeat can tell it), and then stops by ``message.checkpoint()``.
 
 With ``$BENCH_LATENESS_FILE`` set, each handler call records how late it ran (now - effect_time,
 in ms) through ``benchmarks.lateness_log``, so the benchmark reads lateness as the handler saw it.
@@ -36,6 +38,7 @@ SLEEP = float(os.environ.get("BENCH_SLEEP_MS", "0")) / 1000
 DEFAULTS = os.environ.get("BENCH_DEFAULTS", "") == "1"
 RECORD_FILE = os.environ.get("BENCH_RECORD_FILE", "")
 RESULT = os.environ.get("BENCH_RESULT", "") == "1"
+UNTIL_CANCELLED = os.environ.get("BENCH_UNTIL_CANCELLED", "") == "1"
 
 # Opened once: an O_APPEND write per line is one system call, cheap beside a 1 ms handler.
 _record_fd = os.open(f"{RECORD_FILE}.{os.getpid()}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) \
@@ -59,6 +62,10 @@ def handle(message: Message) -> Optional[dict]:
         lateness_log.note((start - message.effect_time.timestamp()) * 1000)
     if SLEEP:
         time.sleep(SLEEP)
+    if UNTIL_CANCELLED:
+        while not message.cancelled:
+            time.sleep(0.0005)
+        message.checkpoint()  # raises: the message ends CANCELLED
     return {"ok": True, "id": message.id} if RESULT else None
 
 

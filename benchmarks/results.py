@@ -8,6 +8,10 @@
   last SUCCESS.
 - waiters: ``--results-waiters`` concurrent ``Results`` long-polls (one asyncio client) on one
   broker of their own while nothing finishes: that broker's CPU per wall second.
+- cancel: ``--results-cancels`` messages, one after another, each run by a handler that reports
+  no progress and stops only once its cancel is requested (one worker, ttr 120 s: its
+  heartbeats come every 40 s); from ``cancel(running=True)``, sent once the handler started, to
+  ``result()`` raising ``MessageCancelledError`` in the caller waiting on it. Reported, no target.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = ["run"]
 LATENCY_TOPIC = "bench.results.latency"
 WITH, WITHOUT = "bench.results.with", "bench.results.without"
 IDLE_TOPIC = "bench.results.idle"
+CANCEL_TOPIC = "bench.results.cancel"
 
 
 def _latency(cluster: Cluster, report: Report, args: Namespace) -> None:
@@ -157,7 +162,51 @@ def _waiters(cluster: Cluster, report: Report, args: Namespace) -> None:
         proc.stop()
 
 
+def _started(record: str, msg_id: int) -> bool:
+    """Whether a worker's handler noted the start of ``msg_id`` in ``<record>.<pid>``."""
+    folder, prefix = os.path.split(record)
+    for name in os.listdir(folder):
+        if name.startswith(prefix + "."):
+            with open(os.path.join(folder, name)) as fh:
+                if any(line.split(" ", 1)[0] == str(msg_id) for line in fh):
+                    return True
+    return False
+
+
+def _cancel(cluster: Cluster, report: Report, args: Namespace) -> None:
+    from tidemq.errors import MessageCancelledError
+
+    record = os.path.join(cluster.dir, "cancel-starts")
+    cluster.start_workers(1, CANCEL_TOPIC, {"BENCH_UNTIL_CANCELLED": "1", "BENCH_BATCH": "1", "BENCH_TTR": "120",
+                                            "BENCH_RECORD_FILE": record})
+    client = cluster.client()
+    try:
+        samples = []
+        for i in range(args.results_cancels):
+            handle = client.produce(CANCEL_TOPIC, {"i": i}, result=True)
+            deadline = time.monotonic() + 60
+            while not _started(record, handle.id):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the handler of message {handle.id} did not start")
+                time.sleep(0.002)
+            began = time.perf_counter()
+            if not handle.cancel(running=True):
+                raise AssertionError(f"message {handle.id} was not running when cancelled")
+            try:
+                handle.result(timeout=60)
+                raise AssertionError(f"message {handle.id} ended without its cancel")
+            except MessageCancelledError:
+                samples.append((time.perf_counter() - began) * 1000)
+        lat = summarize(samples)
+        report.record("results", "cancel(running=True) -> CANCELLED seen by a waiter", lat, "ms",
+                      "a handler reporting no progress; heartbeats every 40 s")
+    finally:
+        client.close()
+        cluster.stop_workers()
+
+
 def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     _latency(cluster, report, args)
     _consume(cluster, report, args)
     _waiters(cluster, report, args)
+    _cancel(cluster, report, args)

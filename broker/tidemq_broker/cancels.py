@@ -6,8 +6,9 @@ with its next heartbeat. Heartbeats come every ttr/3, so a handler that reports 
 would learn of it up to a third of its ttr later. The broker that records the flag therefore
 signals the topics of the marked messages through the coordinator (``Coordinator.signal_cancel``,
 from a thread of its own: ``topic_signals``); every worker consuming such a topic beats the
-leases it holds at once and so learns of it in milliseconds, whichever broker it pulls from. The
-flag stays the truth: a lost signal (ZooKeeper away) only leaves the cancel to the next heartbeat.
+leases it holds at once and so learns of it within tens of milliseconds, whichever broker it
+pulls from. The flag stays the truth: a lost signal (ZooKeeper away) only leaves the cancel to
+the next heartbeat.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ brings the next heartbeat of its lease forward, to at most one a second) and bri
 messages' cancel was requested: their runs' :class:`~tidemq.control.RunControl` is told. A
 cancel signal of the topic (a broker marked running messages of it: ``Coordinator.watch_cancels``)
 brings the heartbeat of every held lease forward at once, to at most one per
-:data:`CANCEL_EVERY`: a handler that reports no progress learns of its cancel in milliseconds,
-not at its next ttr/3 beat.
+:data:`CANCEL_EVERY`: a handler that reports no progress learns of its cancel within tens of
+milliseconds, not at its next ttr/3 beat.
 """
 
 from __future__ import annotations
