@@ -59,9 +59,10 @@ def test_a_silent_database_fails_within_the_connect_timeout_then_at_once(silent_
 
 def test_a_unit_that_fails_after_the_silence_was_found_logs_nothing_more(silent_address, caplog):
     """A read's second connection is still waiting for its greeting (3 s) when the broker finds
-    the silence (a stall of 2 s, then a probe of 2 s): it fails later, on its own timeout. It
-    sent nothing, so it is the broker's failure (out of reach), and the fault was named once,
-    by reach.py, not again by the outage of the calls to the database."""
+    the silence (a stall of 1 s, then a probe of up to 2 s): it fails about then, on its own
+    timeout. It sent nothing, so it is the broker's failure (out of reach), and the fault was
+    named once, by reach.py (before any unit could fail for it), not again by the outage of the
+    calls to the database."""
     db = open_database(f"mysql+pymysql://root@{silent_address}/tidemq")
     try:
         caplog.set_level(logging.INFO, logger="tidemq_broker.storages.database")

@@ -168,8 +168,10 @@ class Reach:
     def _lose(self, now: float, failure: str) -> None:
         self._why = (f"this broker gets no answer from the database (nothing back for {self._stall:.0f} s; "
                      f"a new connection: {failure})")
-        self._lost_at = self._probed_at = now
+        # Said before the units of work can fail for it: a unit that ends now (its own connect
+        # timeout) reads the fault as this broker's and says nothing more (database.py).
         log.warning("%s; calls here fail at once, and clients move to other brokers, until it answers", self._why)
+        self._lost_at = self._probed_at = now
         self._shut_all()
 
     def _shut_all(self) -> None:
