@@ -153,13 +153,19 @@ def test_a_signal_reaches_the_watchers_of_its_topic_only_and_a_stopped_watch_hea
         assert senders[-1] == "s1"
     sender.signal("t.sig")  # a second one on the node the first created
     wait_until(lambda: counts["t.sig"] > before["t.sig"] + 1, 10, what="a second signal")
+    _a_stopped_watch_hears_nothing(stop, lambda: counts["t.sig"], lambda: sender.signal("t.sig"),
+                                   lambda: sender.signal("t.other"), lambda: counts["t.other"] > before["t.other"])
+
+
+def _a_stopped_watch_hears_nothing(stop, count, signal, signal_other, other_heard):
+    """After ``stop()``, ``signal()`` is unheard (``count()`` stays), while ``signal_other()``,
+    sent after it to another watch, is heard (``other_heard()``)."""
     stop()
-    with lock:
-        stopped_at = counts["t.sig"]
-    sender.signal("t.sig")  # unheard: its watch stopped
-    sender.signal("t.other")  # sent after it, heard after it
-    wait_until(lambda: counts["t.other"] > before["t.other"], 10, what="the signal of t.other")
-    assert counts["t.sig"] == stopped_at
+    stopped_at = count()
+    signal()
+    signal_other()
+    wait_until(other_heard, 10, what="the signal sent after the stopped watch's")
+    assert count() == stopped_at
 
 
 def test_a_cancel_signal_reaches_its_topics_watchers_and_is_not_a_release_signal(coordinators):
@@ -188,13 +194,9 @@ def test_a_cancel_signal_reaches_its_topics_watchers_and_is_not_a_release_signal
         released = heard["release t.cx"]
     sender.signal_cancel("t.cx")  # a second cancel signal, on the node the first created
     wait_until(lambda: heard["cancel t.cx"] > before["cancel t.cx"] + 1, 10, what="a second cancel signal")
-    stop()
-    with lock:
-        stopped_at = heard["cancel t.cx"]
-    sender.signal_cancel("t.cx")  # unheard: its watch stopped
-    sender.signal_cancel("t.cy")  # sent after it, heard after it
-    wait_until(lambda: heard["cancel t.cy"] > before["cancel t.cy"], 10, what="the cancel signal of t.cy")
-    assert heard["cancel t.cx"] == stopped_at
+    _a_stopped_watch_hears_nothing(stop, lambda: heard["cancel t.cx"], lambda: sender.signal_cancel("t.cx"),
+                                   lambda: sender.signal_cancel("t.cy"),
+                                   lambda: heard["cancel t.cy"] > before["cancel t.cy"])
     assert heard["release t.cx"] == released  # no cancel signal reached the release watch
 
 
