@@ -2,7 +2,7 @@
 ZooKeeper (each test in its own chroot).
 
 The first half checks the coordinator itself (nodes, watches, broadcasts, pruning, elections,
-lost sessions); the second runs real consumers (Worker, QueueRunner, BroadcastRunner) against an
+lost sessions; signals in test_coordination_signals.py); the second runs real consumers (Worker, QueueRunner, BroadcastRunner) against an
 embedded broker, so ``tidemq dev`` and a ZooKeeper cluster are held to the same behaviour.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 
 import pytest
 
@@ -18,34 +17,7 @@ from tests.servers import wait_until
 from tidemq import Client, Settings, Worker
 from tidemq.consumer import ConsumerSpec
 from tidemq.coordinator import ConnectionState, rank_of
-from tidemq.coordinators.local import LocalCoordinator
-from tidemq.coordinators.zookeeper import ZooKeeperCoordinator
 from tidemq.message import MessageType
-
-ROOT = "/tidemq"
-
-
-@pytest.fixture(params=["local", "zookeeper"])
-def coordinators(request):
-    """``make()`` returns a started coordinator; all made in one test share one tree."""
-    made = []
-    hosts = request.getfixturevalue("zk_hosts") if request.param == "zookeeper" else ""
-
-    def make(start: bool = True, listener=None):
-        coord = ZooKeeperCoordinator(hosts, ROOT, session_timeout=4.0) if hosts else LocalCoordinator(ROOT)
-        if listener is not None:
-            coord.add_state_listener(listener)
-        if start:
-            coord.start()
-        made.append(coord)
-        return coord
-
-    make.kind = request.param
-    make.hosts = hosts
-    yield make
-    for coord in reversed(made):
-        coord.stop()
-
 
 class Recorder:
     """Collects watch callbacks; ``last`` is the most recent argument."""
@@ -124,80 +96,6 @@ def test_broadcasts_keep_order_and_a_burst_loses_nothing(coordinators):
     assert [reader.read_broadcast("t.cast", s) for s in sequences[:3]] == [b"payload-0", b"payload-1", b"payload-2"]
     assert reader.read_broadcast("t.cast", sequences[-1] + 1000) is None
     assert reader.broadcast_sequences("t.none") == []
-
-
-def test_a_signal_reaches_the_watchers_of_its_topic_only_and_a_stopped_watch_hears_nothing(coordinators):
-    sender, reader = coordinators(), coordinators()
-    counts = {"t.sig": 0, "t.other": 0}
-    senders: list = []
-    lock = threading.Lock()
-
-    def counter(topic):
-        def heard(sender):
-            with lock:
-                counts[topic] += 1
-                senders.append(sender)
-        return heard
-
-    stop = reader.watch_signal("t.sig", counter("t.sig"))
-    reader.watch_signal("t.other", counter("t.other"))
-    sender.signal("t.never.watched")  # signalling a topic nobody watches is fine
-    wait_until(lambda: counts["t.sig"] >= 1 and counts["t.other"] >= 1, 10, what="the watches' first calls")
-    with lock:
-        before = dict(counts)
-    sender.signal("t.sig", "s1")
-    wait_until(lambda: counts["t.sig"] > before["t.sig"], 10, what="the signal of t.sig")
-    # The sender is named, or not known (None): never another one.
-    assert set(senders) <= {None, "s1"}
-    if isinstance(reader, ZooKeeperCoordinator):  # one signal on a watched node: it is known
-        assert senders[-1] == "s1"
-    sender.signal("t.sig")  # a second one on the node the first created
-    wait_until(lambda: counts["t.sig"] > before["t.sig"] + 1, 10, what="a second signal")
-    _a_stopped_watch_hears_nothing(stop, lambda: counts["t.sig"], lambda: sender.signal("t.sig"),
-                                   lambda: sender.signal("t.other"), lambda: counts["t.other"] > before["t.other"])
-
-
-def _a_stopped_watch_hears_nothing(stop, count, signal, signal_other, other_heard):
-    """After ``stop()``, ``signal()`` is unheard (``count()`` stays), while ``signal_other()``,
-    sent after it to another watch, is heard (``other_heard()``)."""
-    stop()
-    stopped_at = count()
-    signal()
-    signal_other()
-    wait_until(other_heard, 10, what="the signal sent after the stopped watch's")
-    assert count() == stopped_at
-
-
-def test_a_cancel_signal_reaches_its_topics_watchers_and_is_not_a_release_signal(coordinators):
-    sender, reader = coordinators(), coordinators()
-    heard = Counter()
-    lock = threading.Lock()
-
-    def count(what):
-        def call(*_):
-            with lock:
-                heard[what] += 1
-        return call
-
-    stop = reader.watch_cancels("t.cx", count("cancel t.cx"))
-    reader.watch_cancels("t.cy", count("cancel t.cy"))
-    reader.watch_signal("t.cx", count("release t.cx"))
-    sender.signal_cancel("t.never.watched")  # signalling a topic nobody watches is fine
-    wait_until(lambda: len(heard) == 3, 10, what="the watches' first calls")
-    with lock:
-        before = Counter(heard)
-    sender.signal_cancel("t.cx")
-    wait_until(lambda: heard["cancel t.cx"] > before["cancel t.cx"], 10, what="the cancel signal of t.cx")
-    sender.signal("t.cx")  # a release signal of the same topic reaches the release watch only
-    wait_until(lambda: heard["release t.cx"] > before["release t.cx"], 10, what="the release signal of t.cx")
-    with lock:
-        released = heard["release t.cx"]
-    sender.signal_cancel("t.cx")  # a second cancel signal, on the node the first created
-    wait_until(lambda: heard["cancel t.cx"] > before["cancel t.cx"] + 1, 10, what="a second cancel signal")
-    _a_stopped_watch_hears_nothing(stop, lambda: heard["cancel t.cx"], lambda: sender.signal_cancel("t.cx"),
-                                   lambda: sender.signal_cancel("t.cy"),
-                                   lambda: heard["cancel t.cy"] > before["cancel t.cy"])
-    assert heard["release t.cx"] == released  # no cancel signal reached the release watch
 
 
 def test_pruning_removes_only_old_broadcasts_and_sequences_never_repeat(coordinators):
