@@ -25,6 +25,7 @@ from tidemq import clock
 
 from . import raw
 from .env import TIDEMQ, Cluster, CpuMeter, Proc
+from .pressure_stats import read_records
 from .report import Report, summarize
 
 __all__ = ["run"]
@@ -162,17 +163,6 @@ def _waiters(cluster: Cluster, report: Report, args: Namespace) -> None:
         proc.stop()
 
 
-def _started(record: str, msg_id: int) -> bool:
-    """Whether a worker's handler noted the start of ``msg_id`` in ``<record>.<pid>``."""
-    folder, prefix = os.path.split(record)
-    for name in os.listdir(folder):
-        if name.startswith(prefix + "."):
-            with open(os.path.join(folder, name)) as fh:
-                if any(line.split(" ", 1)[0] == str(msg_id) for line in fh):
-                    return True
-    return False
-
-
 def _cancel(cluster: Cluster, report: Report, args: Namespace) -> None:
     from tidemq.errors import MessageCancelledError
 
@@ -185,7 +175,7 @@ def _cancel(cluster: Cluster, report: Report, args: Namespace) -> None:
         for i in range(args.results_cancels):
             handle = client.produce(CANCEL_TOPIC, {"i": i}, result=True)
             deadline = time.monotonic() + 60
-            while not _started(record, handle.id):
+            while not any(start.id == handle.id for start in read_records(record)):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the handler of message {handle.id} did not start")
                 time.sleep(0.002)
