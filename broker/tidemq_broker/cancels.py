@@ -20,7 +20,6 @@ from typing import Callable, Optional, Sequence
 from tidemq import clock
 from tidemq.coordinator import Coordinator
 
-from .errors import RetriableError
 from .results import ResultHub
 from .storage import Storage
 from .topic_signals import SignalSender
@@ -65,25 +64,20 @@ class Cancels:
         if not running:
             return cancelled
         rest = [id for id, gone in zip(ids, cancelled) if not gone]
-        marked = dict(zip(rest, self._storage.messages.request_cancel(rest, clock.now(), self._name))) if rest else {}
-        self._signal(lambda: self._storage.reads.message_topics([id for id, was in marked.items() if was]))
+        topics: set[str] = set()
+        marked = dict(zip(rest, self._storage.messages.request_cancel(rest, clock.now(), self._name, topics)))
+        self._signal(topics)
         return [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
 
     def workflows(self, ids: Sequence[int], running: bool) -> int:
         """Cancel each workflow of ``ids`` whole (``WorkflowStore.cancel_workflows``); how many
         messages were removed or marked."""
-        counts = self._storage.dependencies.cancel_workflows(ids, running, clock.now(), self._name)
-        if running and any(counts):
-            self._signal(lambda: self._storage.dependencies.workflow_topics(ids))
+        topics: set[str] = set()
+        counts = self._storage.dependencies.cancel_workflows(ids, running, clock.now(), self._name, topics)
+        self._signal(topics)
         return sum(counts)
 
-    def _signal(self, topics: Callable[[], set[str]]) -> None:
-        """Signal the ``topics()`` of marked messages (a read, after the marks' commit)."""
-        if self._signals is None:
-            return
-        try:
-            found = topics()
-        except RetriableError as exc:  # the marks are stored: the workers' heartbeats find them
-            log.debug("cannot read the topics of cancelled messages to signal them: %s", exc)
-            return
-        self._signals.send(found)
+    def _signal(self, topics: set[str]) -> None:
+        """Signal the ``topics`` of marked messages (read with the marks, sent after their commit)."""
+        if self._signals is not None and topics:
+            self._signals.send(topics)

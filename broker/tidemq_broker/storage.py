@@ -69,9 +69,11 @@ class MessageWrites(Protocol):
     def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
         """Delete the messages still NEW; True for each one deleted. ``released``: as ``ack``'s."""
 
-    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
+    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str,
+                       topics: Optional[set[str]] = None) -> list[bool]:
         """Mark the RUNNING messages among ``ids`` ``cancel_requested`` (``lifecycle.request_cancel``;
-        once each); True for each one RUNNING with its cancel requested afterwards."""
+        once each); True for each one RUNNING with its cancel requested afterwards. ``topics``,
+        when given, gets the topics of those (read with them: the broker signals them)."""
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         """Result retention: clear the result and progress of up to ``limit`` finished messages

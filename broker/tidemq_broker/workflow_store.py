@@ -26,11 +26,14 @@ class WorkflowStore(Protocol):
     def workflow_topics(self, workflow_ids: Sequence[int]) -> set[str]:
         """The topics of the messages of the workflows ``workflow_ids`` (authorizing a cancel)."""
 
-    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str) -> list[int]:
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str,
+                         topics: Optional[set[str]] = None) -> list[int]:
         """Cancel each workflow whole, in one transaction: remove its NEW and WAITING messages (what
         waits on them elsewhere learns they ended CANCELLED) and, with ``running``, mark its
         RUNNING ones as ``request_cancel`` does; its state becomes CANCELLED. Returns, per
-        workflow, how many messages were removed or marked."""
+        workflow, how many messages were removed or marked. ``topics``, when given, gets the
+        topics of its RUNNING messages with ``running`` (marked now or before: the broker
+        signals them)."""
 
     def forget_orphan_edges(self, after: int, limit: int) -> tuple[int, int]:
         """Delete the dependency edges of messages no longer stored, looking at the edges of up

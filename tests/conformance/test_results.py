@@ -79,12 +79,18 @@ def test_progress_is_written_only_under_the_lease_without_a_new_version(storage)
 
 def test_a_cancel_request_marks_running_messages_once_and_leaves_others(storage):
     [running, waiting] = insert(storage, "t.cancel", 2)
+    [elsewhere] = insert(storage, "t.cancel.other", 1)
     [msg] = lock(storage, "t.cancel", limit=1)
     assert msg.id == running
     assert storage.leases.cancels_requested([(running, msg.lease_token)]) == [False]
     now = clock.now()
-    assert storage.messages.request_cancel([running, waiting, 10 ** 12], now, "b1") == [True, False, False]
+    topics: set[str] = set()
+    assert storage.messages.request_cancel([running, waiting, elsewhere, 10 ** 12], now, "b1",
+                                           topics) == [True, False, False, False]
+    assert topics == {"t.cancel"}  # the marked one's topic only: the broker signals its workers
     assert storage.messages.request_cancel([running], now, "b1") == [True]
+    nothing: set[str] = set()
+    assert storage.messages.request_cancel([waiting], now, "b1", nothing) == [False] and nothing == set()
     stored = storage.reads.get_message(running)
     assert (stored.status, stored.cancel_requested) == (S.RUNNING.value, True)
     assert _events(storage, running).count("CANCEL_REQUESTED") == 1

@@ -126,13 +126,17 @@ def test_cancelling_a_workflow_removes_what_has_not_run_and_marks_what_runs(stor
     other = _submit(storage, "t.wf.cancel.other", (), (0,), depends_on={0: [outside_parent]})
     [leased] = lock(storage, "t.wf.cancel")
     assert leased.id == first
-    assert storage.dependencies.cancel_workflows([first], False, clock.now(), "b1") == [2]
+    unmarked: set[str] = set()
+    assert storage.dependencies.cancel_workflows([first], False, clock.now(), "b1", unmarked) == [2]
+    assert unmarked == set()  # nothing marked: no topic to signal
     assert [storage.reads.get_message(i) for i in (second, third)] == [None, None]
     assert _status(storage, first) == S.RUNNING.value and not storage.reads.get_message(first).cancel_requested
     assert _row(storage, first) == ("CANCELLED", 3, 1, 2)
     assert ended == []
     # running=True marks the running step; its end then ends the workflow, CANCELLED.
-    assert storage.dependencies.cancel_workflows([first], True, clock.now(), "b1") == [1]
+    marked: set[str] = set()
+    assert storage.dependencies.cancel_workflows([first], True, clock.now(), "b1", marked) == [1]
+    assert marked == {"t.wf.cancel"}
     assert storage.reads.get_message(first).cancel_requested
     assert storage.dependencies.cancel_workflows([first], True, clock.now(), "b1") == [0]
     ack(storage, [AckItem(first, leased.lease_token, False, "stopped", cancelled=True)])

@@ -197,15 +197,18 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
         self._db.workflow_outcomes.ended(finished)
         return ids
 
-    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str) -> list[int]:
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str,
+                         topics: Optional[set[str]] = None) -> list[int]:
         change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, broker=broker)
         finished: dict[int, str] = {}
+        held_topics: set[str] = set()
 
         def work(conn: Connection) -> list[int]:
             finished.clear()
+            held_topics.clear()
             counts, tally, found = [], Tally(), []
             for workflow_id in workflow_ids:
-                steps = conn.execute(select(m.c.id, m.c.status).where(m.c.workflow_id == workflow_id)
+                steps = conn.execute(select(m.c.id, m.c.status, m.c.topic).where(m.c.workflow_id == workflow_id)
                                      .with_for_update()).all()
                 pending = sorted(row.id for row in steps if change.allows({"status": row.status}))
                 for start in range(0, len(pending), _CHUNK):
@@ -213,6 +216,7 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
                 marked = 0
                 if running:
                     held = sorted(row.id for row in steps if row.status == _RUNNING)
+                    held_topics.update(row.topic for row in steps if row.status == _RUNNING)
                     for start in range(0, len(held), _CHUNK):
                         marked += apply(conn, marking, m.c.id.in_(held[start : start + _CHUNK]), guard(marking),
                                         ~m.c.cancel_requested)
@@ -232,6 +236,8 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
 
         counts = self._db.tx(work)
         self._db.workflow_outcomes.ended(finished)
+        if topics is not None:
+            topics.update(held_topics)
         return counts
 
 

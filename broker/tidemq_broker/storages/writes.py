@@ -254,19 +254,25 @@ class Writes:
 
         return self._db.tx(work)
 
-    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
+    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str,
+                       topics: Optional[set[str]] = None) -> list[bool]:
         change = lifecycle.request_cancel(now, broker=broker)
+        found: dict[int, str] = {}
 
         def work(conn: Connection) -> list[bool]:
             wanted = sorted(set(ids))
-            running = set(conn.execute(select(m.c.id).where(ids_in(wanted), guard(change)).with_for_update())
-                          .scalars())
-            if running:
+            found.clear()
+            found.update((row.id, row.topic) for row in conn.execute(
+                select(m.c.id, m.c.topic).where(ids_in(wanted), guard(change)).with_for_update()))
+            if found:
                 # Once each: a repeated request adds no trace line.
-                apply(conn, change, ids_in(sorted(running)), ~m.c.cancel_requested)
-            return [i in running for i in ids]
+                apply(conn, change, ids_in(sorted(found)), ~m.c.cancel_requested)
+            return [i in found for i in ids]
 
-        return self._db.tx(work) if ids else []
+        marked = self._db.tx(work) if ids else []
+        if topics is not None:
+            topics.update(found.values())
+        return marked
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.forget_result(before)

@@ -82,7 +82,8 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
         state.outcomes.ended(finished)
         return ids
 
-    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str) -> list[int]:
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str,
+                         topics: Optional[set[str]] = None) -> list[int]:
         change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, broker=broker)
         state = self._state
         with state.lock:
@@ -93,6 +94,8 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
                 held = [row for row in steps if running and marking.allows(row) and not row[M.cancel_requested]]
                 apply(state, change, [state.messages[id] for id in pending])
                 marked = apply(state, marking, held)
+                if topics is not None:
+                    topics.update(row[M.topic] for row in steps if running and marking.allows(row))
                 if pending:
                     tally.add(workflow_id, len(pending), len(pending))
                     stop_after(state, {id: lifecycle.CANCELLED.value for id in pending}, now, broker, tally)

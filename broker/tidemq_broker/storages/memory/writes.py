@@ -153,13 +153,16 @@ class MemoryWrites:
                    and row[M.finish_time] < before][:limit]
             return apply(self._state, change, old)
 
-    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str) -> list[bool]:
+    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str,
+                       topics: Optional[set[str]] = None) -> list[bool]:
         change = lifecycle.request_cancel(now, broker=broker)
         state = self._state
         with state.lock:
             running = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
             apply(state, change, [state.messages[i] for i in sorted(running)
                                   if not state.messages[i][M.cancel_requested]])
+            if topics is not None:
+                topics.update(state.messages[i][M.topic] for i in running)
             return [i in running for i in ids]
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
