@@ -1,8 +1,9 @@
 """StubBroker: an in-memory broker for testing producers and consumers without a broker or a database.
 
->>> broker = StubBroker()
+>>> coordinator = LocalCoordinator("/test")
+>>> broker = StubBroker(coordinator=coordinator)
 >>> msg_id = broker.produce("mail.send", {"to": "a"})
->>> Worker([spec], link=broker, coordinator=LocalCoordinator("/test")).start()   # doctest: +SKIP
+>>> Worker([spec], link=broker, coordinator=coordinator).start()                  # doctest: +SKIP
 >>> broker.status(msg_id) is MessageStatus.SUCCESS                               # doctest: +SKIP
 True
 
@@ -41,6 +42,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from . import lifecycle
 from .clock import after
+from .coordinator import Coordinator
 from .errors import MalformedRequestError, PullCancelledError, StorageUnavailableError
 from .lifecycle import Change, MessageStatus
 from .limits import check_lease_token, new_lease_token
@@ -82,10 +84,14 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
     CALLS = ("pull", "ack", "release", "extend", "touch")
 
     def __init__(self, clock: Callable[[], float] = time.time, default_ttr: float = lifecycle.DEFAULT_TTR,
-                 name: str = "stub", **topic_defaults: Any) -> None:
-        """``topic_defaults``: fields of :class:`StubTopic` every topic starts with."""
+                 name: str = "stub", coordinator: Optional[Coordinator] = None, **topic_defaults: Any) -> None:
+        """``topic_defaults``: fields of :class:`StubTopic` every topic starts with.
+        ``coordinator``: the one the workers under test use; a cancel of running messages
+        signals their topics through it, as a broker does (without it, a worker learns of the
+        cancel at its next heartbeat or progress report)."""
         self.clock = clock
         self.name = name
+        self.coordinator = coordinator
         self._defaults = StubTopic(ttr=default_ttr, **topic_defaults)
         self._topics: dict[str, StubTopic] = {}
         self._cond = threading.Condition()  # re-entrant: a handle cancelled already aborts inside bind

@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 
 from . import lifecycle
 from .clock import to_epoch_ms
+from .coordinator import Coordinator
 from .lifecycle import Change, MessageStatus
 from .limits import MAX_RESULT_IDS, MAX_WAIT, check_lease_token
 from .link import Heartbeat, LeaseRef, ProgressRef
@@ -30,6 +31,7 @@ class StubResults:
     _cond: threading.Condition
     _rows: dict[int, dict[str, Any]]
     name: str
+    coordinator: Optional[Coordinator]
     extend_calls: list[tuple[LeaseRef, ...]]
 
     def _now(self) -> datetime: ...  # provided by StubBroker
@@ -60,15 +62,22 @@ class StubResults:
             return Heartbeat(extended, flags)
 
     def _cancel_running(self, ids: Sequence[int]) -> list[bool]:
-        """Mark the RUNNING messages among ``ids`` (once each); True for each one marked."""
+        """Mark the RUNNING messages among ``ids`` (once each); True for each one marked. Their
+        topics' cancel signal is sent through ``coordinator``, when there is one."""
         change = lifecycle.request_cancel(self._now(), broker=self.name)
-        marked = []
+        marked, topics = [], set()
         for msg_id in ids:
             row = self._rows.get(msg_id)
             running = row is not None and row[M.status] == _RUNNING
-            if running and not row[M.cancel_requested]:  # type: ignore[index]
-                self._apply(row, change)  # type: ignore[arg-type]
+            if running:
+                if not row[M.cancel_requested]:  # type: ignore[index]
+                    self._apply(row, change)  # type: ignore[arg-type]
+                topics.add(row[M.topic])  # type: ignore[index]
             marked.append(running)
+        if self.coordinator is not None:
+            for topic in sorted(topics):
+                # Under the stub's lock: the in-process coordinator only posts it to its watchers.
+                self.coordinator.signal_cancel(topic)
         return marked
 
     def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None) -> list[MessageState]:

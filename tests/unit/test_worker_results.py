@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 
 import pytest
@@ -169,6 +170,38 @@ def test_a_message_whose_cancel_comes_while_it_waits_for_a_handler_slot_never_st
         with pytest.raises(MessageCancelledError):
             second.result(timeout=10)
         assert started == ["first"]
+    finally:
+        worker.stop()
+        coordinator.stop()
+
+
+def test_a_stub_given_the_workers_coordinator_signals_a_cancel_so_a_silent_handler_stops_before_its_heartbeat():
+    coordinator = LocalCoordinator(f"/test-{uuid.uuid4().hex[:8]}")
+    coordinator.start()
+    stub = StubBroker(coordinator=coordinator)
+    running = threading.Event()
+
+    def handler(message):
+        running.set()
+        while not message.cancelled:  # reports nothing: only a heartbeat tells it
+            threading.Event().wait(0.01)
+        message.checkpoint()
+
+    # ttr 300: the regular heartbeat is 100 s away, past the result's timeout.
+    spec = ConsumerSpec("w.signal", MessageType.QUEUE, handler, ttr=300, batch=1, concurrency=1)
+    worker = Worker([spec], link=stub, coordinator=coordinator, drain_timeout=5).start()
+    try:
+        handle = stub.produce("w.signal", 1, result=True)
+        assert running.wait(10)
+        # Its short lease of a held message extended by ttr: no beat is due for 100 s.
+        wait_until(lambda: stub.message(handle.id).lease_expire > time.time() + 200, 10,
+                   what="the lease extended by ttr")
+        beats = len(stub.extend_calls)
+        assert handle.cancel(running=True) is True
+        with pytest.raises(MessageCancelledError):
+            handle.result(timeout=20)
+        assert handle.status() is MessageStatus.CANCELLED
+        assert len(stub.extend_calls) == beats + 1  # the one beat the signal brought forward
     finally:
         worker.stop()
         coordinator.stop()
