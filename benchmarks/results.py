@@ -11,7 +11,10 @@
 - cancel: ``--results-cancels`` messages, one after another, each run by a handler that reports
   no progress and stops only once its cancel is requested (one worker, ttr 120 s: its
   heartbeats come every 40 s); from ``cancel(running=True)``, sent once the handler started, to
-  ``result()`` raising ``MessageCancelledError`` in the caller waiting on it. Reported, no target.
+  ``result()`` raising ``MessageCancelledError`` in the caller waiting on it, and the Cancel call
+  alone. Each cancel is sent at least ``CANCEL_EVERY`` after the previous one was seen ended: a
+  worker brings at most one beat per ``CANCEL_EVERY`` forward for cancel signals, and cancels
+  back to back would time that limit, not a cancel. Reported, no target.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from argparse import Namespace
 
 from tidemq import clock
+from tidemq.lease_keeper import CANCEL_EVERY
 
 from . import raw
 from .env import TIDEMQ, Cluster, CpuMeter, Proc
@@ -171,7 +175,7 @@ def _cancel(cluster: Cluster, report: Report, args: Namespace) -> None:
                                             "BENCH_RECORD_FILE": record})
     client = cluster.client()
     try:
-        samples = []
+        samples, calls, seen = [], [], -CANCEL_EVERY
         for i in range(args.results_cancels):
             handle = client.produce(CANCEL_TOPIC, {"i": i}, result=True)
             deadline = time.monotonic() + 60
@@ -179,17 +183,21 @@ def _cancel(cluster: Cluster, report: Report, args: Namespace) -> None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the handler of message {handle.id} did not start")
                 time.sleep(0.002)
+            time.sleep(max(0.0, seen + CANCEL_EVERY - time.perf_counter()))  # past the keeper's limit
             began = time.perf_counter()
             if not handle.cancel(running=True):
                 raise AssertionError(f"message {handle.id} was not running when cancelled")
+            calls.append((time.perf_counter() - began) * 1000)
             try:
                 handle.result(timeout=60)
                 raise AssertionError(f"message {handle.id} ended without its cancel")
             except MessageCancelledError:
-                samples.append((time.perf_counter() - began) * 1000)
+                seen = time.perf_counter()
+                samples.append((seen - began) * 1000)
         lat = summarize(samples)
         report.record("results", "cancel(running=True) -> CANCELLED seen by a waiter", lat, "ms",
-                      "a handler reporting no progress; heartbeats every 40 s")
+                      f"a handler reporting no progress; heartbeats every 40 s; cancels {CANCEL_EVERY:g} s apart")
+        report.record("results", "the Cancel call alone", summarize(calls), "ms", "deletes NEW, marks RUNNING")
     finally:
         client.close()
         cluster.stop_workers()
