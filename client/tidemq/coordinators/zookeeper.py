@@ -34,6 +34,9 @@ _STATES = {
 
 
 _SUBPATHS = ("brokers", "consumers", "broadcast", "leader", "signals", "cancels")
+#: The subpaths whose children persist (per-topic parents, the election); a broker's node under
+#: ``brokers`` is ephemeral, made anew with the ACL by each session.
+_PERSISTENT_PARENTS = tuple(sub for sub in _SUBPATHS if sub != "brokers")
 
 
 class ZooKeeperCoordinator(Coordinator):
@@ -102,7 +105,7 @@ class ZooKeeperCoordinator(Coordinator):
         """Give nodes made before TIDEMQ_ZK_AUTH was set (an upgrade) the ACL they lack: the root,
         its subpaths and their persistent children (per-topic parents, the election)."""
         paths = [self.root] + [self._path(sub) for sub in _SUBPATHS]
-        for sub in ("consumers", "broadcast", "leader", "signals", "cancels"):
+        for sub in _PERSISTENT_PARENTS:
             paths += [self._path(sub, child) for child in self._zk.get_children(self._path(sub))]
         secure_nodes(self._zk, paths, self._acl)
 
