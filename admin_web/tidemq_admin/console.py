@@ -81,6 +81,20 @@ class ClusterView:
             snap.error = f"the coordinator did not answer: {exc!r}"
         return snap
 
+    def signal_cancels(self, topics: set[str]) -> bool:
+        """Tell the workers of ``topics`` that running messages of theirs were marked cancelled,
+        as a broker does (:meth:`tidemq.coordinator.Coordinator.signal_cancel`). False when the
+        coordinator cannot be reached: the workers then learn of it at their next heartbeat."""
+        try:
+            coordinator = self._connect()
+            for topic in sorted(topics):
+                coordinator.signal_cancel(topic)
+            return True
+        except Exception:  # the mark is stored; only its haste is lost
+            log.warning("cannot signal the cancel of running messages of %s to their workers", sorted(topics),
+                        exc_info=True)
+            return False
+
     def close(self) -> None:
         if self._own and self._coordinator is not None and self._started:
             self._coordinator.stop()

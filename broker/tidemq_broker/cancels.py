@@ -65,7 +65,7 @@ class Cancels:
             return cancelled
         rest = [id for id, gone in zip(ids, cancelled) if not gone]
         topics: set[str] = set()
-        marked = dict(zip(rest, self._storage.messages.request_cancel(rest, clock.now(), self._name, topics)))
+        marked = dict(zip(rest, self._storage.messages.request_cancel(rest, clock.now(), topics, broker=self._name)))
         self._signal(topics)
         return [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
 

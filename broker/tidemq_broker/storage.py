@@ -69,11 +69,12 @@ class MessageWrites(Protocol):
     def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
         """Delete the messages still NEW; True for each one deleted. ``released``: as ``ack``'s."""
 
-    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str,
-                       topics: Optional[set[str]] = None) -> list[bool]:
+    def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
+                       **who: object) -> list[bool]:
         """Mark the RUNNING messages among ``ids`` ``cancel_requested`` (``lifecycle.request_cancel``;
-        once each); True for each one RUNNING with its cancel requested afterwards. ``topics``,
-        when given, gets the topics of those (read with them: the broker signals them)."""
+        once each; ``who`` goes to the trace); True for each one RUNNING with its cancel requested
+        afterwards. ``topics``, when given, gets the topics of those (read with them: the caller
+        signals them to the workers)."""
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         """Result retention: clear the result and progress of up to ``limit`` finished messages

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 
 from tidemq_broker.storage import MessageFilter
@@ -193,15 +194,44 @@ def test_bulk_delete_and_requeue_of_the_selection(admin, storage):
     assert "Select messages first" in nothing.get_data(as_text=True)
 
 
-def test_cancel_only_pending(admin, storage):
+def test_cancel_deletes_a_pending_message_and_refuses_a_finished_one(admin, storage):
     [pending] = produce(storage, "orders", ['{"a": 1}'], delay=3600)
     [done] = produce(storage, "sms", ['{"a": 1}'])
     fail_all(storage, "sms")
     admin.post(f"/messages/{pending}/cancel")
     assert storage.reads.get_message(pending) is None
     resp = admin.post(f"/messages/{done}/cancel", follow_redirects=True)
-    assert "only NEW (pending) messages can be" in resp.get_data(as_text=True)
+    assert "only NEW (pending) and RUNNING messages can be" in resp.get_data(as_text=True)
     assert storage.reads.get_message(done).status == "FAIL"
+
+
+def test_cancel_of_a_running_message_marks_it_traced_and_signals_its_topics_workers(admin, storage, settings):
+    from tidemq.coordinators import open_coordinator
+
+    [running] = produce(storage, "reports", ['{"a": 1}'])
+    lease_all(storage, "reports")
+    page = admin.get(f"/messages/{running}").get_data(as_text=True)
+    assert 'id="cancel"' in page  # offered for a RUNNING message
+    # A worker of the topic, as a runner's lease keeper watches it, on the console's ZooKeeper.
+    watcher = open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
+    watcher.start(timeout=10)
+    heard, elsewhere = threading.Event(), threading.Event()
+    try:
+        watcher.watch_cancels("reports", heard.set)
+        watcher.watch_cancels("orders", elsewhere.set)
+        assert heard.wait(10) and elsewhere.wait(10)  # the watches' first call, at their start
+        heard.clear()
+        elsewhere.clear()
+        resp = admin.post(f"/messages/{running}/cancel", follow_redirects=True)
+        assert "its cancel is requested. Its worker learns of it now" in resp.get_data(as_text=True)
+        assert heard.wait(10), "the topic's workers were not signalled"
+        assert not elsewhere.is_set()
+    finally:
+        watcher.stop()
+    msg = storage.reads.get_message(running)
+    assert (msg.status, msg.cancel_requested) == ("RUNNING", True)
+    assert "CANCEL_REQUESTED" in msg.trace and f"user={ADMIN}" in msg.trace
+    assert 'id="cancel"' not in admin.get(f"/messages/{running}").get_data(as_text=True)  # requested once
 
 
 def test_produce_a_test_message(admin, storage):

@@ -254,9 +254,9 @@ class Writes:
 
         return self._db.tx(work)
 
-    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str,
-                       topics: Optional[set[str]] = None) -> list[bool]:
-        change = lifecycle.request_cancel(now, broker=broker)
+    def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
+                       **who: object) -> list[bool]:
+        change = lifecycle.request_cancel(now, **who)
         found: dict[int, str] = {}
 
         def work(conn: Connection) -> list[bool]:

@@ -153,9 +153,9 @@ class MemoryWrites:
                    and row[M.finish_time] < before][:limit]
             return apply(self._state, change, old)
 
-    def request_cancel(self, ids: Sequence[int], now: datetime, broker: str,
-                       topics: Optional[set[str]] = None) -> list[bool]:
-        change = lifecycle.request_cancel(now, broker=broker)
+    def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
+                       **who: object) -> list[bool]:
+        change = lifecycle.request_cancel(now, **who)
         state = self._state
         with state.lock:
             running = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
