@@ -17,6 +17,7 @@ from tidemq.errors import ConfigurationError, TidemqError
 from tidemq.logs import configure_logging
 from tidemq.worker_command import add_worker_options, run_worker
 
+from .cancels import register as register_cancel
 from .principals import register as register_auth
 from .results import register as register_result
 from .topics import register as register_topic
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     register_auth(sub)
     register_topic(sub)
     register_result(sub)
+    register_cancel(sub)
     register_schedule(sub)
     for plugin in _PLUGINS:
         module = _optional(plugin)

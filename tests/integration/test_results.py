@@ -241,3 +241,37 @@ def test_the_result_command_prints_status_progress_and_result_with_an_exit_code_
     assert pending.returncode == 5 and "status: NEW" in pending.stdout
     missing = result(str(10 ** 12))
     assert missing.returncode == 4 and f"message {10 ** 12} is not stored" in missing.stderr
+
+
+def test_the_cancel_command_deletes_pending_stops_running_with_running_and_says_what_it_did_not(settings, client,
+                                                                                              broker):
+    import os
+    import subprocess
+
+    from tests.processes import TIDEMQ
+
+    env = {**os.environ, **process_env(settings)}
+
+    def cancel(*args):
+        return subprocess.run(TIDEMQ + ["cancel", *args], capture_output=True, text=True, timeout=120, env=env)
+
+    [running] = client.produce_many("results.cancel.cli", [1])
+    [held] = client.pull("results.cancel.cli", "cli-consumer", max_messages=1, wait=5)
+    assert held.id == running
+    [pending] = client.produce_many("results.cancel.cli", [2], delay=3600)
+    first = cancel(str(pending), str(running))
+    assert first.returncode == 1, first.stderr
+    assert f"{pending}: cancelled" in first.stdout
+    assert f"{running}: not cancelled: running (--running stops it)" in first.stdout
+    storage = broker.storage
+    assert storage.reads.get_message(pending) is None
+    assert not storage.reads.get_message(running).cancel_requested
+    second = cancel("--running", str(running))
+    assert second.returncode == 0 and f"{running}: cancelled" in second.stdout, second.stderr
+    assert storage.reads.get_message(running).cancel_requested
+    gone = cancel(str(10 ** 12))
+    assert gone.returncode == 1 and "not cancelled" in gone.stdout
+    bad = cancel("0")
+    assert bad.returncode == 2 and "an ID must be a positive id, got 0" in bad.stderr
+    workflow = cancel("--workflow", str(10 ** 12))
+    assert workflow.returncode == 1 and f"workflow {10 ** 12}: 0 step(s)" in workflow.stdout
