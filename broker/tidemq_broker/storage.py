@@ -3,10 +3,10 @@
 A role is a protocol that one component of each implementation provides. :class:`Storage` holds one
 component per role, as the factory ``tidemq_broker.storages.open_storage`` builds them around one
 database (or ``storages.memory.open_memory_storage`` around one in-memory state); callers take the
-roles they use and nothing reaches a database object behind them. Each transition of a message is
-one operation and applies what ``tidemq.lifecycle`` decides for it. Every implementation passes
-tests/conformance. Each method is one transaction unless it says otherwise. The values operations
-take and return are in ``tidemq_broker.records`` (a workflow's in ``tidemq_broker.workflow_view``)."""
+roles they use and nothing reaches a database object behind them. Each transition of a message is one
+operation and applies what ``tidemq.lifecycle`` decides for it. Every implementation passes tests/conformance;
+each method is one transaction unless it says otherwise. The values operations take and return are in
+``tidemq_broker.records`` (a workflow's in ``tidemq_broker.workflow_view``)."""
 
 from __future__ import annotations
 
@@ -71,10 +71,8 @@ class MessageWrites(Protocol):
 
     def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
                        **who: object) -> list[bool]:
-        """Mark the RUNNING messages among ``ids`` ``cancel_requested`` (``lifecycle.request_cancel``;
-        once each; ``who`` goes to the trace); True for each one RUNNING with its cancel requested
-        afterwards. ``topics``, when given, gets the topics of those (read with them: the caller
-        signals them to the workers)."""
+        """Mark the RUNNING ones among ``ids`` (``lifecycle.request_cancel``, once each; ``who`` goes to
+        the trace); True for each one RUNNING. ``topics`` gets their topics, which the caller signals."""
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         """Result retention: clear the result and progress of up to ``limit`` finished messages
@@ -122,8 +120,7 @@ class Leasing(Protocol):
         (``storages/claims.py``): the lifecycle's lease (``lease_expire = now + ahead + ttr``)
         goes to the rows locked by key. With ``request.limits`` the lock first locks the topic's
         row and takes only what its stored limits allow, so they hold across brokers. The hint
-        says where the messages can be; the lock reads only there.
-        """
+        says where the messages can be; the lock reads only there."""
 
     def lock_serial(self, request: LockRequest) -> list[LeasedMessage]:
         """Lease the head of a serial topic: the NEW message first in (order_time, id), if due by
