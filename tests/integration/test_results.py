@@ -7,12 +7,15 @@ completion, a worker killed during a cancel, a late ack after CANCELLED, and bad
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections import Counter
+from typing import Callable
 
 import pytest
 
 from tests.background import InThread
-from tests.processes import kill9, process_env, start_broker_process, start_worker, wait_registered
+from tests.processes import TIDEMQ, kill9, process_env, start_broker_process, start_worker, wait_registered
 from tests.servers import wait_until
 from tidemq import Client, Settings, clock
 from tidemq.errors import MessageCancelledError, MessageNotFoundError, RemoteError
@@ -215,17 +218,15 @@ def test_a_late_ack_after_cancelled_is_refused_and_changes_nothing(client, broke
         handle.result(timeout=5)
 
 
+def _command(settings: Settings, name: str) -> Callable[..., subprocess.CompletedProcess]:
+    """``tidemq NAME ARGS...`` run against the cluster of ``settings``, its output captured."""
+    env = {**os.environ, **process_env(settings)}
+    return lambda *args: subprocess.run(TIDEMQ + [name, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
 def test_the_result_command_prints_status_progress_and_result_with_an_exit_code_per_outcome(settings, client,
                                                                                            broker):
-    import os
-    import subprocess
-
-    from tests.processes import TIDEMQ
-
-    env = {**os.environ, **process_env(settings)}
-
-    def result(*args):
-        return subprocess.run(TIDEMQ + ["result", *args], capture_output=True, text=True, timeout=120, env=env)
+    result = _command(settings, "result")
 
     done, failed, waiting = client.produce_many("results.cli", [1, 2, 3], retry=0, result=True)
     deliveries = {d.id: d for d in client.pull("results.cli", "cli-consumer", max_messages=2, wait=5)}
@@ -245,15 +246,7 @@ def test_the_result_command_prints_status_progress_and_result_with_an_exit_code_
 
 def test_the_cancel_command_deletes_pending_stops_running_with_running_and_says_what_it_did_not(settings, client,
                                                                                               broker):
-    import os
-    import subprocess
-
-    from tests.processes import TIDEMQ
-
-    env = {**os.environ, **process_env(settings)}
-
-    def cancel(*args):
-        return subprocess.run(TIDEMQ + ["cancel", *args], capture_output=True, text=True, timeout=120, env=env)
+    cancel = _command(settings, "cancel")
 
     [running] = client.produce_many("results.cancel.cli", [1])
     [held] = client.pull("results.cancel.cli", "cli-consumer", max_messages=1, wait=5)
