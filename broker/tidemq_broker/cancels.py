@@ -73,7 +73,7 @@ class Cancels:
         """Cancel each workflow of ``ids`` whole (``WorkflowStore.cancel_workflows``); how many
         messages were removed or marked."""
         topics: set[str] = set()
-        counts = self._storage.dependencies.cancel_workflows(ids, running, clock.now(), self._name, topics)
+        counts = self._storage.dependencies.cancel_workflows(ids, running, clock.now(), topics, broker=self._name)
         self._signal(topics)
         return sum(counts)
 

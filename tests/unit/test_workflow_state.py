@@ -117,7 +117,7 @@ def test_a_waiter_wakes_when_another_writer_ends_the_workflow(broker):
     thread, answer = _waiter(broker, first, 30)
     _waiting(broker, _)
     # Not through this broker's calls: only the result hub's probe can see it.
-    broker.storage.dependencies.cancel_workflows([first], False, datetime(2026, 1, 1), "other")
+    broker.storage.dependencies.cancel_workflows([first], False, datetime(2026, 1, 1), broker="other")
     thread.join(10)
     assert answer["reply"].state == "CANCELLED"
 

@@ -197,9 +197,10 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
         self._db.workflow_outcomes.ended(finished)
         return ids
 
-    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str,
-                         topics: Optional[set[str]] = None) -> list[int]:
-        change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, broker=broker)
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
+                         topics: Optional[set[str]] = None, **who: str) -> list[int]:
+        change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, **who)
+        broker = who.get("broker", "")  # the released or stopped dependents' traces name a broker only
         finished: dict[int, str] = {}
         held_topics: set[str] = set()
 

@@ -82,9 +82,10 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
         state.outcomes.ended(finished)
         return ids
 
-    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime, broker: str,
-                         topics: Optional[set[str]] = None) -> list[int]:
-        change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, broker=broker)
+    def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
+                         topics: Optional[set[str]] = None, **who: str) -> list[int]:
+        change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, **who)
+        broker = who.get("broker", "")  # the released or stopped dependents' traces name a broker only
         state = self._state
         with state.lock:
             counts, tally = [], Tally()
