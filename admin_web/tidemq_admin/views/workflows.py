@@ -1,11 +1,14 @@
-"""Workflows: the list (newest first, by state, keyset-paginated) and one workflow's page, its
-graph drawn as inline SVG (``dag.py``) above the table of its steps."""
+"""Workflows: the list (newest first, by state, keyset-paginated), one workflow's page, its
+graph drawn as inline SVG (``dag.py``) above the table of its steps, and its cancel."""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, render_template, request, url_for
+import logging
+
+from flask import Blueprint, abort, flash, g, redirect, render_template, request, url_for
 from markupsafe import Markup
 
+from tidemq import clock
 from tidemq_broker.workflow_view import GRAPH_NODES, WORKFLOW_STATES
 
 from ..dag import workflow_svg
@@ -14,6 +17,7 @@ from . import console
 
 __all__ = ["bp", "PAGE_SIZE"]
 
+log = logging.getLogger(__name__)
 bp = Blueprint("workflows", __name__)
 PAGE_SIZE = 50
 
@@ -39,3 +43,23 @@ def detail(id: int):  # type: ignore[no-untyped-def]
     for parent, child in graph.edges:
         waits.setdefault(child, []).append(parent)
     return render_template("workflow.html", graph=graph, wf=graph.summary, svg=svg, waits=waits, limit=GRAPH_NODES)
+
+
+@bp.route(f"/workflows/<int(max={MAX_ID}):id>/cancel", methods=["POST"])
+def cancel(id: int):  # type: ignore[no-untyped-def]
+    """Cancel the workflow whole, as ``cancel_workflow(id, running=True)`` does through a broker:
+    its steps not run yet are removed, its running ones marked and their workers told, so their
+    handlers stop and end CANCELLED; the workflow ends CANCELLED."""
+    c = console()
+    topics: set[str] = set()
+    [count] = c.storage.dependencies.cancel_workflows([id], True, clock.now(), topics, user=g.user.name)
+    if not count and not topics:
+        flash(f"Workflow {id} was not cancelled: none of its steps is waiting, pending or running.", "error")
+        return redirect(url_for("workflows.detail", id=id))
+    log.info("admin %s cancelled workflow %s (%d steps removed or marked)", g.user.name, id, count)
+    told = ""
+    if topics:
+        when = "now" if c.cluster.signal_cancels(topics) else "at their next heartbeat (ZooKeeper did not answer)"
+        told = f" The workers of its running steps learn of it {when}, stop their handlers and end them CANCELLED."
+    flash(f"Workflow {id} is cancelled: {count} step{'s' if count != 1 else ''} removed or stopped.{told}", "ok")
+    return redirect(url_for("workflows.detail", id=id))
