@@ -54,20 +54,18 @@ class Cancels:
         self._signals = signals
 
     def messages(self, ids: Sequence[int], running: bool) -> list[bool]:
-        """Delete the NEW messages among ``ids``; with ``running``, mark the RUNNING ones. Per id,
-        whether it was cancelled or marked."""
+        """Delete the messages among ``ids`` not run yet; with ``running``, mark the RUNNING ones in
+        the same transaction. Per id, whether it was cancelled or marked."""
         released: dict[str, dict[int, int]] = {}
-        before = clock.now()
-        cancelled = self._storage.messages.cancel(ids, released)
-        self._wake_released(released, before)  # steps that waited for the cancelled ones to end, whatever the outcome
-        self._results.notify(id for id, gone in zip(ids, cancelled) if gone)
-        if not running:
-            return cancelled
-        rest = [id for id, gone in zip(ids, cancelled) if not gone]
         topics: set[str] = set()
-        marked = dict(zip(rest, self._storage.messages.request_cancel(rest, clock.now(), topics, broker=self._name)))
+        before = clock.now()
+        cancelled = self._storage.messages.cancel(ids, released, before if running else None, topics,
+                                                  broker=self._name)
+        self._wake_released(released, before)  # steps that waited for the cancelled ones to end, whatever the outcome
+        # Their waiters read them again: a deleted one is gone, a marked one runs until its worker stops it.
+        self._results.notify(id for id, gone in zip(ids, cancelled) if gone)
         self._signal(topics)
-        return [gone or marked.get(id, False) for id, gone in zip(ids, cancelled)]
+        return cancelled
 
     def workflows(self, ids: Sequence[int], running: bool) -> int:
         """Cancel each workflow of ``ids`` whole (``WorkflowStore.cancel_workflows``); how many

@@ -66,13 +66,13 @@ class MessageWrites(Protocol):
     def delete_produce_requests(self, before: datetime, limit: int) -> int:
         """Forget up to ``limit`` request ids stored before ``before``; returns how many."""
 
-    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
-        """Delete the messages still NEW; True for each one deleted. ``released``: as ``ack``'s."""
-
-    def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
-                       **who: object) -> list[bool]:
-        """Mark the RUNNING ones among ``ids`` (``lifecycle.request_cancel``, once each; ``who`` goes to
-        the trace); True for each one RUNNING. ``topics`` gets their topics, which the caller signals."""
+    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None,
+               running_at: Optional[datetime] = None, topics: Optional[set[str]] = None,
+               **who: object) -> list[bool]:
+        """Delete the messages not run yet (NEW, WAITING); with ``running_at``, mark the RUNNING ones
+        in the same transaction (``lifecycle.request_cancel``, once each; ``who`` goes to the trace)
+        and put their topics in ``topics``, for the caller to signal. True for each one deleted or
+        RUNNING. ``released``: as ``ack``'s."""
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         """Result retention: clear the result and progress of up to ``limit`` finished messages

@@ -30,11 +30,11 @@ class WorkflowStore(Protocol):
                          topics: Optional[set[str]] = None, **who: str) -> list[int]:
         """Cancel each workflow whole, in one transaction: remove its NEW and WAITING messages (what
         waits on them elsewhere learns they ended CANCELLED) and, with ``running``, mark its
-        RUNNING ones as ``request_cancel`` does; its state becomes CANCELLED. Returns, per
+        RUNNING ones as ``cancel`` with ``running_at`` does; its state becomes CANCELLED. Returns, per
         workflow, how many messages were removed or marked. ``topics``, when given, gets the
         topics of its RUNNING messages with ``running`` (marked now or before: the caller
         signals them). ``who`` names the canceller in the traces it writes (``broker=`` or
-        ``user=``, as ``request_cancel`` takes it)."""
+        ``user=``, as ``cancel`` takes it)."""
 
     def forget_orphan_edges(self, after: int, limit: int) -> tuple[int, int]:
         """Delete the dependency edges of messages no longer stored, looking at the edges of up

@@ -77,32 +77,39 @@ def test_progress_is_written_only_under_the_lease_without_a_new_version(storage)
     assert storage.reads.get_message(other).progress is None
 
 
-def test_a_cancel_request_marks_running_messages_once_and_leaves_others(storage):
-    [running, waiting] = insert(storage, "t.cancel", 2)
-    [elsewhere] = insert(storage, "t.cancel.other", 1)
+def test_a_running_cancel_deletes_pending_marks_running_once_in_one_call_and_leaves_the_finished(storage):
+    [running, pending] = insert(storage, "t.cancel", 2)
+    [done, other_running] = insert(storage, "t.cancel.other", 2)
     [msg] = lock(storage, "t.cancel", limit=1)
-    assert msg.id == running
+    [finished, other] = lock(storage, "t.cancel.other")
+    ack(storage, [AckItem(done, finished.lease_token, True)])
+    assert (msg.id, finished.id) == (running, done)
     assert storage.leases.cancels_requested([(running, msg.lease_token)]) == [False]
+    # Without running_at a running message is left alone, and says so.
+    assert storage.messages.cancel([running, other_running]) == [False, False]
+    assert not storage.reads.get_message(running).cancel_requested
     now = clock.now()
     topics: set[str] = set()
-    assert storage.messages.request_cancel([running, waiting, elsewhere, 10 ** 12], now, topics,
-                                           broker="b1") == [True, False, False, False]
+    assert storage.messages.cancel([running, pending, done, 10 ** 12], None, now, topics,
+                                   broker="b1") == [True, True, False, False]
     assert topics == {"t.cancel"}  # the marked one's topic only: the broker signals its workers
-    assert storage.messages.request_cancel([running], now, broker="b1") == [True]
+    assert storage.reads.get_message(pending) is None
+    assert storage.messages.cancel([running], None, now, broker="b1") == [True]  # asked again: no new line
     nothing: set[str] = set()
-    assert storage.messages.request_cancel([waiting], now, nothing, broker="b1") == [False] and nothing == set()
+    assert storage.messages.cancel([done], None, now, nothing, broker="b1") == [False] and nothing == set()
     stored = storage.reads.get_message(running)
     assert (stored.status, stored.cancel_requested) == (S.RUNNING.value, True)
     assert _events(storage, running).count("CANCEL_REQUESTED") == 1 and "broker=b1" in stored.trace
-    assert storage.reads.get_message(waiting).cancel_requested is False
+    assert storage.reads.get_message(done).cancel_requested is False
+    assert storage.reads.get_message(other_running).cancel_requested is False
     assert storage.leases.cancels_requested([(running, msg.lease_token), (running, "f" * 32),
-                                             (waiting, msg.lease_token)]) == [True, False, False]
+                                             (other_running, other.lease_token)]) == [True, False, False]
 
 
 def test_a_cancelled_ack_ends_cancelled_and_a_late_ack_of_any_outcome_is_stale(storage):
     [msg_id] = insert(storage, "t.stop", 1)
     [msg] = lock(storage, "t.stop")
-    storage.messages.request_cancel([msg_id], clock.now(), broker="b1")
+    storage.messages.cancel([msg_id], None, clock.now(), broker="b1")
     stop = AckItem(msg_id, msg.lease_token, False, "cancelled", cancelled=True)
     assert ack(storage, [stop]) == [AckOutcome.APPLIED]
     stored = storage.reads.get_message(msg_id)
@@ -117,7 +124,7 @@ def test_a_cancelled_ack_ends_cancelled_and_a_late_ack_of_any_outcome_is_stale(s
 def test_completion_wins_a_race_with_a_cancel_request_but_a_failure_after_it_is_not_retried(storage):
     [done, failing] = insert(storage, "t.race", 2, retry=5)
     [a, b] = lock(storage, "t.race")
-    storage.messages.request_cancel([done, failing], clock.now(), broker="b1")
+    storage.messages.cancel([done, failing], None, clock.now(), broker="b1")
     assert ack(storage, [AckItem(a.id, a.lease_token, True, result='{"ok": 1}'),
                          AckItem(b.id, b.lease_token, False, "stopped")]) == [AckOutcome.APPLIED] * 2
     assert storage.reads.get_message(done).status == S.SUCCESS.value
@@ -128,7 +135,7 @@ def test_completion_wins_a_race_with_a_cancel_request_but_a_failure_after_it_is_
 def test_a_cancel_requested_message_whose_lease_runs_out_ends_cancelled_and_is_not_leased_again(storage):
     [msg_id, other] = insert(storage, "t.killed", 2)
     [msg, plain] = lock(storage, "t.killed", ttr=1, consumer="worker-k")
-    storage.messages.request_cancel([msg_id], clock.now(), broker="b1")
+    storage.messages.cancel([msg_id], None, clock.now(), broker="b1")
     by_topic: dict[str, int] = {}
     assert storage.leases.expire_leases(clock.after(clock.now(), 2), 100, "b1", lambda topic: 10, by_topic) == 2
     assert by_topic == {"t.killed": 2}
@@ -143,7 +150,7 @@ def test_a_released_lease_of_a_cancel_requested_message_ends_cancelled(storage):
     ids = insert(storage, "t.rel", 2)
     token = "cd" * 16
     storage.leases.lock_batch(LockRequest(Shard("t.rel"), "c1", 30, clock.now(), limit=2, lease_token=token))
-    storage.messages.request_cancel([ids[0]], clock.now(), broker="b1")
+    storage.messages.cancel([ids[0]], None, clock.now(), broker="b1")
     assert storage.leases.release(token, clock.now()) == 2
     assert [storage.reads.get_message(i).status for i in ids] == [S.CANCELLED.value, S.NEW.value]
 
@@ -196,7 +203,7 @@ def test_topic_result_retention_is_a_stored_setting(storage):
 def test_the_consoles_retained_results_are_finished_messages_with_a_result_newest_first_in_pages(storage):
     ids = insert(storage, "t.page", 6) + insert(storage, "t.page.other", 1)
     leased = {m.id: m for m in lock(storage, "t.page") + lock(storage, "t.page.other")}
-    storage.messages.request_cancel([ids[4]], clock.now(), broker="b1")
+    storage.messages.cancel([ids[4]], None, clock.now(), broker="b1")
     error = json.dumps({"type": "E", "message": "m", "traceback": ""})
     ack(storage, [AckItem(ids[0], leased[ids[0]].lease_token, True, result='"a"'),
                   AckItem(ids[1], leased[ids[1]].lease_token, True),  # no result: not listed

@@ -97,18 +97,18 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     """A pending message is deleted; a running one is marked, and its worker told, as
     ``cancel(id, running=True)`` does through a broker: its handler stops and it ends CANCELLED."""
     c = console()
-    if c.storage.messages.cancel([id])[0]:
+    topics: set[str] = set()  # the running message's topic, when it was marked rather than deleted
+    if not c.storage.messages.cancel([id], None, clock.now(), topics, user=g.user.name)[0]:
+        flash(f"Message {id} was not cancelled: only {NEW} (pending) and {RUNNING} messages can be.", "error")
+        return redirect(url_for("messages.detail", id=id))
+    if not topics:
         log.info("admin %s cancelled message %s", g.user.name, id)
         flash(f"Message {id} was pending and is now cancelled.", "ok")
         return redirect(url_for("messages.index"))
-    topics: set[str] = set()
-    if c.storage.messages.request_cancel([id], clock.now(), topics, user=g.user.name)[0]:
-        log.info("admin %s requested the cancel of running message %s", g.user.name, id)
-        told = "now" if c.cluster.signal_cancels(topics) else "at its next heartbeat (ZooKeeper did not answer)"
-        flash(f"Message {id} is running: its cancel is requested. Its worker learns of it {told}, stops its "
-              "handler and ends it CANCELLED.", "ok")
-        return redirect(url_for("messages.detail", id=id))
-    flash(f"Message {id} was not cancelled: only {NEW} (pending) and {RUNNING} messages can be.", "error")
+    log.info("admin %s requested the cancel of running message %s", g.user.name, id)
+    told = "now" if c.cluster.signal_cancels(topics) else "at its next heartbeat (ZooKeeper did not answer)"
+    flash(f"Message {id} is running: its cancel is requested. Its worker learns of it {told}, stops its "
+          "handler and ends it CANCELLED.", "ok")
     return redirect(url_for("messages.detail", id=id))
 
 

@@ -147,32 +147,45 @@ class Writes:
 
         return self._db.tx(work)
 
-    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
+    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None,
+               running_at: Optional[datetime] = None, topics: Optional[set[str]] = None,
+               **who: object) -> list[bool]:
         change = lifecycle.cancel()
+        marking = lifecycle.request_cancel(running_at, **who) if running_at is not None else None
         finished: dict[int, str] = {}
         freed: dict[int, tuple[str, int]] = {}
+        held: dict[int, str] = {}
 
         def work(conn: Connection) -> list[bool]:
             finished.clear()
             freed.clear()
+            held.clear()
             wanted = sorted(set(ids))
-            found = conn.execute(select(m.c.id, m.c.workflow_id).where(m.c.id.in_(wanted), guard(change))
-                                 .with_for_update()).all()
-            pending = {row.id for row in found}
+            which = guard(change) if marking is None else guard(change) | guard(marking)
+            # One locking read finds both kinds, so a running cancel costs one transaction.
+            found = conn.execute(select(m.c.id, m.c.workflow_id, m.c.status, m.c.topic)
+                                 .where(ids_in(wanted), which).with_for_update()).all()
+            pending = {row.id: row.workflow_id for row in found if change.allows({"status": row.status})}
             if pending:
-                apply(conn, change, m.c.id.in_(sorted(pending)))
+                apply(conn, change, ids_in(sorted(pending)))
+            if marking is not None:
+                held.update((row.id, row.topic) for row in found if marking.allows({"status": row.status}))
+            if held:
+                # Once each: a repeated request adds no trace line.
+                apply(conn, marking, ids_in(sorted(held)), ~m.c.cancel_requested)
             # A message waited on is gone: what waits on it would otherwise wait for ever.
-            waited = {row.id: _CANCELLED for row in found if row.workflow_id is not None}
+            waited = {id: workflow_id for id, workflow_id in pending.items() if workflow_id is not None}
             if waited:
-                freed.update(_ended(conn, {row.id: row.workflow_id for row in found if row.workflow_id is not None},
-                                    finished))
-            return [i in pending for i in ids]
+                freed.update(_ended(conn, waited, finished))
+            return [i in pending or i in held for i in ids]
 
-        cancelled = self._db.tx(work)
+        cancelled = self._db.tx(work) if ids else []
         self._db.workflow_outcomes.ended(finished)
         if released is not None:
             for id, (topic, priority) in sorted(freed.items()):
                 released.setdefault(topic, {})[id] = priority
+        if topics is not None:
+            topics.update(held.values())
         return cancelled
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
@@ -253,26 +266,6 @@ class Writes:
             return apply(conn, change, m.c.id.in_(old)) if old else 0
 
         return self._db.tx(work)
-
-    def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
-                       **who: object) -> list[bool]:
-        change = lifecycle.request_cancel(now, **who)
-        found: dict[int, str] = {}
-
-        def work(conn: Connection) -> list[bool]:
-            wanted = sorted(set(ids))
-            found.clear()
-            found.update((row.id, row.topic) for row in conn.execute(
-                select(m.c.id, m.c.topic).where(ids_in(wanted), guard(change)).with_for_update()))
-            if found:
-                # Once each: a repeated request adds no trace line.
-                apply(conn, change, ids_in(sorted(found)), ~m.c.cancel_requested)
-            return [i in found for i in ids]
-
-        marked = self._db.tx(work) if ids else []
-        if topics is not None:
-            topics.update(found.values())
-        return marked
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.forget_result(before)

@@ -86,13 +86,23 @@ class MemoryWrites:
                 del self._state.requests[name]
             return len(old)
 
-    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> list[bool]:
+    def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None,
+               running_at: Optional[datetime] = None, topics: Optional[set[str]] = None,
+               **who: object) -> list[bool]:
         change = lifecycle.cancel()
+        marking = lifecycle.request_cancel(running_at, **who) if running_at is not None else None
         state = self._state
         with state.lock:
             pending = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
+            held = {i for i in set(ids) if marking is not None and i in state.messages
+                    and marking.allows(state.messages[i])}
             waited = {i: state.messages[i][M.workflow_id] for i in pending if state.messages[i][M.workflow_id] is not None}
             apply(state, change, [state.messages[i] for i in pending])
+            if marking is not None:  # once each: a repeated request adds no trace line
+                apply(state, marking, [state.messages[i] for i in sorted(held)
+                                       if not state.messages[i][M.cancel_requested]])
+            if topics is not None:
+                topics.update(state.messages[i][M.topic] for i in held)
             # A message waited on is gone: what waits on it would otherwise wait for ever.
             freed: dict[int, tuple[str, int]] = {}
             finished = _ended(state, waited, freed)
@@ -100,7 +110,7 @@ class MemoryWrites:
         if released is not None:
             for id, (topic, priority) in sorted(freed.items()):
                 released.setdefault(topic, {})[id] = priority
-        return [i in pending for i in ids]
+        return [i in pending or i in held for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
                 event: Event = Event.REQUEUED, **who: object) -> int:
@@ -152,18 +162,6 @@ class MemoryWrites:
             old = [row for row in self._state.rows(topic) if change.allows(row) and row[M.finish_time] is not None
                    and row[M.finish_time] < before][:limit]
             return apply(self._state, change, old)
-
-    def request_cancel(self, ids: Sequence[int], now: datetime, topics: Optional[set[str]] = None,
-                       **who: object) -> list[bool]:
-        change = lifecycle.request_cancel(now, **who)
-        state = self._state
-        with state.lock:
-            running = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
-            apply(state, change, [state.messages[i] for i in sorted(running)
-                                  if not state.messages[i][M.cancel_requested]])
-            if topics is not None:
-                topics.update(state.messages[i][M.topic] for i in running)
-            return [i in running for i in ids]
 
     def forget_results(self, topic: str, before: datetime, limit: int) -> int:
         change = lifecycle.forget_result(before)
