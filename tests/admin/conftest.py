@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -35,6 +38,26 @@ def app(settings):
 @pytest.fixture
 def storage(app):
     return app.extensions["tidemq"].storage
+
+
+@contextmanager
+def cancel_signals(settings: Settings, topic: str, other: str) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Watch the cancel signals of ``topic`` and of ``other`` as a runner's lease keeper does, on
+    the console's ZooKeeper; yields (heard for topic, heard for other), both clear."""
+    from tidemq.coordinators import open_coordinator
+
+    watcher = open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
+    watcher.start(timeout=10)
+    heard, elsewhere = threading.Event(), threading.Event()
+    try:
+        watcher.watch_cancels(topic, heard.set)
+        watcher.watch_cancels(other, elsewhere.set)
+        assert heard.wait(10) and elsewhere.wait(10)  # the watches' first call, at their start
+        heard.clear()
+        elsewhere.clear()
+        yield heard, elsewhere
+    finally:
+        watcher.stop()
 
 
 def csrf_of(html: str) -> str:

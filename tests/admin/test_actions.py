@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 
 from tidemq_broker.storage import MessageFilter
 
-from tests.admin.conftest import ADMIN, fail_all, lease_all, poison_all, produce
+from tests.admin.conftest import ADMIN, cancel_signals, fail_all, lease_all, poison_all, produce
 from tests.observe import list_messages
 
 
@@ -206,28 +205,15 @@ def test_cancel_deletes_a_pending_message_and_refuses_a_finished_one(admin, stor
 
 
 def test_cancel_of_a_running_message_marks_it_traced_and_signals_its_topics_workers(admin, storage, settings):
-    from tidemq.coordinators import open_coordinator
-
     [running] = produce(storage, "reports", ['{"a": 1}'])
     lease_all(storage, "reports")
     page = admin.get(f"/messages/{running}").get_data(as_text=True)
     assert 'id="cancel"' in page  # offered for a RUNNING message
-    # A worker of the topic, as a runner's lease keeper watches it, on the console's ZooKeeper.
-    watcher = open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
-    watcher.start(timeout=10)
-    heard, elsewhere = threading.Event(), threading.Event()
-    try:
-        watcher.watch_cancels("reports", heard.set)
-        watcher.watch_cancels("orders", elsewhere.set)
-        assert heard.wait(10) and elsewhere.wait(10)  # the watches' first call, at their start
-        heard.clear()
-        elsewhere.clear()
+    with cancel_signals(settings, "reports", "orders") as (heard, elsewhere):
         resp = admin.post(f"/messages/{running}/cancel", follow_redirects=True)
         assert "its cancel is requested. Its worker learns of it now" in resp.get_data(as_text=True)
         assert heard.wait(10), "the topic's workers were not signalled"
         assert not elsewhere.is_set()
-    finally:
-        watcher.stop()
     msg = storage.reads.get_message(running)
     assert (msg.status, msg.cancel_requested) == ("RUNNING", True)
     assert "CANCEL_REQUESTED" in msg.trace and f"user={ADMIN}" in msg.trace

@@ -4,11 +4,10 @@ with its steps, on the real MariaDB."""
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 
-from tests.admin.conftest import ADMIN, fail_all, lease_all, produce
+from tests.admin.conftest import ADMIN, cancel_signals, fail_all, lease_all, produce
 from tidemq import clock
 from tidemq_admin.dag import layers
 from tidemq_admin.views import workflows as workflow_views
@@ -129,29 +128,17 @@ def test_the_layout_puts_a_step_in_the_column_of_its_longest_path_from_a_root(ed
 
 def test_an_admin_cancels_a_running_workflow_whole_and_its_running_steps_workers_are_signalled(
         admin, viewer, storage, settings):
-    from tidemq.coordinators import open_coordinator
-
     first, second, third = submit(storage, "wf.cx", (), (0,), (1,))
     assert [m.id for m in lease_all(storage, "wf.cx")] == [first]
     assert 'id="cancel-workflow"' not in viewer.get(f"/workflows/{first}").get_data(as_text=True)
     assert viewer.post(f"/workflows/{first}/cancel").status_code == 403
     assert 'id="cancel-workflow"' in admin.get(f"/workflows/{first}").get_data(as_text=True)
-    watcher = open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
-    watcher.start(timeout=10)
-    heard, elsewhere = threading.Event(), threading.Event()
-    try:
-        watcher.watch_cancels("wf.cx", heard.set)
-        watcher.watch_cancels("orders", elsewhere.set)
-        assert heard.wait(10) and elsewhere.wait(10)  # the watches' first call, at their start
-        heard.clear()
-        elsewhere.clear()
+    with cancel_signals(settings, "wf.cx", "orders") as (heard, elsewhere):
         page = admin.post(f"/workflows/{first}/cancel", follow_redirects=True).get_data(as_text=True)
         assert f"Workflow {first} is cancelled: 3 steps removed or stopped." in page
         assert "running steps learn of it now" in page
         assert heard.wait(10), "the running step's workers were not signalled"
         assert not elsewhere.is_set()
-    finally:
-        watcher.stop()
     assert [storage.reads.get_message(i) for i in (second, third)] == [None, None]
     running = storage.reads.get_message(first)
     assert (running.status, running.cancel_requested) == ("RUNNING", True)
