@@ -71,7 +71,11 @@ class Cancels:
         """Cancel each workflow of ``ids`` whole (``WorkflowStore.cancel_workflows``); how many
         messages were removed or marked."""
         topics: set[str] = set()
-        counts = self._storage.dependencies.cancel_workflows(ids, running, clock.now(), topics, broker=self._name)
+        released: dict[str, dict[int, int]] = {}
+        before = clock.now()
+        counts = self._storage.dependencies.cancel_workflows(ids, running, before, topics, released,
+                                                             broker=self._name)
+        self._wake_released(released, before)  # what waited on the removed steps from other workflows
         self._signal(topics)
         return sum(counts)
 

@@ -27,14 +27,16 @@ class WorkflowStore(Protocol):
         """The topics of the messages of the workflows ``workflow_ids`` (authorizing a cancel)."""
 
     def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
-                         topics: Optional[set[str]] = None, **who: str) -> list[int]:
+                         topics: Optional[set[str]] = None, released: Optional[dict[str, dict[int, int]]] = None,
+                         **who: str) -> list[int]:
         """Cancel each workflow whole, in one transaction: remove its NEW and WAITING messages (what
         waits on them elsewhere learns they ended CANCELLED) and, with ``running``, mark its
         RUNNING ones as ``cancel`` with ``running_at`` does; its state becomes CANCELLED. Returns, per
         workflow, how many messages were removed or marked. ``topics``, when given, gets the
         topics of its RUNNING messages with ``running`` (marked now or before: the caller
-        signals them). ``who`` names the canceller in the traces it writes (``broker=`` or
-        ``user=``, as ``cancel`` takes it)."""
+        signals them). ``released`` ({topic: {id: priority}}, as ``cancel``'s) gets the messages
+        of other workflows that waited on the removed ones and are due now. ``who`` names the
+        canceller in the traces it writes (``broker=`` or ``user=``, as ``cancel`` takes it)."""
 
     def forget_orphan_edges(self, after: int, limit: int) -> tuple[int, int]:
         """Delete the dependency edges of messages no longer stored, looking at the edges of up

@@ -155,10 +155,12 @@ def test_cancelling_a_workflow_stops_what_waits_on_it_from_another(storage):
     first, second = _submit(storage, "t.wf.cross", (), (0,))
     stop, cont = _submit(storage, "t.wf.cross2", (), (), depends_on={0: [second], 1: [second]},
                          modes={1: WaitMode.AFTER_COMPLETE})
-    assert storage.dependencies.cancel_workflows([first], False, clock.now(), broker="b1") == [2]
+    released: dict[str, dict[int, int]] = {}
+    assert storage.dependencies.cancel_workflows([first], False, clock.now(), None, released, broker="b1") == [2]
     assert _status(storage, stop) == S.CANCELLED.value
     stored = storage.reads.get_message(cont)
     assert (stored.status, stored.deps_failed) == (S.NEW.value, 1)
+    assert released == {"t.wf.cross2": {cont: stored.priority}}  # due now: the broker wakes its pulls
     assert _row(storage, stop) == ("RUNNING", 2, 1, 1)
 
 

@@ -326,6 +326,22 @@ def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of
     assert (released.id, stored(broker, child).status) == (child, "RUNNING")
 
 
+def test_a_workflow_cancel_that_releases_another_workflows_step_wakes_the_pulls_of_its_topic(broker, monkeypatch):
+    now = clock.now()
+    [first, _] = broker.storage.dependencies.insert_steps(
+        [WorkflowStep(NewRow("s.wf.gone", "1", now, 0)), WorkflowStep(NewRow("s.wf.gone", "2", now, 0), (), (0,))], now)
+    [child] = broker.storage.dependencies.insert_steps(
+        [WorkflowStep(NewRow("s.wf.after", "3", now, 0), (first,), wait_mode=WaitMode.AFTER_COMPLETE)], now)
+    waiting = InThread(pull, broker, "s.wf.after", 30.0)
+    wait_until(lambda: broker.hub._waiters.get("s.wf.after"), 10, what="the pull to wait")
+    woken, notify = [], broker.hub.notify
+    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
+    assert len(broker.Cancel(pb.CancelRequest(ids=[first], workflow=True), Context()).cancelled) == 2
+    assert woken == ["s.wf.after"]  # the probes would find it too, but only up to a second later
+    [released] = waiting.value(10)
+    assert (released.id, stored(broker, child).status) == (child, "RUNNING")
+
+
 @pytest.fixture
 def handing_broker():
     """The same BrokerService with a writer that hands what it commits to waiting pulls, as

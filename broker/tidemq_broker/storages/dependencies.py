@@ -198,15 +198,18 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
         return ids
 
     def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
-                         topics: Optional[set[str]] = None, **who: str) -> list[int]:
+                         topics: Optional[set[str]] = None, released: Optional[dict[str, dict[int, int]]] = None,
+                         **who: str) -> list[int]:
         change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, **who)
         broker = who.get("broker", "")  # the released or stopped dependents' traces name a broker only
         finished: dict[int, str] = {}
         held_topics: set[str] = set()
+        freed: dict[int, tuple[str, int]] = {}
 
         def work(conn: Connection) -> list[int]:
             finished.clear()
             held_topics.clear()
+            freed.clear()
             counts, tally, found = [], Tally(), []
             for workflow_id in workflow_ids:
                 steps = conn.execute(select(m.c.id, m.c.status, m.c.topic).where(m.c.workflow_id == workflow_id)
@@ -223,7 +226,8 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
                                         ~m.c.cancel_requested)
                 if pending:
                     tally.add(workflow_id, len(pending), len(pending))
-                    stop_after(conn, {id: lifecycle.CANCELLED.value for id in pending}, now, broker, tally)
+                    freed.update(stop_after(conn, {id: lifecycle.CANCELLED.value for id in pending}, now, broker,
+                                            tally))
                 if steps:
                     found.append(workflow_id)
                 counts.append(len(pending) + marked)
@@ -239,6 +243,9 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
         self._db.workflow_outcomes.ended(finished)
         if topics is not None:
             topics.update(held_topics)
+        if released is not None:
+            for id, (topic, priority) in sorted(freed.items()):
+                released.setdefault(topic, {})[id] = priority
         return counts
 
 

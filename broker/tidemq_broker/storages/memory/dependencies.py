@@ -83,10 +83,12 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
         return ids
 
     def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
-                         topics: Optional[set[str]] = None, **who: str) -> list[int]:
+                         topics: Optional[set[str]] = None, released: Optional[dict[str, dict[int, int]]] = None,
+                         **who: str) -> list[int]:
         change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, **who)
         broker = who.get("broker", "")  # the released or stopped dependents' traces name a broker only
         state = self._state
+        freed: dict[int, tuple[str, int]] = {}
         with state.lock:
             counts, tally = [], Tally()
             for workflow_id in workflow_ids:
@@ -99,12 +101,16 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
                     topics.update(row[M.topic] for row in steps if running and marking.allows(row))
                 if pending:
                     tally.add(workflow_id, len(pending), len(pending))
-                    stop_after(state, {id: lifecycle.CANCELLED.value for id in pending}, now, broker, tally)
+                    freed.update(stop_after(state, {id: lifecycle.CANCELLED.value for id in pending}, now, broker,
+                                            tally))
                 if steps and workflow_id in state.workflows and state.workflows[workflow_id][W.finished_at] is None:
                     state.workflows[workflow_id][W.state] = WorkflowState.CANCELLED.value
                 counts.append(len(pending) + marked)
             finished = settle(state, tally, now)
         state.outcomes.ended(finished)
+        if released is not None:
+            for id, (topic, priority) in sorted(freed.items()):
+                released.setdefault(topic, {})[id] = priority
         return counts
 
 
