@@ -311,33 +311,26 @@ def test_a_produce_whose_messages_wait_on_each_other_is_a_workflow_and_a_cycle_i
     assert broker.storage.counts.count_by_status("s.flow") == {"s.flow": {"NEW": 1, "WAITING": 2}}
 
 
-def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of_its_topic(broker, monkeypatch):
-    [parent] = produce(broker, "s.gone", "1")
+@pytest.mark.parametrize("whole_workflow", [False, True], ids=["message", "workflow"])
+def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of_its_topic(broker, monkeypatch,
+                                                                                          whole_workflow):
+    """A message's cancel, or its whole workflow's, releases another workflow's step that waits on
+    it after completion: the broker wakes the pulls waiting for that step."""
     now = clock.now()
+    if whole_workflow:
+        [parent, _] = broker.storage.dependencies.insert_steps(
+            [WorkflowStep(NewRow("s.gone", "1", now, 0)), WorkflowStep(NewRow("s.gone", "2", now, 0), (), (0,))], now)
+    else:
+        [parent] = produce(broker, "s.gone", "1")
     [child] = broker.storage.dependencies.insert_steps(
-        [WorkflowStep(NewRow("s.gone.after", "2", now, 0), (parent,), wait_mode=WaitMode.AFTER_COMPLETE)], now)
+        [WorkflowStep(NewRow("s.gone.after", "3", now, 0), (parent,), wait_mode=WaitMode.AFTER_COMPLETE)], now)
     waiting = InThread(pull, broker, "s.gone.after", 30.0)
     wait_until(lambda: broker.hub._waiters.get("s.gone.after"), 10, what="the pull to wait")
     woken, notify = [], broker.hub.notify
     monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
-    assert list(broker.Cancel(pb.CancelRequest(ids=[parent]), Context()).cancelled) == [True]
+    cancel = pb.CancelRequest(ids=[parent], workflow=whole_workflow)
+    assert list(broker.Cancel(cancel, Context()).cancelled) == [True] * (2 if whole_workflow else 1)
     assert woken == ["s.gone.after"]  # the probes would find it too, but only up to a second later
-    [released] = waiting.value(10)
-    assert (released.id, stored(broker, child).status) == (child, "RUNNING")
-
-
-def test_a_workflow_cancel_that_releases_another_workflows_step_wakes_the_pulls_of_its_topic(broker, monkeypatch):
-    now = clock.now()
-    [first, _] = broker.storage.dependencies.insert_steps(
-        [WorkflowStep(NewRow("s.wf.gone", "1", now, 0)), WorkflowStep(NewRow("s.wf.gone", "2", now, 0), (), (0,))], now)
-    [child] = broker.storage.dependencies.insert_steps(
-        [WorkflowStep(NewRow("s.wf.after", "3", now, 0), (first,), wait_mode=WaitMode.AFTER_COMPLETE)], now)
-    waiting = InThread(pull, broker, "s.wf.after", 30.0)
-    wait_until(lambda: broker.hub._waiters.get("s.wf.after"), 10, what="the pull to wait")
-    woken, notify = [], broker.hub.notify
-    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
-    assert len(broker.Cancel(pb.CancelRequest(ids=[first], workflow=True), Context()).cancelled) == 2
-    assert woken == ["s.wf.after"]  # the probes would find it too, but only up to a second later
     [released] = waiting.value(10)
     assert (released.id, stored(broker, child).status) == (child, "RUNNING")
 
