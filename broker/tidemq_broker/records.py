@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple, Optional
+from typing import Mapping, NamedTuple, Optional
 
 from tidemq.lifecycle import DEFAULT_MAX_DELIVERIES, DEFAULT_RETENTION_DAYS
 
@@ -20,7 +20,7 @@ __all__ = [
     "LeasedBatch", "HandOff",
     "TopicSettings", "FlowLimits", "MessageFilter", "MessageEdit", "Backlog", "OutageGrace", "Schedule",
     "Principal", "SessionUser", "AdminUser", "MessagePage", "TopicBacklog", "TopicCounts", "SCAN_WINDOW",
-    "COUNTED_FROM", "hours_ago", "WorkflowStep", "WorkflowRecord",
+    "COUNTED_FROM", "hours_ago", "add_released", "WorkflowStep", "WorkflowRecord",
 ]
 
 
@@ -312,3 +312,11 @@ class TopicCounts:
 def hours_ago(now: datetime, hours: int) -> datetime:
     """The start of the hour ``hours`` before ``now`` (the hourly report rows' windows)."""
     return now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours)
+
+
+def add_released(released: Optional[dict[str, dict[int, int]]], freed: Mapping[int, tuple[str, int]]) -> None:
+    """Add the steps a storage call released, ``freed`` ({id: (topic, priority)}), to the
+    ``released`` its caller gave ({topic: {id: priority}}; None: not asked for)."""
+    if released is not None:
+        for id, (topic, priority) in sorted(freed.items()):
+            released.setdefault(topic, {})[id] = priority

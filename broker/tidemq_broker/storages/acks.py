@@ -19,7 +19,7 @@ from tidemq.link import AckItem, AckOutcome
 from tidemq.tables import MESSAGE as M
 
 from ..schema import message as m
-from ..records import HandOff, TopicSettings
+from ..records import HandOff, TopicSettings, add_released
 from .changes import apply, apply_each, apply_to_ids
 from .claims import hand_off
 from .database import SqlDatabase
@@ -97,9 +97,7 @@ class Acks:
         """After the commit: count the workflows that ended, and add the released steps to
         ``released`` ({topic: {id: priority}})."""
         self._db.workflow_outcomes.ended(finished)
-        if released is not None:
-            for id, (topic, priority) in sorted(freed.items()):
-                released.setdefault(topic, {})[id] = priority
+        add_released(released, freed)
         return outcomes
 
     def _plain_autocommit(self, conn: Connection, items: Sequence[AckItem], now: datetime, consumer: str,

@@ -41,7 +41,7 @@ from tidemq.dependencies import WaitMode, WorkflowState
 from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 
-from ..records import WorkflowStep
+from ..records import WorkflowStep, add_released
 from ..schema import dependency as d
 from ..schema import message as m
 from ..schema import produce_request as r
@@ -243,9 +243,7 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
         self._db.workflow_outcomes.ended(finished)
         if topics is not None:
             topics.update(held_topics)
-        if released is not None:
-            for id, (topic, priority) in sorted(freed.items()):
-                released.setdefault(topic, {})[id] = priority
+        add_released(released, freed)
         return counts
 
 

@@ -16,7 +16,7 @@ from tidemq import clock, lifecycle
 from tidemq import dependencies as deps
 from tidemq.lifecycle import Event
 
-from ..records import HandOff, MessageEdit, NewRow, RequestRef, StoredMessage
+from ..records import HandOff, MessageEdit, NewRow, RequestRef, StoredMessage, add_released
 from ..schema import message as m
 from ..schema import produce_request as r
 from .changes import apply, guard
@@ -181,9 +181,7 @@ class Writes:
 
         cancelled = self._db.tx(work) if ids else []
         self._db.workflow_outcomes.ended(finished)
-        if released is not None:
-            for id, (topic, priority) in sorted(freed.items()):
-                released.setdefault(topic, {})[id] = priority
+        add_released(released, freed)
         if topics is not None:
             topics.update(held.values())
         return cancelled

@@ -15,7 +15,7 @@ from tidemq.lifecycle import MessageStatus
 from tidemq.tables import MESSAGE as M
 from tidemq.tables import WORKFLOW as W
 
-from ...records import WorkflowStep
+from ...records import WorkflowStep, add_released
 from ..request_ids import id_list, stored_answer
 from ..rows import insert_columns, row_values
 from ..steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
@@ -108,9 +108,7 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
                 counts.append(len(pending) + marked)
             finished = settle(state, tally, now)
         state.outcomes.ended(finished)
-        if released is not None:
-            for id, (topic, priority) in sorted(freed.items()):
-                released.setdefault(topic, {})[id] = priority
+        add_released(released, freed)
         return counts
 
 

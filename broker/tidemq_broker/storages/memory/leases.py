@@ -20,7 +20,8 @@ from tidemq.tables import MESSAGE as M
 from tidemq.validation import PRIORITIES_DESC
 
 from ...flow import KEY_WINDOW, refill, within_key_limit
-from ...records import FlowLimits, HandOff, LeasedBatch, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings
+from ...records import (FlowLimits, HandOff, LeasedBatch, LeasedMessage, LockRequest, OutageGrace, Shard, TopicSettings,
+                        add_released)
 from ..rows import expiries, lease_change, leased, lock_order, sort_acks, to_message
 from ..workflow_tally import Tally
 from .dependencies import release_after, stop_after
@@ -267,9 +268,7 @@ class MemoryAcks:
                 handoff.begin()
                 hand_off(state, handoff, due)
                 handoff.committed()
-            if released is not None:
-                for id, (topic, priority) in sorted(freed.items()):
-                    released.setdefault(topic, {})[id] = priority
+            add_released(released, freed)
             finished = settle(state, tally, now)
         if committed is not None:
             committed()

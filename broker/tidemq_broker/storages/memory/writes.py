@@ -12,7 +12,7 @@ from tidemq import dependencies as deps
 from tidemq.lifecycle import Event
 from tidemq.tables import MESSAGE as M
 
-from ...records import HandOff, MessageEdit, NewRow, RequestRef, StoredMessage
+from ...records import HandOff, MessageEdit, NewRow, RequestRef, StoredMessage, add_released
 from ..request_ids import Claims
 from ..rows import edit_change, insert_columns, row_values, to_message
 from ..workflow_tally import Tally
@@ -107,9 +107,7 @@ class MemoryWrites:
             freed: dict[int, tuple[str, int]] = {}
             finished = _ended(state, waited, freed)
         state.outcomes.ended(finished)
-        if released is not None:
-            for id, (topic, priority) in sorted(freed.items()):
-                released.setdefault(topic, {})[id] = priority
+        add_released(released, freed)
         return [i in pending or i in held for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
