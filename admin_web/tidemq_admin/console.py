@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
@@ -85,14 +85,28 @@ class ClusterView:
         """Tell the workers of ``topics`` that running messages of theirs were marked cancelled,
         as a broker does (:meth:`tidemq.coordinator.Coordinator.signal_cancel`). False when the
         coordinator cannot be reached: the workers then learn of it at their next heartbeat."""
+        return self._signal(topics, lambda coordinator, topic: coordinator.signal_cancel(topic),
+                            "the cancel of running messages of %s to their workers")
+
+    def signal_due(self, topics: set[str]) -> bool:
+        """Tell the brokers that messages of ``topics`` became due without a new id (retried,
+        edited, or steps released by a cancel, a delete or an edit), as a broker that released
+        steps does (:meth:`tidemq.coordinator.Coordinator.signal`): their insert watches do not
+        see such a change, so their waiting pulls would find it only by their earliest-due probe,
+        up to about a second later. False when the coordinator cannot be reached."""
+        return self._signal(topics, lambda coordinator, topic: coordinator.signal(topic, ""),
+                            "messages of %s due now to the brokers")
+
+    def _signal(self, topics: set[str], send: Callable[[Coordinator, str], None], what: str) -> bool:
+        if not topics:
+            return True
         try:
             coordinator = self._connect()
             for topic in sorted(topics):
-                coordinator.signal_cancel(topic)
+                send(coordinator, topic)
             return True
-        except Exception:  # the mark is stored; only its haste is lost
-            log.warning("cannot signal the cancel of running messages of %s to their workers", sorted(topics),
-                        exc_info=True)
+        except Exception:  # the change is stored; only its haste is lost
+            log.warning("cannot signal " + what, sorted(topics), exc_info=True)
             return False
 
     def close(self) -> None:

@@ -330,9 +330,13 @@ class BrokerService(pb_grpc.BrokerServicer):
         else:
             self._authorize_messages("Requeue", ids)
         now = clock.now()
-        moved = self.storage.messages.requeue(ids, topic, request.retry, now, broker=self.name)
-        if topic:
-            self.hub.notify(topic, now)
+        topics: set[str] = set()
+        moved = self.storage.messages.requeue(ids, topic, request.retry, now, topics=topics, broker=self.name)
+        # Due now, without a new id the insert watches would see: wake the pulls here and elsewhere.
+        for name in topics:
+            self.hub.notify(name, now)
+        if topics and self.signals is not None:
+            self.signals.released(topics)
         return pb.RequeueReply(requeued=moved)
 
     @rpc

@@ -79,19 +79,20 @@ class MessageWrites(Protocol):
         of ``topic`` finished before ``before`` (``lifecycle.forget_result``); returns how many."""
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
-                event: Event = Event.REQUEUED, **who: object) -> int:
-        """Put FAIL messages (by id, or every one of ``topic``) back to NEW, due now, with
-        ``retry`` retries left after the new attempt (0: one more attempt). Works in batches of
-        1000 (by id: the first 1000 of ``ids``) so no transaction holds many row locks. Returns
-        how many moved."""
+                event: Event = Event.REQUEUED, topics: Optional[set[str]] = None, **who: object) -> int:
+        """Put FAIL messages (by id, or every one of ``topic``) back to NEW, due now, with ``retry``
+        retries left after the new attempt (0: one more attempt), in batches of 1000 (by id: the first
+        1000 of ``ids``): no transaction holds many row locks. How many moved; their topics go in ``topics``."""
 
-    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
-                     changed: Sequence[str]) -> Optional[StoredMessage]:
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str, changed: Sequence[str],
+                     released: Optional[dict[str, dict[int, int]]] = None) -> Optional[StoredMessage]:
         """An operator's edit, applied if the message is still at ``version`` and not RUNNING.
-        Returns the updated message, or None when it changed meanwhile, is RUNNING or is gone."""
+        Returns the updated message, or None when it changed meanwhile, is RUNNING or is gone.
+        ``released``: as ``ack``'s (an edit that ends a step releases what waits on it)."""
 
-    def delete_messages(self, ids: Sequence[int]) -> int:
-        """An operator's delete of messages not RUNNING (a consumer holds those); how many went."""
+    def delete_messages(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> int:
+        """An operator's delete of messages not RUNNING (a consumer holds those); how many went.
+        ``released``: as ``ack``'s."""
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:
         """Retention: delete up to ``limit`` SUCCESS messages of ``topic`` finished before ``before``."""
@@ -174,9 +175,8 @@ class Probes(Protocol):
         much: when a lock that takes stranded messages would take it."""
 
     def earliest_new(self, topics: Sequence[str]) -> dict[str, dict[int, datetime]]:
-        """{topic: {priority: earliest effect_time of its NEW messages of that priority}} for the
-        topics that have any, read without hints: the pull hub's shared probe and the audit of
-        its lock hints."""
+        """{topic: {priority: earliest effect_time of its NEW messages of that priority}} for the topics
+        that have any, read without hints: the pull hub's shared probe and the audit of its lock hints."""
 
     def serial_head_due(self, topic: str) -> Optional[datetime]:
         """The effect_time of a serial topic's head (first NEW in (order_time, id)); None when a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 import pytest
 
@@ -41,23 +41,33 @@ def storage(app):
 
 
 @contextmanager
-def cancel_signals(settings: Settings, topic: str, other: str) -> Iterator[tuple[threading.Event, threading.Event]]:
-    """Watch the cancel signals of ``topic`` and of ``other`` as a runner's lease keeper does, on
-    the console's ZooKeeper; yields (heard for topic, heard for other), both clear."""
+def _signals(settings: Settings, watch: str, topic: str, other: str) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Watch the signals of ``topic`` and of ``other`` through the coordinator's ``watch`` method
+    on the console's ZooKeeper; yields (heard for topic, heard for other), both clear."""
     from tidemq.coordinators import open_coordinator
 
     watcher = open_coordinator(settings.zk_hosts, settings.zk_root, settings.zk_session_timeout)
     watcher.start(timeout=10)
     heard, elsewhere = threading.Event(), threading.Event()
     try:
-        watcher.watch_cancels(topic, heard.set)
-        watcher.watch_cancels(other, elsewhere.set)
+        getattr(watcher, watch)(topic, lambda *sender: heard.set())
+        getattr(watcher, watch)(other, lambda *sender: elsewhere.set())
         assert heard.wait(10) and elsewhere.wait(10)  # the watches' first call, at their start
         heard.clear()
         elsewhere.clear()
         yield heard, elsewhere
     finally:
         watcher.stop()
+
+
+def cancel_signals(settings: Settings, topic: str, other: str) -> ContextManager[tuple[threading.Event, threading.Event]]:
+    """The cancel signals of two topics, watched as a runner's lease keeper does (``_signals``)."""
+    return _signals(settings, "watch_cancels", topic, other)
+
+
+def due_signals(settings: Settings, topic: str, other: str) -> ContextManager[tuple[threading.Event, threading.Event]]:
+    """The release signals of two topics, watched as a broker's pulls do (``_signals``)."""
+    return _signals(settings, "watch_signal", topic, other)
 
 
 def csrf_of(html: str) -> str:

@@ -217,10 +217,14 @@ def test_cancelling_a_message_waited_on_cancels_what_waits_on_it(storage):
 def test_an_operators_delete_of_a_message_waited_on_cancels_what_waits_on_it(storage):
     [parent] = insert(storage, "t.delete.parent", 1)
     [child] = _submit(storage, _steps("t.delete.child", (), depends_on={0: [parent]}))
-    assert storage.messages.delete_messages([parent]) == 1
-    assert _status(storage, child) == S.CANCELLED.value
+    [cont] = _submit(storage, _steps("t.delete.cont", (), depends_on={0: [parent]}, modes={0: WaitMode.AFTER_COMPLETE}))
+    released: dict[str, dict[int, int]] = {}
+    assert storage.messages.delete_messages([parent], released) == 1
+    assert (_status(storage, child), _status(storage, cont)) == (S.CANCELLED.value, S.NEW.value)
     [stop] = [e for e in _events(storage, child) if e["event"] == "DEPENDENCY_FAILED"]
     assert stop["dependency"] == str(parent)
+    # The step that waited for it to end whatever the outcome is due now: its pulls are woken.
+    assert released == {"t.delete.cont": {cont: storage.reads.get_message(cont).priority}}
 
 
 def test_a_failed_dependency_cancels_what_waits_on_it_transitively(storage):

@@ -9,6 +9,7 @@ import pytest
 from tests.conformance.storage_ops import insert, rows
 from tests.conformance.test_dependencies import _status, _steps, _submit, _succeed
 from tidemq import clock
+from tidemq.dependencies import WaitMode
 from tidemq.errors import DependencyError
 from tidemq.lifecycle import MessageStatus as S
 from tidemq_broker.storage import MessageEdit, WorkflowStep
@@ -19,16 +20,32 @@ def storage(any_storage):
     return any_storage
 
 
-def _edit(storage, msg_id, **values):
+def _edit(storage, msg_id, released=None, **values):
     version = storage.reads.get_message(msg_id).version
-    return storage.messages.edit_message(msg_id, version, MessageEdit(**values), clock.now(), "ops", sorted(values))
+    return storage.messages.edit_message(msg_id, version, MessageEdit(**values), clock.now(), "ops", sorted(values),
+                                         released)
 
 
 def test_a_dependency_set_to_success_by_hand_releases_what_waits_on_it(storage):
     parent, child = _submit(storage, _steps("t.edit.ok", (), (0,)))
-    assert _edit(storage, parent, status=S.SUCCESS.value).status == S.SUCCESS.value
+    released: dict[str, dict[int, int]] = {}
+    assert _edit(storage, parent, released, status=S.SUCCESS.value).status == S.SUCCESS.value
     assert _status(storage, child) == S.NEW.value
+    assert released == {"t.edit.ok": {child: storage.reads.get_message(child).priority}}  # the pulls to wake
     _succeed(storage, "t.edit.ok", [child])
+
+
+def test_a_dependency_ended_by_hand_names_what_waits_after_complete_as_released(storage):
+    [parent] = _submit(storage, _steps("t.edit.end", ()))
+    stop, cont = _submit(storage, _steps("t.edit.end.next", (), (), depends_on={0: [parent], 1: [parent]},
+                                         modes={1: WaitMode.AFTER_COMPLETE}))
+    released: dict[str, dict[int, int]] = {}
+    _edit(storage, parent, released, status=S.FAIL.value)
+    assert (_status(storage, stop), _status(storage, cont)) == (S.CANCELLED.value, S.NEW.value)
+    assert released == {"t.edit.end.next": {cont: storage.reads.get_message(cont).priority}}
+    released.clear()
+    _edit(storage, cont, released, data='{"edited": 1}')  # an edit that ends nothing releases nothing
+    assert released == {}
 
 
 @pytest.mark.parametrize("ending", [S.FAIL, S.CANCELLED])

@@ -198,6 +198,22 @@ def test_requeue_moves_dead_letters_back(storage):
     assert storage.counts.count_by_status("t.dead") == {"t.dead": {"NEW": 3}}
 
 
+def test_requeue_names_the_topics_of_what_it_moved_and_of_nothing_else(storage):
+    """Requeued messages are due without a new id: their topics' pulls are woken by the caller."""
+    [dead, by_topic] = insert(storage, "t.requeued", 2, retry=0)
+    [alive] = insert(storage, "t.requeued.not", 1)
+    for msg in lock(storage, "t.requeued"):
+        ack(storage, [AckItem(msg.id, msg.lease_token, False, "x")])
+    topics: set[str] = set()
+    assert storage.messages.requeue([dead, alive], None, 0, clock.now(), topics=topics) == 1
+    assert topics == {"t.requeued"}  # the NEW one of the other topic did not move
+    topics.clear()
+    assert storage.messages.requeue([], "t.requeued.not", 0, clock.now(), topics=topics) == 0
+    assert topics == set()
+    assert storage.messages.requeue([], "t.requeued", 0, clock.now(), topics=topics) == 1
+    assert topics == {"t.requeued"} and storage.reads.get_message(by_topic).status == "NEW"
+
+
 def test_serial_lock_takes_the_head_only_and_keeps_order_across_retries(storage):
     storage.topics.ensure_topics(["t.serial"], clock.now())
     ids = insert(storage, "t.serial", 3, retry=1, schedule=[0.0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Iterator, Optional
 
 import grpc
@@ -333,6 +334,25 @@ def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of
     assert woken == ["s.gone.after"]  # the probes would find it too, but only up to a second later
     [released] = waiting.value(10)
     assert (released.id, stored(broker, child).status) == (child, "RUNNING")
+
+
+def test_a_requeue_by_id_wakes_the_pulls_of_its_topics_here_and_signals_the_other_brokers(broker, monkeypatch):
+    """A requeued message is due now without a new id, which no insert watch sees."""
+    [dead] = produce(broker, "s.again", '"a"', retry=0)
+    [failed] = pull(broker, "s.again")
+    broker.Ack(pb.AckRequest(items=[pb.AckItem(id=dead, lease_token=failed.lease_token, success=False, error="x")],
+                             consumer="c1"), Context())
+    waiting = InThread(pull, broker, "s.again", 30.0)
+    wait_until(lambda: broker.hub._waiters.get("s.again"), 10, what="the pull to wait")
+    woken, notify, signalled = [], broker.hub.notify, []
+    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
+    monkeypatch.setattr(broker, "signals", SimpleNamespace(released=lambda topics: signalled.extend(topics)))
+    assert broker.Requeue(pb.RequeueRequest(ids=[dead, 10 ** 9], retry=0), Context()).requeued == 1
+    assert (woken, signalled) == (["s.again"], ["s.again"])  # the probes would find it, up to a second later
+    [again] = waiting.value(10)
+    assert (again.id, stored(broker, dead).status) == (dead, "RUNNING")
+    assert broker.Requeue(pb.RequeueRequest(ids=[dead], retry=0), Context()).requeued == 0  # RUNNING: not moved
+    assert (woken, signalled) == (["s.again"], ["s.again"])  # nothing moved, nothing woken
 
 
 @pytest.fixture

@@ -2,13 +2,16 @@
 
 Each change is a storage operation whose lifecycle transition appends a trace line naming the
 admin user, so the message tells who touched it. Deletes leave no row to trace, so they are
-written to the log instead.
+written to the log instead. A change that makes messages due without a new id (a retry, an
+edit, the steps a cancel, a delete or an edit releases) is signalled to the brokers, whose
+insert watches would not see it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import fields, replace
+from typing import Iterable, Mapping
 
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, url_for
 
@@ -40,6 +43,12 @@ def _back(default: str) -> str:
     return local_path(request.form.get("back", ""), default)
 
 
+def _due(released: Mapping[str, object], topics: Iterable[str] = ()) -> None:
+    """Tell the brokers of what a change made due without a new id: steps it released
+    (``released``, as the storage fills it) and messages of ``topics`` moved to NEW, due now."""
+    console().cluster.signal_due(set(released) | set(topics))
+
+
 def _only_changes(edit: MessageEdit, msg: StoredMessage) -> tuple[MessageEdit, list[str]]:
     """The edit with every field equal to the stored one left out (None), and the changed names.
 
@@ -65,7 +74,9 @@ def edit(id: int):  # type: ignore[no-untyped-def]
         flash("Nothing changed.", "info")
         return redirect(url_for("messages.detail", id=id))
     try:
-        updated = c.storage.messages.edit_message(id, version, edit, clock.now(), g.user.name, changed)
+        now = clock.now()
+        released: dict[str, dict[int, int]] = {}
+        updated = c.storage.messages.edit_message(id, version, edit, now, g.user.name, changed, released)
     except ValueError as exc:  # a status the message may not take (WAITING; a succeeded step's)
         return render_template("message_edit.html", msg=msg, form=request.form, errors={"status": str(exc)}), 400
     if updated is None:
@@ -76,6 +87,7 @@ def edit(id: int):  # type: ignore[no-untyped-def]
                if current.status == RUNNING else "it changed while you were editing; review the new values")
         return render_template("message_edit.html", msg=current, form=request.form,
                                errors={"form": f"Not saved: {why}."}), 409
+    _due(released, [updated.topic] if updated.status == NEW and updated.effect_time <= now else ())
     flash(f"Message {id} saved ({', '.join(changed)}).", "ok")
     return redirect(url_for("messages.detail", id=id))
 
@@ -84,8 +96,11 @@ def edit(id: int):  # type: ignore[no-untyped-def]
 def retry(id: int):  # type: ignore[no-untyped-def]
     c = console()
     retries = _retries(request.form.get("retries", "0"))
-    moved = c.storage.messages.requeue([id], None, retries, clock.now(), event=Event.ADMIN_RETRY, user=g.user.name)
+    topics: set[str] = set()
+    moved = c.storage.messages.requeue([id], None, retries, clock.now(), event=Event.ADMIN_RETRY, topics=topics,
+                                       user=g.user.name)
     if moved:
+        _due({}, topics)
         flash(f"Message {id} is {NEW} again and due now.", "ok")
     else:
         flash(f"Message {id} was not retried: only {FAIL} messages can be.", "error")
@@ -98,9 +113,11 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     ``cancel(id, running=True)`` does through a broker: its handler stops and it ends CANCELLED."""
     c = console()
     topics: set[str] = set()  # the running message's topic, when it was marked rather than deleted
-    if not c.storage.messages.cancel([id], None, clock.now(), topics, user=g.user.name)[0]:
+    released: dict[str, dict[int, int]] = {}  # steps of other workflows that waited for it to end
+    if not c.storage.messages.cancel([id], released, clock.now(), topics, user=g.user.name)[0]:
         flash(f"Message {id} was not cancelled: only {NEW} (pending) and {RUNNING} messages can be.", "error")
         return redirect(url_for("messages.detail", id=id))
+    _due(released)
     if not topics:
         log.info("admin %s cancelled message %s", g.user.name, id)
         flash(f"Message {id} was pending and is now cancelled.", "ok")
@@ -114,7 +131,9 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
 
 @bp.route(f"/messages/<int(max={MAX_ID}):id>/delete", methods=["POST"])
 def delete(id: int):  # type: ignore[no-untyped-def]
-    if console().storage.messages.delete_messages([id]):
+    released: dict[str, dict[int, int]] = {}
+    if console().storage.messages.delete_messages([id], released):
+        _due(released)
         log.info("admin %s deleted message %s", g.user.name, id)
         flash(f"Message {id} deleted.", "ok")
         return redirect(_back(url_for("messages.index")))
@@ -133,13 +152,18 @@ def bulk():  # type: ignore[no-untyped-def]
         flash("Select messages first (the boxes on the left).", "error")
         return redirect(back)
     if action == "delete":
-        n = c.storage.messages.delete_messages(ids)
+        released: dict[str, dict[int, int]] = {}
+        n = c.storage.messages.delete_messages(ids, released)
+        _due(released)
         log.info("admin %s deleted %d messages: %s", g.user.name, n, ids[:50])
         kept = "" if n == len(ids) else f" ({RUNNING} ones are kept)"
         flash(f"Deleted {n} of {len(ids)} selected messages{kept}.", "ok")
     elif action == "requeue":
         retries = _retries(request.form.get("retries", "0"))
-        n = c.storage.messages.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_RETRY, user=g.user.name)
+        topics: set[str] = set()
+        n = c.storage.messages.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_RETRY, topics=topics,
+                                       user=g.user.name)
+        _due({}, topics)
         kept = "" if n == len(ids) else f" (only {FAIL} ones move)"
         flash(f"Requeued {n} of {len(ids)} selected messages{kept}.", "ok")
     else:
@@ -161,13 +185,15 @@ def requeue_matching():  # type: ignore[no-untyped-def]
     flt.status = FAIL
     retries = _retries(request.form.get("retries", "0"))
     total, after = 0, 0
+    topics: set[str] = set()
     while True:
         ids = c.storage.console.matching_ids(flt, after, _BULK_CHUNK)
         if not ids:
             break
         total += c.storage.messages.requeue(ids, None, retries, clock.now(), event=Event.ADMIN_REQUEUE,
-                                            user=g.user.name)
+                                            topics=topics, user=g.user.name)
         after = ids[-1]
+    _due({}, topics)
     flash(f"Requeued {total} failed message{'s' if total != 1 else ''}" +
           (f" of topic {flt.topic}" if flt.topic else " across all topics") + ".", "ok")
     args = filter_args(request.form)

@@ -52,7 +52,9 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     handlers stop and end CANCELLED; the workflow ends CANCELLED."""
     c = console()
     topics: set[str] = set()
-    [count] = c.storage.dependencies.cancel_workflows([id], True, clock.now(), topics, user=g.user.name)
+    released: dict[str, dict[int, int]] = {}  # steps of other workflows that waited for its steps to end
+    [count] = c.storage.dependencies.cancel_workflows([id], True, clock.now(), topics, released, user=g.user.name)
+    c.cluster.signal_due(set(released))
     if not count and not topics:
         flash(f"Workflow {id} was not cancelled: none of its steps is waiting, pending or running.", "error")
         return redirect(url_for("workflows.detail", id=id))

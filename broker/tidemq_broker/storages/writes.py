@@ -187,28 +187,36 @@ class Writes:
         return cancelled
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
-                event: Event = Event.REQUEUED, **who: object) -> int:
+                event: Event = Event.REQUEUED, topics: Optional[set[str]] = None, **who: object) -> int:
         change = lifecycle.requeue(now, retry, event, **who)
         moved = 0
         while True:
+            found: set[str] = set()
+
             def work(conn: Connection) -> int:
-                stmt = select(m.c.id).where(guard(change))
+                found.clear()
+                stmt = select(m.c.id, m.c.topic).where(guard(change))
                 stmt = stmt.where(m.c.id.in_(list(ids))) if ids else stmt.where(m.c.topic == topic)
-                chunk = list(conn.execute(stmt.order_by(m.c.id).limit(_CHUNK)).scalars())
-                return apply(conn, change, m.c.id.in_(chunk)) if chunk else 0
+                chunk = conn.execute(stmt.order_by(m.c.id).limit(_CHUNK)).all()
+                found.update(row.topic for row in chunk)
+                return apply(conn, change, m.c.id.in_([row.id for row in chunk])) if chunk else 0
 
             done = self._db.tx(work)
+            if done and topics is not None:
+                topics.update(found)
             moved += done
             if done == 0 or ids:
                 return moved
 
-    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
-                     changed: Sequence[str]) -> Optional[StoredMessage]:
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str, changed: Sequence[str],
+                     released: Optional[dict[str, dict[int, int]]] = None) -> Optional[StoredMessage]:
         change = edit_change(edit, now, user, changed)
         finished: dict[int, str] = {}
+        freed: dict[int, tuple[str, int]] = {}
 
         def work(conn: Connection) -> Optional[StoredMessage]:
             finished.clear()
+            freed.clear()
             before = conn.execute(select(m.c.status, m.c.workflow_id).where(m.c.id == id, m.c.version == version)
                                   .with_for_update()).one_or_none()
             if before is None:
@@ -220,24 +228,27 @@ class Writes:
             if before.workflow_id is not None and before.status in _UNRUN and edit.status in _FINAL:
                 tally.end(before.workflow_id, edit.status)  # a step ended by hand
             if ends is lifecycle.SUCCESS:
-                release_after(conn, [id], now, "", tally)
+                freed.update(release_after(conn, [id], now, "", tally))
             elif ends is not None:
-                stop_after(conn, {id: ends.value}, now, "", tally)
+                freed.update(stop_after(conn, {id: ends.value}, now, "", tally))
             if tally:
                 finished.update(settle(conn, tally, now))
             return to_message(conn.execute(select(m).where(m.c.id == id)).one()._mapping)
 
         edited = self._db.tx(work)
         self._db.workflow_outcomes.ended(finished)
+        add_released(released, freed)
         return edited
 
-    def delete_messages(self, ids: Sequence[int]) -> int:
+    def delete_messages(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> int:
         change = lifecycle.admin_delete()
         wanted = sorted(set(ids))
         finished: dict[int, str] = {}
+        freed: dict[int, tuple[str, int]] = {}
 
         def work(conn: Connection) -> int:
             finished.clear()
+            freed.clear()
             deleted, waited = 0, {}
             for start in range(0, len(wanted), _CHUNK):
                 chunk = wanted[start : start + _CHUNK]
@@ -247,11 +258,12 @@ class Writes:
                                                           m.c.status.in_(_UNRUN)).with_for_update()))
                 deleted += apply(conn, change, m.c.id.in_(chunk))
             if waited:
-                _ended(conn, waited, finished)
+                freed.update(_ended(conn, waited, finished))
             return deleted
 
         deleted = self._db.tx(work)
         self._db.workflow_outcomes.ended(finished)
+        add_released(released, freed)
         return deleted
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:

@@ -111,17 +111,21 @@ class MemoryWrites:
         return [i in pending or i in held for i in ids]
 
     def requeue(self, ids: Sequence[int], topic: Optional[str], retry: int, now: datetime,
-                event: Event = Event.REQUEUED, **who: object) -> int:
+                event: Event = Event.REQUEUED, topics: Optional[set[str]] = None, **who: object) -> int:
         change = lifecycle.requeue(now, retry, event, **who)
         state = self._state
         with state.lock:
             if ids:
                 chosen = [state.messages[i] for i in sorted(set(ids)) if i in state.messages]
-                return apply(state, change, [row for row in chosen if change.allows(row)][:_CHUNK])
-            return apply(state, change, list(state.rows(topic))) if topic else 0
+                rows = [row for row in chosen if change.allows(row)][:_CHUNK]
+            else:
+                rows = [row for row in state.rows(topic) if change.allows(row)] if topic else []
+            if topics is not None:
+                topics.update(row[M.topic] for row in rows)
+            return apply(state, change, rows)
 
-    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str,
-                     changed: Sequence[str]) -> Optional[StoredMessage]:
+    def edit_message(self, id: int, version: int, edit: MessageEdit, now: datetime, user: str, changed: Sequence[str],
+                     released: Optional[dict[str, dict[int, int]]] = None) -> Optional[StoredMessage]:
         change = edit_change(edit, now, user, changed)
         with self._state.lock:
             row = self._state.messages.get(id)
@@ -134,24 +138,28 @@ class MemoryWrites:
             tally = Tally()
             if row[M.workflow_id] is not None and status_before in _UNRUN and edit.status in _FINAL:
                 tally.end(row[M.workflow_id], edit.status)  # a step ended by hand
+            freed: dict[int, tuple[str, int]] = {}
             if ends is lifecycle.SUCCESS:
-                release_after(self._state, [id], now, "", tally)
+                freed = release_after(self._state, [id], now, "", tally)
             elif ends is not None:
-                stop_after(self._state, {id: ends.value}, now, "", tally)
+                freed = stop_after(self._state, {id: ends.value}, now, "", tally)
             finished = settle(self._state, tally, now) if tally else {}
             edited = to_message(row)
         self._state.outcomes.ended(finished)
+        add_released(released, freed)
         return edited
 
-    def delete_messages(self, ids: Sequence[int]) -> int:
+    def delete_messages(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None) -> int:
         with self._state.lock:
             rows = [self._state.messages[i] for i in set(ids) if i in self._state.messages]
             # Messages not run yet that others wait on: those would otherwise wait for ever.
             waited = {row[M.id]: row[M.workflow_id] for row in rows
                       if row[M.workflow_id] is not None and row[M.status] in _UNRUN}
             deleted = apply(self._state, lifecycle.admin_delete(), rows)
-            finished = _ended(self._state, waited)
+            freed: dict[int, tuple[str, int]] = {}
+            finished = _ended(self._state, waited, freed)
         self._state.outcomes.ended(finished)
+        add_released(released, freed)
         return deleted
 
     def delete_finished(self, topic: str, before: datetime, limit: int) -> int:

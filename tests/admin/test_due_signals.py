@@ -1,0 +1,70 @@
+"""The console's changes that make messages due without a new id (a retry, a requeue, an edit to
+NEW, the steps a cancel, a delete or an edit releases) are signalled to the brokers through
+ZooKeeper, as a broker's release is: the brokers' insert watches see only new ids, so their
+waiting pulls would otherwise find such a message by their earliest-due probe, up to about a
+second later. The signals are watched here as a broker watches them (``watch_signal``)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from tests.admin.conftest import due_signals, fail_all, produce
+from tidemq import clock
+from tidemq.dependencies import WaitMode
+from tidemq_broker.storage import NewRow, WorkflowStep
+
+DUE, OTHER = "reports", "orders"  # what becomes due is of DUE; what the change touches besides, of OTHER
+
+
+def _failed(storage) -> int:
+    produce(storage, DUE, ['{"a": 1}'])
+    [failed] = fail_all(storage, DUE)
+    return failed
+
+
+def _waited_on(storage) -> int:
+    """A step of OTHER that another workflow's step of DUE waits on whatever its outcome (as
+    a clean-up step does): ending or removing it releases that step."""
+    now = clock.now()
+    [parent] = storage.dependencies.insert_steps([WorkflowStep(NewRow(OTHER, "{}", now, 0))], now, broker="b1")
+    storage.dependencies.insert_steps([WorkflowStep(NewRow(DUE, "{}", now, 0), (parent,),
+                                                    wait_mode=WaitMode.AFTER_COMPLETE)], now, broker="b1")
+    return parent
+
+
+def _edit_form(msg, **changes: str) -> dict[str, str]:
+    form = {"data": msg.data, "status": msg.status, "retry_remaining": str(msg.retry_remaining),
+            "effect_time": msg.effect_time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3], "version": str(msg.version)}
+    form.update(changes)
+    return form
+
+
+# Each: (make the message the change acts on, the console's request for it).
+CHANGES: dict[str, tuple[Callable, Callable]] = {
+    "retry": (_failed, lambda admin, storage, id: admin.post(f"/messages/{id}/retry")),
+    "bulk requeue": (_failed, lambda admin, storage, id: admin.post("/messages/bulk", {"ids": [str(id)],
+                                                                                        "action": "requeue"})),
+    "requeue matching": (_failed, lambda admin, storage, id: admin.post("/messages/requeue", {"status": "FAIL"})),
+    "edit to NEW": (_failed, lambda admin, storage, id: admin.post(
+        f"/messages/{id}/edit", _edit_form(storage.reads.get_message(id), status="NEW"))),
+    "edit that releases": (_waited_on, lambda admin, storage, id: admin.post(
+        f"/messages/{id}/edit", _edit_form(storage.reads.get_message(id), status="SUCCESS"))),
+    "cancel that releases": (_waited_on, lambda admin, storage, id: admin.post(f"/messages/{id}/cancel")),
+    "delete that releases": (_waited_on, lambda admin, storage, id: admin.post(f"/messages/{id}/delete")),
+    "bulk delete that releases": (_waited_on, lambda admin, storage, id: admin.post(
+        "/messages/bulk", {"ids": [str(id)], "action": "delete"})),
+    "workflow cancel that releases": (_waited_on, lambda admin, storage, id: admin.post(f"/workflows/{id}/cancel")),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_that_makes_a_message_due_signals_its_topic_to_the_brokers(change, admin, storage, settings):
+    make, request = CHANGES[change]
+    acted_on = make(storage)
+    with due_signals(settings, DUE, OTHER) as (heard, elsewhere):
+        assert request(admin, storage, acted_on).status_code == 302
+        assert heard.wait(10), f"the brokers were not told that a message of {DUE} is due"
+        assert not elsewhere.is_set()  # what the change ended or removed is not due
+    assert storage.counts.count_by_status(DUE) == {DUE: {"NEW": 1}}  # and it is due indeed
