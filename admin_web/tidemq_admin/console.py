@@ -11,6 +11,7 @@ from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
 from tidemq.coordinators import open_coordinator
 from tidemq.errors import TidemqError
+from tidemq_broker.release_signals import UNTIMED
 from tidemq_broker.storage import Storage
 
 from .security import LoginThrottle
@@ -93,8 +94,10 @@ class ClusterView:
         edited, or steps released by a cancel, a delete or an edit), as a broker that released
         steps does (:meth:`tidemq.coordinator.Coordinator.signal`): their insert watches do not
         see such a change, so their waiting pulls would find it only by their earliest-due probe,
-        up to about a second later. False when the coordinator cannot be reached."""
-        return self._signal(topics, lambda coordinator, topic: coordinator.signal(topic, ""),
+        up to about a second later. Sent as ``UNTIMED``: an edit to NEW keeps an old effect time,
+        so the brokers forget what their lock hints knew of the topic. False when the coordinator
+        cannot be reached."""
+        return self._signal(topics, lambda coordinator, topic: coordinator.signal(topic, UNTIMED),
                             "messages of %s due now to the brokers")
 
     def _signal(self, topics: set[str], send: Callable[[Coordinator, str], None], what: str) -> bool:

@@ -16,6 +16,12 @@ a pull for, and wakes that topic's waiting pulls when it fires, unless the signa
 that knows it is the only one (the coordinator's list of brokers) signals nothing: a signal is
 a ZooKeeper write, and a read by every watch it fires. A lost signal (ZooKeeper away) costs only
 the delay the earliest-due probe still bounds.
+
+The console signals the same nodes (it runs no pull hub), naming :data:`UNTIMED` as its sender:
+what it announces may be due long ago (an operator's edit to NEW keeps the message's effect
+time), below the floor the brokers' lock hints start each range at. A broker that hears it
+forgets the topic's hint before waking the pulls, so their locks read from the start until the
+next probe; a released step is due from its release on, and needs no such thing.
 """
 
 from __future__ import annotations
@@ -28,19 +34,22 @@ from tidemq.coordinator import Coordinator
 
 from .topic_signals import SignalSender
 
-__all__ = ["ReleaseSignals"]
+__all__ = ["ReleaseSignals", "UNTIMED"]
 
 log = logging.getLogger(__name__)
+
+#: The sender a signal names when what it announces may be due at any earlier time (the console's).
+UNTIMED = "*"
 
 
 class ReleaseSignals:
     """Signals the topics of released steps, and wakes this broker's pulls on others' signals.
 
-    ``wake(topic)`` wakes the pulls waiting on ``topic``; ``name`` names this broker in its
-    signals ("": none, and every signal wakes).
+    ``wake(topic, untimed)`` wakes the pulls waiting on ``topic`` (``untimed``: the signal named
+    :data:`UNTIMED`); ``name`` names this broker in its signals ("": none, and every signal wakes).
     """
 
-    def __init__(self, coordinator: Coordinator, wake: Callable[[str], None], name: str = "") -> None:
+    def __init__(self, coordinator: Coordinator, wake: Callable[[str, bool], None], name: str = "") -> None:
         self._coordinator = coordinator
         self._wake = wake
         self._name = name
@@ -103,4 +112,4 @@ class ReleaseSignals:
 
     def _heard(self, topic: str, sender: Optional[str]) -> None:
         if not self._name or sender != self._name:
-            self._wake(topic)
+            self._wake(topic, sender == UNTIMED)

@@ -110,11 +110,7 @@ class BrokerServer:
         self.results = ResultHub(self.storage.probes)
         self.writer = GroupCommitWriter(self.storage.messages, self.topics, self.address, self.hub.notify_commit,
                                         pulls=self.hub)
-        # A step another broker released is due from that broker's "now": ours less the margin
-        # its clock may differ by, or the shards' cursors could stay above it until the probe.
-        self.signals = ReleaseSignals(self.coordinator,
-                                      lambda topic: self.hub.notify(topic, clock.after(clock.now(), -MARGIN), None),
-                                      self.address)
+        self.signals = ReleaseSignals(self.coordinator, self._signalled, self.address)
         # An open Produce stream holds a server thread: a quarter of them at most.
         self.cancel_signals = cancel_signals(self.coordinator)
         self.service = BrokerService(self.storage, self.topics, self.writer, self.hub, self.address,
@@ -142,6 +138,14 @@ class BrokerServer:
 
     def _default_retry(self, topic: str) -> int:
         return self.topics.get(topic).retry_count
+
+    def _signalled(self, topic: str, untimed: bool) -> None:
+        """A signal of ``topic`` from another broker or the console (``release_signals.py``)."""
+        if untimed:  # due at times not known: the locks read from the start until the next probe
+            self.hub.hints.forget([topic])
+        # A step another broker released is due from that broker's "now": ours less the margin
+        # its clock may differ by, or the shards' cursors could stay above it until the probe.
+        self.hub.notify(topic, clock.after(clock.now(), -MARGIN), None)
 
     def _wake_all(self, topics: Sequence[str]) -> None:
         self.hub.wake_all(topics)

@@ -11,7 +11,9 @@ from typing import Callable
 import pytest
 
 from tests.admin.conftest import due_signals, fail_all, produce
-from tidemq import clock
+from tests.background import InThread
+from tests.servers import wait_until
+from tidemq import BatchConsumer, clock
 from tidemq.dependencies import WaitMode
 from tidemq_broker.storage import NewRow, WorkflowStep
 
@@ -68,3 +70,27 @@ def test_a_change_that_makes_a_message_due_signals_its_topic_to_the_brokers(chan
         assert heard.wait(10), f"the brokers were not told that a message of {DUE} is due"
         assert not elsewhere.is_set()  # what the change ended or removed is not due
     assert storage.counts.count_by_status(DUE) == {DUE: {"NEW": 1}}  # and it is due indeed
+
+
+def test_a_message_edited_to_new_at_its_old_time_reaches_a_pull_waiting_on_a_broker(admin, storage, broker, client):
+    """The broker's probe and its pulls' recheck are off, so only the console's signal can wake
+    the pull. The message was due a minute ago (an edit keeps its effect time), below the shard's
+    cursor the broker's locks left: the signal makes the broker forget it (``UNTIMED``), or the
+    woken lock would read past the message and the pull would end empty at its deadline."""
+    broker.hub._earliest_every, broker.hub.recheck = 10**9, 600.0
+    produce(storage, DUE, ['{"a": 1}'], delay=-60)
+    [failed] = fail_all(storage, DUE)
+    consumer = BatchConsumer(DUE, client=client)
+
+    def cursor_at_due_by() -> bool:  # as tests/integration/test_lock_hints.py reads it
+        assert consumer.pull(max_messages=1, wait=0) == []
+        cursor = broker.hub.hints.get(DUE).floor_of(0)
+        return cursor is not None and cursor > clock.after(clock.now(), -1)
+
+    wait_until(cursor_at_due_by, 10, what="the shard's cursor at its due-by time")
+    waiting = InThread(lambda: consumer.pull(max_messages=1, wait=30.0))
+    wait_until(lambda: broker.hub.waiting(DUE) == 1, 10, what="the pull waiting on the broker")
+    edited = admin.post(f"/messages/{failed}/edit", _edit_form(storage.reads.get_message(failed), status="NEW"))
+    assert edited.status_code == 302
+    [got] = waiting.value(40)
+    assert got.id == failed

@@ -8,7 +8,7 @@ import threading
 
 from tests.servers import wait_until
 from tidemq.errors import CoordinationError
-from tidemq_broker.release_signals import ReleaseSignals
+from tidemq_broker.release_signals import UNTIMED, ReleaseSignals
 
 
 class FakeCoordinator:
@@ -35,18 +35,20 @@ class FakeCoordinator:
 
 def test_released_topics_are_signalled_and_watched_topics_wake_their_pulls():
     coordinator, woken = FakeCoordinator(), []
-    signals = ReleaseSignals(coordinator, woken.append, "b1")
+    signals = ReleaseSignals(coordinator, lambda topic, untimed: woken.append((topic, untimed)), "b1")
     signals.start()
     try:
         signals.watch("t.a")
         signals.watch("t.a")  # a second pull of the topic: still one watch
         assert list(coordinator.watches) == ["t.a"]
         coordinator.watches["t.a"]("b2")  # another broker's signal
-        assert woken == ["t.a"]
+        assert woken == [("t.a", False)]
         coordinator.watches["t.a"]("b1")  # its own: its ack woke its pulls already
-        assert woken == ["t.a"]
+        assert woken == [("t.a", False)]
         coordinator.watches["t.a"](None)  # a sender not known: it may be another's
-        assert woken == ["t.a", "t.a"]
+        assert woken == [("t.a", False)] * 2
+        coordinator.watches["t.a"](UNTIMED)  # the console's: due at times not known
+        assert woken == [("t.a", False)] * 2 + [("t.a", True)]
         signals.released({"t.a": 1, "t.b": 2})
         wait_until(lambda: sorted(coordinator.signalled) == [("t.a", "b1"), ("t.b", "b1")], 10,
                    what="both topics signalled, naming the broker")
@@ -57,7 +59,7 @@ def test_released_topics_are_signalled_and_watched_topics_wake_their_pulls():
 
 def test_an_outage_is_logged_once_and_its_end_once(caplog):
     coordinator = FakeCoordinator(failures=3)
-    signals = ReleaseSignals(coordinator, lambda topic: None)
+    signals = ReleaseSignals(coordinator, lambda topic, untimed: None)
     signals.start()
     try:
         with caplog.at_level(logging.INFO, logger="tidemq_broker.release_signals"):
@@ -75,7 +77,7 @@ def test_an_outage_is_logged_once_and_its_end_once(caplog):
 
 def test_a_broker_that_knows_it_is_alone_signals_nothing():
     coordinator = FakeCoordinator()
-    signals = ReleaseSignals(coordinator, lambda topic: None, "b1")
+    signals = ReleaseSignals(coordinator, lambda topic, untimed: None, "b1")
     signals.start()
     try:
         signals.released(["t.unknown"])  # the list of brokers not heard yet: signal
