@@ -75,11 +75,12 @@ class WorkflowPage:
 
 @dataclass(frozen=True)
 class WorkflowNode:
-    """One step as the graph draws it."""
+    """One step as the graph draws it (``cancel_requested``: a RUNNING one marked cancelled)."""
 
     id: int
     topic: str
     status: str
+    cancel_requested: bool = False
 
 
 @dataclass

@@ -143,6 +143,21 @@ def test_an_admin_cancels_a_running_workflow_whole_and_its_running_steps_workers
     running = storage.reads.get_message(first)
     assert (running.status, running.cancel_requested) == ("RUNNING", True)
     assert "CANCEL_REQUESTED" in running.trace and f"user={ADMIN}" in running.trace
+    # Until the marked step stops, its page says so and offers no second cancel.
+    page = admin.get(f"/workflows/{first}").get_data(as_text=True)
+    assert '<span class="badge w-cancelling" id="state">cancelling</span>' in page
+    assert "waiting for 1 running step to stop" in page and 'id="cancel-workflow"' not in page
+
+
+def test_a_workflow_whose_running_step_was_not_marked_is_still_running_and_offers_its_cancel(admin, storage):
+    """A cancel without ``running`` (a broker's ``cancel_workflow(id)``) lets a running step run its
+    course: the workflow runs on, and an admin can still stop that step from its page."""
+    first, second = submit(storage, "wf.cunmarked", (), (0,))
+    lease_all(storage, "wf.cunmarked")
+    assert storage.dependencies.cancel_workflows([first], False, clock.now(), broker="b1") == [1]
+    page = admin.get(f"/workflows/{first}").get_data(as_text=True)
+    assert '<span class="badge w-running" id="state">running</span>' in page
+    assert 'id="cancel-workflow"' in page and 'id="cancelling"' not in page
 
 
 def test_a_finished_workflow_offers_no_cancel_and_refuses_one(admin, storage):

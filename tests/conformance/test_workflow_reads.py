@@ -116,6 +116,15 @@ def test_a_graph_holds_the_steps_and_the_edges_among_them(storage):
     assert {n.id: n.status for n in storage.console.workflow_graph(a, 500).nodes}[a] == S.SUCCESS.value
 
 
+def test_a_graph_tells_the_running_steps_marked_cancelled(storage):
+    first, second = _submit(storage, "t.wf.marked", (), ())
+    assert len(lock(storage, "t.wf.marked")) == 2
+    assert storage.messages.cancel([first], None, clock.now(), user="ada") == [True]
+    nodes = storage.console.workflow_graph(first, 500).nodes
+    assert [(n.id, n.status, n.cancel_requested) for n in nodes] == [
+        (first, S.RUNNING.value, True), (second, S.RUNNING.value, False)]
+
+
 def test_a_graph_over_the_limit_says_how_many_steps_it_left_out(storage):
     ids = _submit(storage, "t.wf.big", (), *[(i,) for i in range(11)])
     graph = storage.console.workflow_graph(ids[0], 5)

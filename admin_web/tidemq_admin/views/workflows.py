@@ -9,7 +9,8 @@ from flask import Blueprint, abort, flash, g, redirect, render_template, request
 from markupsafe import Markup
 
 from tidemq import clock
-from tidemq_broker.workflow_view import GRAPH_NODES, WORKFLOW_STATES
+from tidemq.lifecycle import MessageStatus
+from tidemq_broker.workflow_view import GRAPH_NODES, RUNNING, WORKFLOW_STATES, WorkflowGraph
 
 from ..dag import workflow_svg
 from ..forms import MAX_ID, whole_number
@@ -32,6 +33,11 @@ def index():  # type: ignore[no-untyped-def]
     return render_template("workflows.html", page=page, state=state, states=WORKFLOW_STATES, before_id=before_id)
 
 
+#: A workflow's state on its page while the steps it has left are running ones marked cancelled.
+CANCELLING = "cancelling"
+_NEW, _WAITING, _RUNNING = (s.value for s in (MessageStatus.NEW, MessageStatus.WAITING, MessageStatus.RUNNING))
+
+
 @bp.route(f"/workflows/<int(max={MAX_ID}):id>")
 def detail(id: int):  # type: ignore[no-untyped-def]
     graph = console().storage.console.workflow_graph(id, GRAPH_NODES)
@@ -42,7 +48,21 @@ def detail(id: int):  # type: ignore[no-untyped-def]
     waits: dict[int, list[int]] = {}
     for parent, child in graph.edges:
         waits.setdefault(child, []).append(parent)
-    return render_template("workflow.html", graph=graph, wf=graph.summary, svg=svg, waits=waits, limit=GRAPH_NODES)
+    return render_template("workflow.html", graph=graph, wf=graph.summary, state=_state(graph), svg=svg, waits=waits,
+                           limit=GRAPH_NODES, running=graph.summary.counts.get(_RUNNING, 0))
+
+
+def _state(graph: WorkflowGraph) -> str:
+    """The workflow's state, or CANCELLING while every step not ended is a RUNNING one marked
+    cancelled (a cancel of the workflow, or of its messages, with ``running``): nothing is left
+    to cancel, and a step that was not marked would still run its course."""
+    counts = graph.summary.counts
+    # Its steps' ids are at or above its own; below are messages stored before that it waited on.
+    running = [node for node in graph.nodes if node.id >= graph.summary.id and node.status == _RUNNING]
+    if (graph.summary.state == RUNNING and not counts.get(_NEW) and not counts.get(_WAITING)
+            and len(running) == counts.get(_RUNNING) and all(node.cancel_requested for node in running)):
+        return CANCELLING
+    return graph.summary.state
 
 
 @bp.route(f"/workflows/<int(max={MAX_ID}):id>/cancel", methods=["POST"])

@@ -48,7 +48,7 @@ class SqlWorkflowReads:
 
     def workflow_graph(self, workflow_id: int, limit: int) -> Optional[WorkflowGraph]:
         def work(conn: Connection) -> Optional[WorkflowGraph]:
-            cols = (m.c.id, m.c.topic, m.c.status, m.c.add_time, m.c.update_time)
+            cols = (m.c.id, m.c.topic, m.c.status, m.c.cancel_requested, m.c.add_time, m.c.update_time)
             rows = {r.id: r for r in conn.execute(select(*cols).where(m.c.id >= workflow_id,
                                                                       m.c.workflow_id == workflow_id))}
             if not rows:
@@ -59,7 +59,8 @@ class SqlWorkflowReads:
             for start in range(0, len(earlier), _CHUNK):
                 rows.update((r.id, r) for r in conn.execute(select(*cols).where(
                     ids_in(earlier[start : start + _CHUNK]), m.c.workflow_id == workflow_id)))
-            return graph(summary, [WorkflowNode(r.id, r.topic, r.status) for r in rows.values()], edges, limit)
+            nodes = [WorkflowNode(r.id, r.topic, r.status, bool(r.cancel_requested)) for r in rows.values()]
+            return graph(summary, nodes, edges, limit)
 
         return self._db.tx(work)
 

@@ -55,5 +55,6 @@ class MemoryWorkflowReads:
                 row = self._state.messages.get(parent)
                 if row is not None and row[M.workflow_id] == workflow_id:
                     rows[parent] = row
-            nodes = [WorkflowNode(id, row[M.topic], row[M.status]) for id, row in rows.items()]
+            nodes = [WorkflowNode(id, row[M.topic], row[M.status], bool(row[M.cancel_requested]))
+                     for id, row in rows.items()]
         return graph(summary, nodes, edges, limit)
