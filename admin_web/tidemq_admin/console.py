@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from tidemq.config import Settings
 from tidemq.coordinator import Coordinator
 from tidemq.coordinators import open_coordinator
-from tidemq.errors import TidemqError
+from tidemq.errors import CoordinationError, TidemqError
 from tidemq_broker.release_signals import UNTIMED
 from tidemq_broker.storage import Storage
+from tidemq_broker.topic_signals import SignalSender
 
 from .security import LoginThrottle
 
@@ -45,6 +46,7 @@ class ClusterView:
         self._brokers: list[str] = []
         self._watching = False
         self._lock = threading.Lock()
+        self._due: Optional[SignalSender] = None  # started with the first signal of messages due
 
     def _connect(self) -> Coordinator:
         with self._lock:
@@ -86,33 +88,48 @@ class ClusterView:
         """Tell the workers of ``topics`` that running messages of theirs were marked cancelled,
         as a broker does (:meth:`tidemq.coordinator.Coordinator.signal_cancel`). False when the
         coordinator cannot be reached: the workers then learn of it at their next heartbeat."""
-        return self._signal(topics, lambda coordinator, topic: coordinator.signal_cancel(topic),
-                            "the cancel of running messages of %s to their workers")
+        try:
+            coordinator = self._connect()
+            for topic in sorted(topics):
+                coordinator.signal_cancel(topic)
+            return True
+        except Exception:  # the mark is stored; only its haste is lost
+            log.warning("cannot signal the cancel of running messages of %s to their workers", sorted(topics),
+                        exc_info=True)
+            return False
 
-    def signal_due(self, topics: set[str]) -> bool:
+    def signal_due(self, topics: set[str]) -> None:
         """Tell the brokers that messages of ``topics`` became due without a new id (retried,
         edited, or steps released by a cancel, a delete or an edit), as a broker that released
         steps does (:meth:`tidemq.coordinator.Coordinator.signal`): their insert watches do not
         see such a change, so their waiting pulls would find it only by their earliest-due probe,
         up to about a second later. Sent as ``UNTIMED``: an edit to NEW keeps an old effect time,
-        so the brokers forget what their lock hints knew of the topic. False when the coordinator
-        cannot be reached."""
-        return self._signal(topics, lambda coordinator, topic: coordinator.signal(topic, UNTIMED),
-                            "messages of %s due now to the brokers")
-
-    def _signal(self, topics: set[str], send: Callable[[Coordinator, str], None], what: str) -> bool:
+        so the brokers forget what their lock hints knew of the topic. Sent from a thread of its
+        own (``topic_signals.SignalSender``): the request does not wait for ZooKeeper, nor for
+        its connection while ZooKeeper is away; a failure is logged once per outage."""
         if not topics:
-            return True
+            return
+        with self._lock:
+            if self._due is None:
+                self._due = SignalSender(self._send_due, "tidemq-console-due-signals", log,
+                                         "cannot tell the brokers of messages due now (%s); their probes find them "
+                                         "within about a second until this works again",
+                                         "telling the brokers of messages due now works again")
+                self._due.start()
+            due = self._due
+        due.send(topics)
+
+    def _send_due(self, topic: str) -> None:
         try:
-            coordinator = self._connect()
-            for topic in sorted(topics):
-                send(coordinator, topic)
-            return True
-        except Exception:  # the change is stored; only its haste is lost
-            log.warning("cannot signal " + what, sorted(topics), exc_info=True)
-            return False
+            self._connect().signal(topic, UNTIMED)
+        except CoordinationError:
+            raise
+        except Exception as exc:  # kazoo's own errors, a start that timed out: one outage to log
+            raise CoordinationError(f"cannot signal {topic}: {exc!r}") from None
 
     def close(self) -> None:
+        if self._due is not None:
+            self._due.stop()
         if self._own and self._coordinator is not None and self._started:
             self._coordinator.stop()
 

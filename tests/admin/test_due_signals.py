@@ -6,14 +6,15 @@ second later. The signals are watched here as a broker watches them (``watch_sig
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import pytest
 
-from tests.admin.conftest import due_signals, fail_all, produce
+from tests.admin.conftest import ADMIN, PASSWORD, Browser, due_signals, fail_all, produce
 from tests.background import InThread
-from tests.servers import wait_until
-from tidemq import BatchConsumer, clock
+from tests.servers import free_port, wait_until
+from tidemq import BatchConsumer, Settings, clock
 from tidemq.dependencies import WaitMode
 from tidemq_broker.storage import NewRow, WorkflowStep
 
@@ -94,3 +95,33 @@ def test_a_message_edited_to_new_at_its_old_time_reaches_a_pull_waiting_on_a_bro
     assert edited.status_code == 302
     [got] = waiting.value(40)
     assert got.id == failed
+
+
+def test_with_zookeeper_away_changes_are_stored_and_the_lost_signals_logged_once(mysql_url, caplog):
+    """The signals go from a thread of their own: a retry does not wait for ZooKeeper (nor for a
+    connection that cannot start), and an outage is one warning, not one per signal."""
+    from tidemq_admin import create_app
+
+    settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=f"127.0.0.1:{free_port()}", admin_user=ADMIN,
+                                 admin_password=PASSWORD)
+    app = create_app(settings)
+    console = app.extensions["tidemq"]
+    cluster, tried = console.cluster, []
+    send = cluster._send_due
+    cluster._send_due = lambda topic: (tried.append(topic), send(topic))  # counted; the sender starts later
+    try:
+        admin = Browser(app, ADMIN)
+        with caplog.at_level(logging.INFO, logger="tidemq_admin.console"):
+            for _ in range(2):
+                failed = _failed(console.storage)
+                page = admin.post(f"/messages/{failed}/retry", follow_redirects=True).get_data(as_text=True)
+                assert f"Message {failed} is NEW again and due now." in page
+                assert console.storage.reads.get_message(failed).status == "NEW"
+                console.storage.messages.delete_messages([failed])
+                wait_until(lambda: len(tried) >= 1, 30, what="a signal tried")  # not merged with the next one
+            wait_until(lambda: len(tried) >= 2, 30, what="the second signal tried")
+        lost = [r for r in caplog.records if r.getMessage().startswith("cannot tell the brokers")]
+        assert len(lost) == 1 and lost[0].levelno == logging.WARNING
+    finally:
+        cluster.close()
+        console.storage.close()
