@@ -21,7 +21,11 @@ The console signals the same nodes (it runs no pull hub), naming :data:`UNTIMED`
 what it announces may be due long ago (an operator's edit to NEW keeps the message's effect
 time), below the floor the brokers' lock hints start each range at. A broker that hears it
 forgets the topic's hint before waking the pulls, so their locks read from the start until the
-next probe; a released step is due from its release on, and needs no such thing.
+next probe; a released step is due from its release on, and needs no such thing. The
+maintenance leader's lease expiry, and a worker's release of leases it did not use, signal the
+same way (:meth:`ReleaseSignals.reopened`): their messages are NEW again at their old effect
+times. The broker hears its own such signal as anyone's (the sender names no broker) and wakes
+its pulls a second time, which these rare events can afford.
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ class ReleaseSignals:
                                     "cannot signal released steps to the other brokers (%s); they find them "
                                     "by their probe until this works again",
                                     "signalling released steps to the other brokers works again")
+        self._untimed = SignalSender(lambda topic: coordinator.signal(topic, UNTIMED), "tidemq-reopen-signals", log,
+                                     "cannot signal expired leases to the other brokers (%s); they find their "
+                                     "messages by their probe until this works again",
+                                     "signalling expired leases to the other brokers works again")
 
     def start(self) -> None:
         if self._name:
@@ -70,12 +78,14 @@ class ReleaseSignals:
             except Exception as exc:  # ZooKeeper away: not known, so every release is signalled
                 log.debug("cannot watch the brokers: %r", exc)
         self._sender.start()
+        self._untimed.start()
 
     def _brokers_changed(self, brokers: list[str]) -> None:
         self._others = any(broker != self._name for broker in brokers)
 
     def stop(self) -> None:
         self._sender.stop()
+        self._untimed.stop()
         with self._lock:
             self._stopped = True
             watched, self._watched = self._watched, {}
@@ -87,6 +97,13 @@ class ReleaseSignals:
         if self._others is False:
             return  # there are none
         self._sender.send(topics)
+
+    def reopened(self, topics: Iterable[str]) -> None:
+        """Messages of ``topics`` are NEW again at their old effect times (leases this broker
+        expired, or a worker released unused): tell the others, as :data:`UNTIMED`."""
+        if self._others is False:
+            return
+        self._untimed.send(topics)
 
     def watch(self, topic: str) -> None:
         """Wake this broker's pulls of ``topic`` on every signal of it from now on (once per

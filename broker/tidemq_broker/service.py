@@ -245,6 +245,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         released = self.storage.leases.release(token, clock.now(), request.consumer[:255], self.name)
         if released:
             self.hub.wake_all(topics)  # back to NEW at their old effect times
+            if self.signals is not None:
+                self.signals.reopened(topics)
         return pb.ReleaseReply(released=released)
 
     @rpc

@@ -86,3 +86,29 @@ def test_a_step_released_by_an_ack_here_is_delivered_past_the_shards_cursor(clie
     parents.ack(succeeded=[got.id])
     [released] = waiting.value(40)
     assert released.id == child
+
+
+def test_a_lease_expired_by_the_leader_reaches_a_pull_waiting_on_the_other_broker(two_brokers, clients):
+    """The expired lease's message is NEW again at its old effect time, below the shard's cursor
+    the other broker's locks left. Its probe and its pulls' recheck are off, so only the leader's
+    signal (``UNTIMED``: forget the topic's hint) can bring it to the waiting pull, which would
+    otherwise end empty at its deadline."""
+    wait_until(lambda: any(b.maintainer.is_leader.is_set() for b in two_brokers), 30, what="a maintenance leader")
+    other = 1 if two_brokers[0].maintainer.is_leader.is_set() else 0
+    hub, client = two_brokers[other].hub, clients[other]
+    hub._earliest_every, hub.recheck = 10**9, 600.0
+    topic = "t.cursor.expired"
+    msg_id = client.produce(topic, {"n": 1})
+    [held] = client.pull(topic, "dies", max_messages=1, wait=10.0, ttr=3.0)  # and never acks
+    assert held.id == msg_id
+
+    def cursor_at_due_by() -> bool:  # as above
+        assert client.pull(topic, "c", max_messages=1, wait=0) == []
+        cursor = hub.hints.get(topic).floor_of(0)
+        return cursor is not None and cursor > clock.after(clock.now(), -1)
+
+    wait_until(cursor_at_due_by, 10, what="the shard's cursor at its due-by time")
+    waiting = InThread(lambda: client.pull(topic, "c", max_messages=1, wait=30.0))
+    wait_until(lambda: hub.waiting(topic) == 1, 10, what="the pull waiting on the other broker")
+    [again] = waiting.value(40)
+    assert again.id == msg_id and again.attempt == 2

@@ -174,12 +174,16 @@ def test_a_serial_topic_hands_out_its_head_only_until_it_is_acknowledged(broker)
     assert [m.id for m in pull(broker, "s.serial", serial=True)] == [ids[1]]
 
 
-def test_extend_release_cancel_and_requeue(broker):
+def test_extend_release_cancel_and_requeue(broker, monkeypatch):
     ids = produce(broker, "s.more", "1", "2")
     [first] = pull(broker, "s.more", max_messages=1, lease_token=TOKEN)
     leases = [pb.LeaseRef(id=first.id, lease_token=TOKEN), pb.LeaseRef(id=first.id, lease_token="cd" * 16)]
     assert list(broker.Extend(pb.ExtendRequest(leases=leases, ttr_seconds=90), Context()).extended) == [True, False]
+    reopened: list[str] = []  # NEW again at old effect times: the other brokers are told
+    monkeypatch.setattr(broker, "signals", SimpleNamespace(reopened=reopened.extend, watch=lambda topic: None))
     assert broker.Release(pb.ReleaseRequest(lease_token=TOKEN), Context()).released == 1
+    assert reopened == ["s.more"]
+    monkeypatch.undo()
     back = stored(broker, first.id)
     assert (back.status, back.attempt) == ("NEW", 0)
     pull(broker, "s.more", max_messages=1)  # the first one again: RUNNING, not cancelled below
