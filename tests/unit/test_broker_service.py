@@ -17,13 +17,12 @@ import pytest
 from tests.background import InThread
 from tests.servers import wait_until
 from tidemq import clock
-from tidemq.dependencies import WaitMode
 from tidemq.rpc import tidemq_pb2 as pb
 from tidemq_broker.auth import CALLER
 from tidemq_broker.errors import StorageUnavailableError
 from tidemq_broker.pulls import PullHub
 from tidemq_broker.service import ERROR_KEY, BrokerService
-from tidemq_broker.storage import NewRow, Principal, TopicSettings, WorkflowStep
+from tidemq_broker.storage import Principal, TopicSettings
 from tidemq_broker.storages.database import NoConnectionError
 from tidemq_broker.storages.memory import open_memory_storage
 from tidemq_broker.topics import TopicCache
@@ -263,23 +262,6 @@ def test_concurrent_pulls_never_share_a_message(broker):
     assert sorted(taken) == ids
 
 
-def test_an_ack_that_releases_a_waiting_step_wakes_the_pulls_of_its_topic(broker, monkeypatch):
-    [parent] = produce(broker, "s.parent", "1")
-    now = clock.now()
-    [child] = broker.storage.dependencies.insert_steps([WorkflowStep(NewRow("s.child", "2", now, 0), (parent,))], now)
-    waiting = InThread(pull, broker, "s.child", 30.0)
-    wait_until(lambda: broker.hub._waiters.get("s.child"), 10, what="the pull to wait")
-    woken, notify = [], broker.hub.notify
-    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
-    [got] = pull(broker, "s.parent", ttr_seconds=30)
-    item = pb.AckItem(id=parent, lease_token=got.lease_token, success=True)
-    assert list(broker.Ack(pb.AckRequest(items=[item], consumer="c1", topic="s.parent"), Context()).outcomes) == \
-        [pb.APPLIED]
-    assert woken == ["s.child"]  # the released step's topic, not only the acked one's
-    [released] = waiting.value(10)
-    assert (released.id, stored(broker, child).status) == (child, "RUNNING")
-
-
 def _produced(topic: str) -> float:
     return prometheus_client.REGISTRY.get_sample_value("tidemq_messages_produced_total", {"topic": topic}) or 0.0
 
@@ -314,49 +296,6 @@ def test_a_produce_whose_messages_wait_on_each_other_is_a_workflow_and_a_cycle_i
     assert (refused.value.code, refused.value.error) == (grpc.StatusCode.INVALID_ARGUMENT, "DependencyCycleError")
     assert "step 0 -> step 1 -> step 0" in refused.value.details
     assert broker.storage.counts.count_by_status("s.flow") == {"s.flow": {"NEW": 1, "WAITING": 2}}
-
-
-@pytest.mark.parametrize("whole_workflow", [False, True], ids=["message", "workflow"])
-def test_a_cancel_that_releases_a_step_waiting_after_complete_wakes_the_pulls_of_its_topic(broker, monkeypatch,
-                                                                                          whole_workflow):
-    """A message's cancel, or its whole workflow's, releases another workflow's step that waits on
-    it after completion: the broker wakes the pulls waiting for that step."""
-    now = clock.now()
-    if whole_workflow:
-        [parent, _] = broker.storage.dependencies.insert_steps(
-            [WorkflowStep(NewRow("s.gone", "1", now, 0)), WorkflowStep(NewRow("s.gone", "2", now, 0), (), (0,))], now)
-    else:
-        [parent] = produce(broker, "s.gone", "1")
-    [child] = broker.storage.dependencies.insert_steps(
-        [WorkflowStep(NewRow("s.gone.after", "3", now, 0), (parent,), wait_mode=WaitMode.AFTER_COMPLETE)], now)
-    waiting = InThread(pull, broker, "s.gone.after", 30.0)
-    wait_until(lambda: broker.hub._waiters.get("s.gone.after"), 10, what="the pull to wait")
-    woken, notify = [], broker.hub.notify
-    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
-    cancel = pb.CancelRequest(ids=[parent], workflow=whole_workflow)
-    assert list(broker.Cancel(cancel, Context()).cancelled) == [True] * (2 if whole_workflow else 1)
-    assert woken == ["s.gone.after"]  # the probes would find it too, but only up to a second later
-    [released] = waiting.value(10)
-    assert (released.id, stored(broker, child).status) == (child, "RUNNING")
-
-
-def test_a_requeue_by_id_wakes_the_pulls_of_its_topics_here_and_signals_the_other_brokers(broker, monkeypatch):
-    """A requeued message is due now without a new id, which no insert watch sees."""
-    [dead] = produce(broker, "s.again", '"a"', retry=0)
-    [failed] = pull(broker, "s.again")
-    broker.Ack(pb.AckRequest(items=[pb.AckItem(id=dead, lease_token=failed.lease_token, success=False, error="x")],
-                             consumer="c1"), Context())
-    waiting = InThread(pull, broker, "s.again", 30.0)
-    wait_until(lambda: broker.hub._waiters.get("s.again"), 10, what="the pull to wait")
-    woken, notify, signalled = [], broker.hub.notify, []
-    monkeypatch.setattr(broker.hub, "notify", lambda topic, *args: (woken.append(topic), notify(topic, *args)))
-    monkeypatch.setattr(broker, "signals", SimpleNamespace(released=lambda topics: signalled.extend(topics)))
-    assert broker.Requeue(pb.RequeueRequest(ids=[dead, 10 ** 9], retry=0), Context()).requeued == 1
-    assert (woken, signalled) == (["s.again"], ["s.again"])  # the probes would find it, up to a second later
-    [again] = waiting.value(10)
-    assert (again.id, stored(broker, dead).status) == (dead, "RUNNING")
-    assert broker.Requeue(pb.RequeueRequest(ids=[dead], retry=0), Context()).requeued == 0  # RUNNING: not moved
-    assert (woken, signalled) == (["s.again"], ["s.again"])  # nothing moved, nothing woken
 
 
 @pytest.fixture
