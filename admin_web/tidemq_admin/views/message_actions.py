@@ -73,10 +73,9 @@ def edit(id: int):  # type: ignore[no-untyped-def]
     if not changed:
         flash("Nothing changed.", "info")
         return redirect(url_for("messages.detail", id=id))
+    released: dict[str, dict[int, int]] = {}  # steps its new status releases
     try:
-        now = clock.now()
-        released: dict[str, dict[int, int]] = {}
-        updated = c.storage.messages.edit_message(id, version, edit, now, g.user.name, changed, released)
+        updated = c.storage.messages.edit_message(id, version, edit, clock.now(), g.user.name, changed, released)
     except ValueError as exc:  # a status the message may not take (WAITING; a succeeded step's)
         return render_template("message_edit.html", msg=msg, form=request.form, errors={"status": str(exc)}), 400
     if updated is None:
@@ -87,7 +86,8 @@ def edit(id: int):  # type: ignore[no-untyped-def]
                if current.status == RUNNING else "it changed while you were editing; review the new values")
         return render_template("message_edit.html", msg=current, form=request.form,
                                errors={"form": f"Not saved: {why}."}), 409
-    _due(released, [updated.topic] if updated.status == NEW and updated.effect_time <= now else ())
+    # Left NEW: due now, or sooner than the pulls sleeping on its topic were told (or not: one look).
+    _due(released, [updated.topic] if updated.status == NEW else ())
     flash(f"Message {id} saved ({', '.join(changed)}).", "ok")
     return redirect(url_for("messages.detail", id=id))
 
