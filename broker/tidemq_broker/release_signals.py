@@ -42,7 +42,8 @@ __all__ = ["ReleaseSignals", "UNTIMED"]
 
 log = logging.getLogger(__name__)
 
-#: The sender a signal names when what it announces may be due at any earlier time (the console's).
+#: The sender a signal names when what it announces may be due at any earlier time (the console's,
+#: a lease expiry's, a worker's release of leases it did not use).
 UNTIMED = "*"
 
 
@@ -67,9 +68,9 @@ class ReleaseSignals:
                                     "by their probe until this works again",
                                     "signalling released steps to the other brokers works again")
         self._untimed = SignalSender(lambda topic: coordinator.signal(topic, UNTIMED), "tidemq-reopen-signals", log,
-                                     "cannot signal expired leases to the other brokers (%s); they find their "
-                                     "messages by their probe until this works again",
-                                     "signalling expired leases to the other brokers works again")
+                                     "cannot signal expired or released leases to the other brokers (%s); they "
+                                     "find their messages by their probe until this works again",
+                                     "signalling expired or released leases to the other brokers works again")
 
     def start(self) -> None:
         if self._name:
