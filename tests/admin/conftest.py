@@ -70,6 +70,14 @@ def due_signals(settings: Settings, topic: str, other: str) -> ContextManager[tu
     return _signals(settings, "watch_signal", topic, other)
 
 
+def edit_form(msg, **changes: str) -> dict[str, str]:
+    """The message edit page's form for stored ``msg``, its fields as the page fills them, with ``changes``."""
+    form = {"data": msg.data, "status": msg.status, "retry_remaining": str(msg.retry_remaining),
+            "effect_time": msg.effect_time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3], "version": str(msg.version)}
+    form.update(changes)
+    return form
+
+
 def csrf_of(html: str) -> str:
     match = _CSRF.search(html)
     assert match, "page has no CSRF token"

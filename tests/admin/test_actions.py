@@ -6,15 +6,12 @@ from datetime import datetime
 
 from tidemq_broker.storage import MessageFilter
 
-from tests.admin.conftest import ADMIN, cancel_signals, fail_all, lease_all, poison_all, produce
+from tests.admin.conftest import ADMIN, cancel_signals, edit_form, fail_all, lease_all, poison_all, produce
 from tests.observe import list_messages
 
 
 def _edit(admin, msg, **changes):
-    form = {"data": msg.data, "status": msg.status, "retry_remaining": str(msg.retry_remaining),
-            "effect_time": msg.effect_time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3], "version": str(msg.version)}
-    form.update(changes)
-    return admin.post(f"/messages/{msg.id}/edit", form)
+    return admin.post(f"/messages/{msg.id}/edit", edit_form(msg, **changes))
 
 
 def test_edit_saves_fields_and_traces_the_admin(admin, storage):

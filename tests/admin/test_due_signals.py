@@ -11,7 +11,7 @@ from typing import Callable
 
 import pytest
 
-from tests.admin.conftest import ADMIN, PASSWORD, Browser, due_signals, fail_all, produce
+from tests.admin.conftest import ADMIN, PASSWORD, Browser, due_signals, edit_form, fail_all, produce
 from tests.background import InThread
 from tests.servers import free_port, wait_until
 from tidemq import BatchConsumer, Settings, clock
@@ -37,13 +37,6 @@ def _waited_on(storage) -> int:
     return parent
 
 
-def _edit_form(msg, **changes: str) -> dict[str, str]:
-    form = {"data": msg.data, "status": msg.status, "retry_remaining": str(msg.retry_remaining),
-            "effect_time": msg.effect_time.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3], "version": str(msg.version)}
-    form.update(changes)
-    return form
-
-
 # Each: (make the message the change acts on, the console's request for it).
 CHANGES: dict[str, tuple[Callable, Callable]] = {
     "retry": (_failed, lambda admin, storage, id: admin.post(f"/messages/{id}/retry")),
@@ -51,9 +44,9 @@ CHANGES: dict[str, tuple[Callable, Callable]] = {
                                                                                         "action": "requeue"})),
     "requeue matching": (_failed, lambda admin, storage, id: admin.post("/messages/requeue", {"status": "FAIL"})),
     "edit to NEW": (_failed, lambda admin, storage, id: admin.post(
-        f"/messages/{id}/edit", _edit_form(storage.reads.get_message(id), status="NEW"))),
+        f"/messages/{id}/edit", edit_form(storage.reads.get_message(id), status="NEW"))),
     "edit that releases": (_waited_on, lambda admin, storage, id: admin.post(
-        f"/messages/{id}/edit", _edit_form(storage.reads.get_message(id), status="SUCCESS"))),
+        f"/messages/{id}/edit", edit_form(storage.reads.get_message(id), status="SUCCESS"))),
     "cancel that releases": (_waited_on, lambda admin, storage, id: admin.post(f"/messages/{id}/cancel")),
     "delete that releases": (_waited_on, lambda admin, storage, id: admin.post(f"/messages/{id}/delete")),
     "bulk delete that releases": (_waited_on, lambda admin, storage, id: admin.post(
@@ -91,7 +84,7 @@ def test_a_message_edited_to_new_at_its_old_time_reaches_a_pull_waiting_on_a_bro
     wait_until(cursor_at_due_by, 10, what="the shard's cursor at its due-by time")
     waiting = InThread(lambda: consumer.pull(max_messages=1, wait=30.0))
     wait_until(lambda: broker.hub.waiting(DUE) == 1, 10, what="the pull waiting on the broker")
-    edited = admin.post(f"/messages/{failed}/edit", _edit_form(storage.reads.get_message(failed), status="NEW"))
+    edited = admin.post(f"/messages/{failed}/edit", edit_form(storage.reads.get_message(failed), status="NEW"))
     assert edited.status_code == 302
     [got] = waiting.value(40)
     assert got.id == failed
