@@ -155,9 +155,10 @@ class StubBroker(StubProducing, StubResults, StubWorkflows):
         check_batch_size(ids, "ids")
         with self._cond:
             gone = [msg_id in self._rows and self._apply(self._rows[msg_id], lifecycle.cancel()) for msg_id in ids]
-            marked = self._cancel_running(ids) if running else [False] * len(ids)
+            marked, topics = self._cancel_running(ids) if running else ([False] * len(ids), set())
             self._cond.notify_all()
-            return [a or b for a, b in zip(gone, marked)]
+        self._signal_cancels(topics)
+        return [a or b for a, b in zip(gone, marked)]
 
     def requeue(self, ids: Optional[Sequence[int]] = None, *, topic: Optional[str] = None, retry: int = 0,
                 timeout: Optional[float] = None) -> int:

@@ -61,9 +61,9 @@ class StubResults:
                      for lease in leases]
             return Heartbeat(extended, flags)
 
-    def _cancel_running(self, ids: Sequence[int]) -> list[bool]:
-        """Mark the RUNNING messages among ``ids`` (once each); True for each one marked. Their
-        topics' cancel signal is sent through ``coordinator``, when there is one."""
+    def _cancel_running(self, ids: Sequence[int]) -> tuple[list[bool], set[str]]:
+        """Mark the RUNNING messages among ``ids`` (once each): True for each one marked, and
+        their topics, to signal once the stub's lock is released (:meth:`_signal_cancels`)."""
         change = lifecycle.request_cancel(self._now(), broker=self.name)
         marked, topics = [], set()
         for msg_id in ids:
@@ -74,11 +74,14 @@ class StubResults:
                     self._apply(row, change)  # type: ignore[arg-type]
                 topics.add(row[M.topic])  # type: ignore[index]
             marked.append(running)
+        return marked, topics
+
+    def _signal_cancels(self, topics: set[str]) -> None:
+        """Send ``topics``' cancel signal through ``coordinator``, when there is one (outside the
+        stub's lock: a coordinator may call back, or wait for its session)."""
         if self.coordinator is not None:
             for topic in sorted(topics):
-                # Under the stub's lock: the in-process coordinator only posts it to its watchers.
                 self.coordinator.signal_cancel(topic)
-        return marked
 
     def results(self, ids: Sequence[int], wait: float = 0.0, timeout: Optional[float] = None) -> list[MessageState]:
         """The state and result of each message; ``wait`` > 0: until one is final or gone."""

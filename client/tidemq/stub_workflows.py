@@ -54,7 +54,8 @@ class StubWorkflows:
 
     def _now(self) -> datetime: ...  # provided by StubBroker
     def _apply(self, row: dict[str, Any], change: Change, lease_token: Optional[str] = None) -> bool: ...
-    def _cancel_running(self, ids: Sequence[int]) -> list[bool]: ...
+    def _cancel_running(self, ids: Sequence[int]) -> tuple[list[bool], set[str]]: ...
+    def _signal_cancels(self, topics: set[str]) -> None: ...
 
     def _init_workflows(self) -> None:
         self._workflows: dict[int, _Workflow] = {}
@@ -90,12 +91,13 @@ class StubWorkflows:
             removed = sum(m in self._rows and self._apply(self._rows[m], lifecycle.cancel()) for m in pending)
             held = [m for m in found.members if m in self._rows and self._rows[m][M.status] == _RUNNING
                     and not self._rows[m][M.cancel_requested]] if running else []
-            marked = sum(self._cancel_running(held))
+            marks, topics = self._cancel_running(held)
             if found.ended is None:
                 found.cancelled = True
                 self._workflow_step_ended(id)
             self._cond.notify_all()
-            return removed + marked
+        self._signal_cancels(topics)
+        return removed + sum(marks)
 
     # -- internals (called with the lock held) -----------------------------------------------
     def _new_workflow(self, ids: Sequence[int], waited: Sequence[int], policy: str, now: datetime) -> None:
