@@ -24,8 +24,8 @@ forgets the topic's hint before waking the pulls, so their locks read from the s
 next probe; a released step is due from its release on, and needs no such thing. The
 maintenance leader's lease expiry, and a worker's release of leases it did not use, signal the
 same way (:meth:`ReleaseSignals.reopened`): their messages are NEW again at their old effect
-times. The broker hears its own such signal as anyone's (the sender names no broker) and wakes
-its pulls a second time, which these rare events can afford.
+times. Such a signal names the broker after the mark (``*host:port``), so that it skips its own
+like any other: it woke its pulls already.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = ["ReleaseSignals", "UNTIMED"]
 log = logging.getLogger(__name__)
 
 #: The sender a signal names when what it announces may be due at any earlier time (the console's,
-#: a lease expiry's, a worker's release of leases it did not use).
+#: a lease expiry's, a worker's release of leases it did not use); a broker's follows it by its name.
 UNTIMED = "*"
 
 
@@ -67,7 +67,8 @@ class ReleaseSignals:
                                     "cannot signal released steps to the other brokers (%s); they find them "
                                     "by their probe until this works again",
                                     "signalling released steps to the other brokers works again")
-        self._untimed = SignalSender(lambda topic: coordinator.signal(topic, UNTIMED), "tidemq-reopen-signals", log,
+        self._untimed = SignalSender(lambda topic: coordinator.signal(topic, UNTIMED + name),
+                                     "tidemq-reopen-signals", log,
                                      "cannot signal expired or released leases to the other brokers (%s); they "
                                      "find their messages by their probe until this works again",
                                      "signalling expired or released leases to the other brokers works again")
@@ -101,7 +102,7 @@ class ReleaseSignals:
 
     def reopened(self, topics: Iterable[str]) -> None:
         """Messages of ``topics`` are NEW again at their old effect times (leases this broker
-        expired, or a worker released unused): tell the others, as :data:`UNTIMED`."""
+        expired, or a worker released unused): tell the others, as :data:`UNTIMED` and this broker."""
         if self._others is False:
             return
         self._untimed.send(topics)
@@ -129,5 +130,7 @@ class ReleaseSignals:
                 self._watched[topic] = stop_watch
 
     def _heard(self, topic: str, sender: Optional[str]) -> None:
-        if not self._name or sender != self._name:
-            self._wake(topic, sender == UNTIMED)
+        untimed = sender is not None and sender.startswith(UNTIMED)
+        origin = sender[len(UNTIMED):] if sender is not None and untimed else sender  # "": the console
+        if not self._name or origin != self._name:
+            self._wake(topic, untimed)

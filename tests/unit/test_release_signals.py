@@ -49,11 +49,16 @@ def test_released_topics_are_signalled_and_watched_topics_wake_their_pulls():
         assert woken == [("t.a", False)] * 2
         coordinator.watches["t.a"](UNTIMED)  # the console's: due at times not known
         assert woken == [("t.a", False)] * 2 + [("t.a", True)]
+        coordinator.watches["t.a"](UNTIMED + "b2")  # another broker's lease expiry
+        assert woken == [("t.a", False)] * 2 + [("t.a", True)] * 2
+        coordinator.watches["t.a"](UNTIMED + "b1")  # its own: it woke its pulls already
+        assert woken == [("t.a", False)] * 2 + [("t.a", True)] * 2
         signals.released({"t.a": 1, "t.b": 2})
         wait_until(lambda: sorted(coordinator.signalled) == [("t.a", "b1"), ("t.b", "b1")], 10,
                    what="both topics signalled, naming the broker")
         signals.reopened(["t.c"])  # expired leases: NEW again at old effect times
-        wait_until(lambda: ("t.c", UNTIMED) in coordinator.signalled, 10, what="the topic signalled as UNTIMED")
+        wait_until(lambda: ("t.c", UNTIMED + "b1") in coordinator.signalled, 10,
+                   what="the topic signalled as UNTIMED, naming the broker")
     finally:
         signals.stop()
     assert coordinator.watches == {}  # stopped with the broker

@@ -7,6 +7,7 @@ one dispatcher thread, like kazoo's event thread, so they never run under the ca
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import queue
@@ -31,7 +32,7 @@ class _Tree:
     consumers: dict[str, set[str]] = field(default_factory=dict)
     broadcasts: dict[str, dict[int, tuple[float, bytes]]] = field(default_factory=dict)
     counters: dict[str, itertools.count] = field(default_factory=dict)
-    watchers: dict[str, list[Callable[[], None]]] = field(default_factory=dict)
+    watchers: dict[str, list[Callable[..., None]]] = field(default_factory=dict)  # a signal's: (sender)
     candidates: list[str] = field(default_factory=list)
     leader_changed: threading.Condition = field(default_factory=lambda: threading.Condition(threading.RLock()))
 
@@ -143,13 +144,13 @@ class LocalCoordinator(Coordinator):
             _post(lambda listener=listener: listener(state))
 
     # -- watch plumbing ----------------------------------------------------------------------
-    def _changed(self, key: str) -> None:
+    def _changed(self, key: str, *args: str) -> None:
         with self._tree.lock:
             watchers = list(self._tree.watchers.get(key, ()))
         for notify in watchers:
-            _post(notify)
+            _post(functools.partial(notify, *args) if args else notify)
 
-    def _watch(self, key: str, notify: Callable[[], None]) -> Callable[[], None]:
+    def _watch(self, key: str, notify: Callable[..., None]) -> Callable[[], None]:
         with self._tree.lock:
             self._tree.watchers.setdefault(key, []).append(notify)
         _post(notify)
@@ -242,10 +243,11 @@ class LocalCoordinator(Coordinator):
 
     # -- signals -----------------------------------------------------------------------------
     def signal(self, topic: str, sender: str = "") -> None:
-        self._changed("signal/" + topic)
+        self._changed("signal/" + topic, sender)
 
     def watch_signal(self, topic: str, callback: Callable[[Optional[str]], None]) -> Callable[[], None]:
-        return self._watch("signal/" + topic, lambda: callback(None))  # coalesced notifications: never sure
+        # Each signal is its own call, naming its sender; the first call (the watch's start) names none.
+        return self._watch("signal/" + topic, lambda sender=None: callback(sender))
 
     def signal_cancel(self, topic: str) -> None:
         self._changed("cancel/" + topic)
