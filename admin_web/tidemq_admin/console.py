@@ -84,19 +84,26 @@ class ClusterView:
             snap.error = f"the coordinator did not answer: {exc!r}"
         return snap
 
-    def signal_cancels(self, topics: set[str]) -> bool:
+    def signal_cancels(self, topics: set[str], wait: float = 2.0) -> bool:
         """Tell the workers of ``topics`` that running messages of theirs were marked cancelled,
         as a broker does (:meth:`tidemq.coordinator.Coordinator.signal_cancel`). False when the
-        coordinator cannot be reached: the workers then learn of it at their next heartbeat."""
-        try:
-            coordinator = self._connect()
-            for topic in sorted(topics):
-                coordinator.signal_cancel(topic)
-            return True
-        except Exception:  # the mark is stored; only its haste is lost
-            log.warning("cannot signal the cancel of running messages of %s to their workers", sorted(topics),
-                        exc_info=True)
-            return False
+        coordinator could not be reached within ``wait`` seconds: the workers then learn of it
+        at their next heartbeat, or when the signal, still on its way, gets through."""
+        sent = threading.Event()
+
+        def send() -> None:
+            try:
+                coordinator = self._connect()  # the session's start, while ZooKeeper is away, takes 5 s
+                for topic in sorted(topics):
+                    coordinator.signal_cancel(topic)
+                sent.set()
+            except Exception:  # the mark is stored; only its haste is lost
+                log.warning("cannot signal the cancel of running messages of %s to their workers", sorted(topics),
+                            exc_info=True)
+
+        # The request waits for the signal a moment, not for a session that cannot start.
+        threading.Thread(target=send, name="tidemq-console-cancel-signal", daemon=True).start()
+        return sent.wait(wait)
 
     def signal_due(self, topics: set[str]) -> None:
         """Tell the brokers that messages of ``topics`` became due without a new id (retried,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tidemq import Settings
 from tidemq_broker.storage import MessageFilter
 
-from tests.admin.conftest import ADMIN, cancel_signals, edit_form, fail_all, lease_all, poison_all, produce
+from tests.admin.conftest import (ADMIN, PASSWORD, Browser, cancel_signals, edit_form, fail_all, lease_all, poison_all,
+                                  produce)
 from tests.observe import list_messages
+from tests.servers import free_port
 
 
 def _edit(admin, msg, **changes):
@@ -215,6 +218,26 @@ def test_cancel_of_a_running_message_marks_it_traced_and_signals_its_topics_work
     assert (msg.status, msg.cancel_requested) == ("RUNNING", True)
     assert "CANCEL_REQUESTED" in msg.trace and f"user={ADMIN}" in msg.trace
     assert 'id="cancel"' not in admin.get(f"/messages/{running}").get_data(as_text=True)  # requested once
+
+
+def test_cancel_of_a_running_message_with_zookeeper_away_is_stored_and_says_when_its_worker_learns(mysql_url):
+    """The request waits for the signal a moment, not for a session that cannot start: the mark is
+    stored, and the page says the worker learns of it at its next heartbeat at the latest."""
+    from tidemq_admin import create_app
+
+    settings = Settings.from_env({}, db_url=mysql_url, zk_hosts=f"127.0.0.1:{free_port()}", admin_user=ADMIN,
+                                 admin_password=PASSWORD)
+    app = create_app(settings)
+    console = app.extensions["tidemq"]
+    try:
+        [running] = produce(console.storage, "reports", ['{"a": 1}'])
+        lease_all(console.storage, "reports")
+        page = Browser(app, ADMIN).post(f"/messages/{running}/cancel", follow_redirects=True).get_data(as_text=True)
+        assert "Its worker learns of it at its next heartbeat at the latest" in page
+        assert console.storage.reads.get_message(running).cancel_requested
+    finally:
+        console.cluster.close()
+        console.storage.close()
 
 
 def test_produce_a_test_message(admin, storage):

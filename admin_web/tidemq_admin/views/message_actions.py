@@ -123,7 +123,8 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
         flash(f"Message {id} was pending and is now cancelled.", "ok")
         return redirect(url_for("messages.index"))
     log.info("admin %s requested the cancel of running message %s", g.user.name, id)
-    told = "now" if c.cluster.signal_cancels(topics) else "at its next heartbeat (ZooKeeper did not answer)"
+    told = ("now" if c.cluster.signal_cancels(topics)
+            else "at its next heartbeat at the latest (ZooKeeper has not answered yet)")
     flash(f"Message {id} is running: its cancel is requested. Its worker learns of it {told}, stops its "
           "handler and ends it CANCELLED.", "ok")
     return redirect(url_for("messages.detail", id=id))

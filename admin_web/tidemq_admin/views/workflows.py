@@ -81,7 +81,8 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     log.info("admin %s cancelled workflow %s (%d steps removed or marked)", g.user.name, id, count)
     told = ""
     if topics:
-        when = "now" if c.cluster.signal_cancels(topics) else "at their next heartbeat (ZooKeeper did not answer)"
+        when = ("now" if c.cluster.signal_cancels(topics)
+                else "at their next heartbeat at the latest (ZooKeeper has not answered yet)")
         told = f" The workers of its running steps learn of it {when}, stop their handlers and end them CANCELLED."
     flash(f"Workflow {id} is cancelled: {count} step{'s' if count != 1 else ''} removed or stopped.{told}", "ok")
     return redirect(url_for("workflows.detail", id=id))
