@@ -77,7 +77,7 @@ class Cancels:
                                                              broker=self._name)
         self._wake_released(released, before)  # what waited on the removed steps from other workflows
         self._signal(topics)
-        return sum(counts)
+        return sum(done.removed + done.marked for done in counts)
 
     def _signal(self, topics: set[str]) -> None:
         """Signal the ``topics`` of marked messages (read with the marks, sent after their commit)."""

@@ -5,11 +5,19 @@ messages, cancelling it, and who is told of the workflows a commit ended."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable, Mapping, Optional, Protocol, Sequence
+from typing import Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from .records import WorkflowRecord
 
-__all__ = ["WorkflowStore"]
+__all__ = ["WorkflowCancel", "WorkflowStore"]
+
+
+class WorkflowCancel(NamedTuple):
+    """What a cancel did to one workflow: its NEW and WAITING messages ``removed``, its RUNNING
+    ones ``marked`` cancelled by it (not those marked before)."""
+
+    removed: int
+    marked: int
 
 
 class WorkflowStore(Protocol):
@@ -28,11 +36,11 @@ class WorkflowStore(Protocol):
 
     def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
                          topics: Optional[set[str]] = None, released: Optional[dict[str, dict[int, int]]] = None,
-                         **who: str) -> list[int]:
+                         **who: str) -> list[WorkflowCancel]:
         """Cancel each workflow whole, in one transaction: remove its NEW and WAITING messages (what
         waits on them elsewhere learns they ended CANCELLED) and, with ``running``, mark its
         RUNNING ones as ``cancel`` with ``running_at`` does; its state becomes CANCELLED. Returns, per
-        workflow, how many messages were removed or marked. ``topics``, when given, gets the
+        workflow, how many messages were removed and how many marked. ``topics``, when given, gets the
         topics of its RUNNING messages with ``running`` (marked now or before: the caller
         signals them). ``released`` ({topic: {id: priority}}, as ``cancel``'s) gets the messages
         of other workflows that waited on the removed ones and are due now. ``who`` names the

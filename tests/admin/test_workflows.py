@@ -135,7 +135,7 @@ def test_an_admin_cancels_a_running_workflow_whole_and_its_running_steps_workers
     assert 'id="cancel-workflow"' in admin.get(f"/workflows/{first}").get_data(as_text=True)
     with cancel_signals(settings, "wf.cx", "orders") as (heard, elsewhere):
         page = admin.post(f"/workflows/{first}/cancel", follow_redirects=True).get_data(as_text=True)
-        assert f"Workflow {first} is cancelled: 3 steps removed or stopped." in page
+        assert f"Workflow {first} is cancelled: 2 steps removed, 1 running step marked to stop." in page
         assert "running steps learn of it now" in page
         assert heard.wait(10), "the running step's workers were not signalled"
         assert not elsewhere.is_set()
@@ -154,7 +154,7 @@ def test_a_workflow_whose_running_step_was_not_marked_is_still_running_and_offer
     course: the workflow runs on, and an admin can still stop that step from its page."""
     first, second = submit(storage, "wf.cunmarked", (), (0,))
     lease_all(storage, "wf.cunmarked")
-    assert storage.dependencies.cancel_workflows([first], False, clock.now(), broker="b1") == [1]
+    assert storage.dependencies.cancel_workflows([first], False, clock.now(), broker="b1") == [(1, 0)]
     page = admin.get(f"/workflows/{first}").get_data(as_text=True)
     assert '<span class="badge w-running" id="state">running</span>' in page
     assert 'id="cancel-workflow"' in page and 'id="cancelling"' not in page

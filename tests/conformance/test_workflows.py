@@ -127,7 +127,7 @@ def test_cancelling_a_workflow_removes_what_has_not_run_and_marks_what_runs(stor
     [leased] = lock(storage, "t.wf.cancel")
     assert leased.id == first
     unmarked: set[str] = set()
-    assert storage.dependencies.cancel_workflows([first], False, clock.now(), unmarked, broker="b1") == [2]
+    assert storage.dependencies.cancel_workflows([first], False, clock.now(), unmarked, broker="b1") == [(2, 0)]
     assert unmarked == set()  # nothing marked: no topic to signal
     assert [storage.reads.get_message(i) for i in (second, third)] == [None, None]
     assert _status(storage, first) == S.RUNNING.value and not storage.reads.get_message(first).cancel_requested
@@ -135,18 +135,18 @@ def test_cancelling_a_workflow_removes_what_has_not_run_and_marks_what_runs(stor
     assert ended == []
     # running=True marks the running step; its end then ends the workflow, CANCELLED.
     marked: set[str] = set()
-    assert storage.dependencies.cancel_workflows([first], True, clock.now(), marked, user="ada") == [1]
+    assert storage.dependencies.cancel_workflows([first], True, clock.now(), marked, user="ada") == [(0, 1)]
     assert marked == {"t.wf.cancel"}
     marked_step = storage.reads.get_message(first)
     assert marked_step.cancel_requested
     assert "CANCEL_REQUESTED" in marked_step.trace and "user=ada" in marked_step.trace  # who cancelled
-    assert storage.dependencies.cancel_workflows([first], True, clock.now(), broker="b1") == [0]
+    assert storage.dependencies.cancel_workflows([first], True, clock.now(), broker="b1") == [(0, 0)]  # marked before
     ack(storage, [AckItem(first, leased.lease_token, False, "stopped", cancelled=True)])
     assert _row(storage, first) == ("CANCELLED", 3, 0, 3)
     assert ended == [{"CANCELLED": 1}]
     # Another workflow is untouched; an unknown id cancels nothing.
     assert [_status(storage, i) for i in other] == [S.WAITING.value, S.WAITING.value]
-    assert storage.dependencies.cancel_workflows([other[0] + 10 ** 9], True, clock.now(), broker="b1") == [0]
+    assert storage.dependencies.cancel_workflows([other[0] + 10 ** 9], True, clock.now(), broker="b1") == [(0, 0)]
     assert storage.dependencies.workflow_topics([first]) == {"t.wf.cancel"}
     assert storage.dependencies.workflow_topics([first, other[0]]) == {"t.wf.cancel", "t.wf.cancel.other"}
 
@@ -156,7 +156,7 @@ def test_cancelling_a_workflow_stops_what_waits_on_it_from_another(storage):
     stop, cont = _submit(storage, "t.wf.cross2", (), (), depends_on={0: [second], 1: [second]},
                          modes={1: WaitMode.AFTER_COMPLETE})
     released: dict[str, dict[int, int]] = {}
-    assert storage.dependencies.cancel_workflows([first], False, clock.now(), None, released, broker="b1") == [2]
+    assert storage.dependencies.cancel_workflows([first], False, clock.now(), None, released, broker="b1") == [(2, 0)]
     assert _status(storage, stop) == S.CANCELLED.value
     stored = storage.reads.get_message(cont)
     assert (stored.status, stored.deps_failed) == (S.NEW.value, 1)

@@ -73,16 +73,22 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     c = console()
     topics: set[str] = set()
     released: dict[str, dict[int, int]] = {}  # steps of other workflows that waited for its steps to end
-    [count] = c.storage.dependencies.cancel_workflows([id], True, clock.now(), topics, released, user=g.user.name)
+    [done] = c.storage.dependencies.cancel_workflows([id], True, clock.now(), topics, released, user=g.user.name)
     c.cluster.signal_due(set(released))
-    if not count and not topics:
+    if not done.removed and not topics:
         flash(f"Workflow {id} was not cancelled: none of its steps is waiting, pending or running.", "error")
         return redirect(url_for("workflows.detail", id=id))
-    log.info("admin %s cancelled workflow %s (%d steps removed or marked)", g.user.name, id, count)
-    told = ""
-    if topics:
+    log.info("admin %s cancelled workflow %s (%d steps removed, %d running ones marked)", g.user.name, id,
+             done.removed, done.marked)
+    said = f"Workflow {id} is cancelled: {_steps(done.removed)} removed"
+    if topics:  # running steps: marked now, or by an earlier cancel (told again)
         when = ("now" if c.cluster.signal_cancels(topics)
                 else "at their next heartbeat at the latest (ZooKeeper has not answered yet)")
-        told = f" The workers of its running steps learn of it {when}, stop their handlers and end them CANCELLED."
-    flash(f"Workflow {id} is cancelled: {count} step{'s' if count != 1 else ''} removed or stopped.{told}", "ok")
+        said += (f", {_steps(done.marked, 'running ')} marked to stop. The workers of its running steps learn of "
+                 f"it {when}, stop their handlers and end them CANCELLED.")
+    flash(said if topics else said + ".", "ok")
     return redirect(url_for("workflows.detail", id=id))
+
+
+def _steps(count: int, kind: str = "") -> str:
+    return f"{count} {kind}step{'' if count == 1 else 's'}"

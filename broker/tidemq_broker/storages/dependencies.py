@@ -46,6 +46,7 @@ from ..schema import dependency as d
 from ..schema import message as m
 from ..schema import produce_request as r
 from ..schema import workflow as w
+from ..workflow_store import WorkflowCancel
 from .changes import apply, apply_to_ids, guard
 from .ids import bound_ids_in, ids_in
 from .parents import released_parents
@@ -199,14 +200,14 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
 
     def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
                          topics: Optional[set[str]] = None, released: Optional[dict[str, dict[int, int]]] = None,
-                         **who: str) -> list[int]:
+                         **who: str) -> list[WorkflowCancel]:
         change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, **who)
         broker = who.get("broker", "")  # the released or stopped dependents' traces name a broker only
         finished: dict[int, str] = {}
         held_topics: set[str] = set()
         freed: dict[int, tuple[str, int]] = {}
 
-        def work(conn: Connection) -> list[int]:
+        def work(conn: Connection) -> list[WorkflowCancel]:
             finished.clear()
             held_topics.clear()
             freed.clear()
@@ -230,7 +231,7 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
                                             tally))
                 if steps:
                     found.append(workflow_id)
-                counts.append(len(pending) + marked)
+                counts.append(WorkflowCancel(len(pending), marked))
             # The workflows' rows last, after every message row this locks (as every transaction
             # that ends steps does), in one order.
             for workflow_id in sorted(set(found)):

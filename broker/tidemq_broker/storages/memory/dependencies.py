@@ -16,6 +16,7 @@ from tidemq.tables import MESSAGE as M
 from tidemq.tables import WORKFLOW as W
 
 from ...records import WorkflowStep, add_released
+from ...workflow_store import WorkflowCancel
 from ..request_ids import id_list, stored_answer
 from ..rows import insert_columns, row_values
 from ..steps import WAITED_ON, check_known, check_steps, edges, parent_ids, plan
@@ -84,7 +85,7 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
 
     def cancel_workflows(self, workflow_ids: Sequence[int], running: bool, now: datetime,
                          topics: Optional[set[str]] = None, released: Optional[dict[str, dict[int, int]]] = None,
-                         **who: str) -> list[int]:
+                         **who: str) -> list[WorkflowCancel]:
         change, marking = lifecycle.cancel(), lifecycle.request_cancel(now, **who)
         broker = who.get("broker", "")  # the released or stopped dependents' traces name a broker only
         state = self._state
@@ -105,7 +106,7 @@ class MemoryDependencies(MemoryWorkflows, MemoryEdges):
                                             tally))
                 if steps and workflow_id in state.workflows and state.workflows[workflow_id][W.finished_at] is None:
                     state.workflows[workflow_id][W.state] = WorkflowState.CANCELLED.value
-                counts.append(len(pending) + marked)
+                counts.append(WorkflowCancel(len(pending), marked))
             finished = settle(state, tally, now)
         state.outcomes.ended(finished)
         add_released(released, freed)
