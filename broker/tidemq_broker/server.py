@@ -118,7 +118,7 @@ class BrokerServer:
                                      ProduceStreams(limit=max(1, workers // 4)), self.cancel_signals)
         pb_grpc.add_BrokerServicer_to_server(self.service, self._server)
         self.maintainer = Maintainer(self.coordinator, self.address, [
-            LeaseExpiry(self.storage.leases, self.address, self._leases_expired, self._max_deliveries),
+            LeaseExpiry(self.storage.leases, self.address, self.service.reopened, self._max_deliveries),
             Retention(self.storage.topics, self.storage.messages),
             ResultRetention(self.storage.topics, self.storage.messages),
             EdgeRetention(self.storage.dependencies),
@@ -146,11 +146,6 @@ class BrokerServer:
         # A step another broker released is due from that broker's "now": ours less the margin
         # its clock may differ by, or the shards' cursors could stay above it until the probe.
         self.hub.notify(topic, clock.after(clock.now(), -MARGIN), None)
-
-    def _leases_expired(self, topics: Sequence[str]) -> None:
-        """Leases expired here: their messages are NEW again at their old effect times."""
-        self.hub.wake_all(topics)
-        self.signals.reopened(topics)
 
     def start(self) -> "BrokerServer":
         """Start serving, then announce the broker so clients only find it ready."""

@@ -7,7 +7,7 @@ from collections import Counter
 import logging
 import time
 from datetime import datetime
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import grpc
 
@@ -21,20 +21,8 @@ from . import metrics
 from .auth import authorize, checks_topics
 from .cancels import Cancels
 from .errors import MalformedRequestError
-from .intake import (
-    MAX_TTR,
-    ack_items,
-    check_ids,
-    check_progress,
-    check_result_ids,
-    check_wait,
-    check_lease_token,
-    check_lease_ttr,
-    check_pull,
-    check_request_id,
-    rows_from_request,
-    steps_from_request,
-)
+from .intake import (MAX_TTR, ack_items, check_ids, check_lease_token, check_lease_ttr, check_progress, check_pull,
+                     check_request_id, check_result_ids, check_wait, rows_from_request, steps_from_request)
 from .hints import arrivals
 from .handoff import Handed, HandOff, handed_out
 from .lease_grants import LeaseGrants
@@ -244,10 +232,16 @@ class BrokerService(pb_grpc.BrokerServicer):
         authorize("Release", topics if checks_topics() else ())
         released = self.storage.leases.release(token, clock.now(), request.consumer[:255], self.name)
         if released:
-            self.hub.wake_all(topics)  # back to NEW at their old effect times
-            if self.signals is not None:
-                self.signals.reopened(topics)
+            self.reopened(topics)
         return pb.ReleaseReply(released=released)
+
+    def reopened(self, topics: Sequence[str]) -> None:
+        """Messages of ``topics`` are NEW again at their old effect times (leases released here,
+        or expired by the maintenance leader): wake the pulls here, forgetting the topics' hints,
+        and tell the other brokers (``ReleaseSignals.reopened``)."""
+        self.hub.wake_all(topics)
+        if self.signals is not None:
+            self.signals.reopened(topics)
 
     @rpc
     def Touch(self, request: pb.TouchRequest, context: grpc.ServicerContext) -> pb.TouchReply:
