@@ -31,7 +31,8 @@ ON_REQUEST = ("pressure",)
 #: (interleaved rounds aside), so a scenario that breaks fails the smoke run.
 SMOKE = {
     "rounds": 1, "security_messages": 2_000, "produce_messages": 4_000, "latency_samples": 100,
-    "consume_messages": 4_000, "consume_workers": [2], "consume_defaults_messages": 1_000, "pending": 5_000, "due": 200, "due_window": 2.0,
+    "consume_messages": 4_000, "consume_workers": [2], "consume_defaults_messages": 1_000, "pending": 5_000,
+    "due": 200, "due_window": 2.0,
     "peer_messages": 500, "peer_seconds": 5.0, "peer_due": 100, "peer_window": 2.0, "peer_pending": 500,
     "celery_pools": ["solo"], "rq_workers": ["simple"], "durable_seconds": 1.0,
     "concurrency_threads": [1, 4], "concurrency_seconds": 0.5, "concurrency_warmup": 0.1,
@@ -128,7 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--results-messages", type=int, default=50_000,
                    help="messages drained per round with results stored and without")
     g.add_argument("--results-waiters", type=int, default=1000, help="concurrent Results long-polls on one broker")
-    g.add_argument("--results-idle-seconds", type=float, default=10.0, help="seconds the waiters' broker CPU is measured")
+    g.add_argument("--results-idle-seconds", type=float, default=10.0,
+                   help="seconds the waiters' broker CPU is measured")
     g.add_argument("--results-warmup", type=float, default=2.0, help="seconds for every waiter to be waiting first")
     g.add_argument("--results-cancels", type=int, default=100,
                    help="running handlers cancelled one after another, each timed to its end seen by a waiter")

@@ -111,7 +111,8 @@ def main() -> None:
         add_user(app.extensions["tidemq"].admin, "bench", "quiet-river-stone-7", "admin")
         client = app.test_client()
         token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").get_data(as_text=True)).group(1)
-        assert client.post("/login", data={"csrf_token": token, "name": "bench", "password": "quiet-river-stone-7"}).status_code == 302
+        assert client.post("/login", data={"csrf_token": token, "name": "bench",
+                                           "password": "quiet-river-stone-7"}).status_code == 302
         app.test_client = lambda: client  # type: ignore[method-assign]  # keep the signed-in session
         mid = args.rows // 2
         pages = [

@@ -34,7 +34,8 @@ def seed_finished(conn, n: int, topics: int = 4, days: int = 3, start: str = "20
     step = max(1, days * 86_400_000 // max(n, 1))
     sql = (
         f"INSERT INTO tidemq_message ({_COLUMNS}) "
-        "SELECT CONCAT('bench.t', seq % {topics}), CONCAT('{{\"n\": ', seq, ', \"pad\": \"', REPEAT('x', seq % 64), '\"}}'), "
+        "SELECT CONCAT('bench.t', seq % {topics}), "
+        "CONCAT('{{\"n\": ', seq, ', \"pad\": \"', REPEAT('x', seq % 64), '\"}}'), "
         "IF(seq % 20 = 0, 'FAIL', 'SUCCESS'), t, t, 0, NULL, 1, 30, NULL, NULL, 'c1', NULL, 2, "
         "CONCAT(DATE_FORMAT(t, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ'), ' PRODUCED broker=b1\\n'), t, "
         "t + INTERVAL 1 SECOND, t + INTERVAL 100000 MICROSECOND, t + INTERVAL 1 SECOND "
@@ -130,8 +131,8 @@ def _kill_and_rerun(spark, db, url: str, n: int, work: str, args) -> dict:
         with conn.cursor() as cur:
             cur.execute("DELETE FROM tidemq_archive_batch")
     archive = f"{work}/archive-killed"
-    cmd = TIDEMQ + ["--db-url", url, "pipeline", "archive", "--master", f"local[{args.partitions}]", "--archive", archive,
-                    "--batch-rows", str(max(1, n // 5)), "--partitions", str(args.partitions)]
+    cmd = TIDEMQ + ["--db-url", url, "pipeline", "archive", "--master", f"local[{args.partitions}]",
+                    "--archive", archive, "--batch-rows", str(max(1, n // 5)), "--partitions", str(args.partitions)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started = time.monotonic()

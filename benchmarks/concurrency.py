@@ -175,7 +175,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
             if name == "celery":
                 from .celery_peer import CeleryPeer
 
-                peers["Celery"] = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency, report.progress)
+                peers["Celery"] = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency,
+                                             report.progress)
             else:
                 from .rq_peer import RQPeer
 

@@ -45,7 +45,8 @@ def _workers_seconds(cluster: Cluster, report: Report, topic: str, n: int, procs
     _load(cluster, report, topic, n, 86400)
     watch = raw.Watch(cluster.db_url)
     try:
-        with cpu, profiled(profile, f"{topic}-{len(cluster.brokers)}b", {k: v for k, v in cpu.pids.items() if k != "mariadb"}):
+        with cpu, profiled(profile, f"{topic}-{len(cluster.brokers)}b",
+                           {k: v for k, v in cpu.pids.items() if k != "mariadb"}):
             raw.make_due(cluster.db_url, topic)
             began = time.monotonic()
             deadline = began + max(120.0, n / least_rate)
@@ -122,7 +123,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     results = {}
     for k, workers in enumerate(args.consume_workers):
         res = results[workers] = compare(cluster, report, workers, args)
-        report.record("consume", f"raw loop (beside {workers} workers)", res["raw"], "msg/s", "1 connection, 500 per lock")
+        report.record("consume", f"raw loop (beside {workers} workers)", res["raw"], "msg/s",
+                      "1 connection, 500 per lock")
         report.record("consume", f"{workers} worker processes, 1 broker", res["rate"], "msg/s",
                       f"wall clock incl. wake-up: {res['wall']:,.0f}/s")
         report.record("consume", f"cpu s/s with {workers} workers", res["cpu"], "cores")
@@ -136,7 +138,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                                  defaults_rate(cluster, report, workers, args.consume_defaults_messages), "msg/s",
                                  f"@mq_consumer(topic) with no options, {args.consume_defaults_messages:,} messages")
             report.record("consume", f"ratio consumer defaults / as set here ({workers} workers)",
-                          round(rate / res["rate"], 3), "x", f"threads {args.worker_threads}, batch {args.worker_batch}")
+                          round(rate / res["rate"], 3), "x",
+                          f"threads {args.worker_threads}, batch {args.worker_batch}")
     if args.scale:
         workers = max(args.consume_workers)
         cluster.start_broker()

@@ -71,11 +71,13 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
         marks = LatenessFiles(prefix)
         late0 = _run_phase(cluster, report, marks, args.peer_due, args.peer_window, procs, "no pending")
         rss0 = {"broker": rss_mb(broker.pid), "workers": sum(rss_mb(p.pid) for p in procs)}
-        _targets(report, "none pending", _record(report, f"{args.peer_due} due over {args.peer_window:.0f}s, none pending", late0))
+        _targets(report, "none pending",
+                 _record(report, f"{args.peer_due} due over {args.peer_window:.0f}s, none pending", late0))
         pending_from = clock.after(clock.now(), 3600)
         span = 5 * 3600 / max(args.pending, 1)
         raw.load(cluster.db_url, TOPIC, args.pending, lambda i: pending_from + timedelta(seconds=i * span),
-                 progress=lambda k: report.progress(f"loading {k:,}/{args.pending:,} pending") if k % 50000 == 0 else None)
+                 progress=lambda k: (report.progress(f"loading {k:,}/{args.pending:,} pending")
+                                     if k % 50000 == 0 else None))
         late1 = _run_phase(cluster, report, marks, args.due, args.due_window, procs, f"{args.pending:,} pending")
         rss1 = {"broker": rss_mb(broker.pid), "workers": sum(rss_mb(p.pid) for p in procs)}
         name = f"{args.due} due over {args.due_window:.0f}s, {args.pending} pending"

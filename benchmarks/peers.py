@@ -42,8 +42,10 @@ def _peer(peer: RedisPeer, report: Report, args: Namespace, single: float, targe
     """Every workload on one peer; ``targets``: check the ratios against ``--peer-target``."""
     n, name = args.peer_messages, peer.name
     report.record("peers", f"{name} version", peer.version)
-    produce = report.record("peers", f"{name} produce (4 threads)", peer.produce(n, 4), "msg/s", f"{n} jobs, one per call")
-    report.record("peers", f"ratio tidemq produce() / {name}", round(single / produce, 2), "x", "both one message per call")
+    produce = report.record("peers", f"{name} produce (4 threads)", peer.produce(n, 4), "msg/s",
+                            f"{n} jobs, one per call")
+    report.record("peers", f"ratio tidemq produce() / {name}", round(single / produce, 2), "x",
+                  "both one message per call")
     batch = _figure(report, "produce", "produce_many through 1 broker")
     if batch is not None:
         ratio = round(batch / produce, 2)
@@ -91,7 +93,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
                                "msg/s", "one message per call, durable")
         for name in args.peers:
             if name == "celery":
-                peer: RedisPeer = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency, report.progress)
+                peer: RedisPeer = CeleryPeer(redis, cluster, args.celery_pools, args.celery_concurrency,
+                                             report.progress)
             else:
                 peer = RQPeer(redis, cluster, args.rq_workers, report.progress)
             # The issue's targets are set against Celery; RQ is reported beside it.

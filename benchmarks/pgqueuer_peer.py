@@ -1,10 +1,11 @@
 """The PGQueuer peer: PostgreSQL (fsync on), tables installed with PGQueuer's default durability.
 
-Workers run the quick start's factory (``benchmarks.pgqueuer_tasks``) as ``pgq run`` does: one asyncpg connection each, batches of 10 (its default), then
-``--batch-size`` as the tuned variant. The benchmark publishes from threads as PGQueuer's docs
-show for synchronous code: a psycopg connection in autocommit mode per thread, ``SyncQueries``
-on it; ``enqueue`` takes lists, so a batch is one call (one INSERT). Finished jobs are deleted
-from ``pgqueuer`` and logged in ``pgqueuer_log`` with the time of each status change.
+Workers run the quick start's factory (``benchmarks.pgqueuer_tasks``) as ``pgq run`` does: one
+asyncpg connection each, batches of 10 (its default), then ``--batch-size`` as the tuned variant.
+The benchmark publishes from threads as PGQueuer's docs show for synchronous code: a psycopg
+connection in autocommit mode per thread, ``SyncQueries`` on it; ``enqueue`` takes lists, so a
+batch is one call (one INSERT). Finished jobs are deleted from ``pgqueuer`` and logged in
+``pgqueuer_log`` with the time of each status change.
 """
 
 from __future__ import annotations

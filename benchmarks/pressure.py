@@ -209,7 +209,8 @@ def _measure(kind: str, capacity: Optional[float], cluster: PressureCluster, pre
         "stack stop s": (f"> {grace:g} (killed)" if "killed" in stack_stop.values()
                          else max(stack_stop.values(), default=0.0)),
         "gc": gc_pauses.summary(gc_pauses.read(os.path.join(cluster.dir, "gc")), t1, t4),
-        "stack stop": stack_stop, "bench cpu": bench_cpu, "series": series, "load end": os.getloadavg()[0], "logs": cluster.dir,
+        "stack stop": stack_stop, "bench cpu": bench_cpu, "series": series, "load end": os.getloadavg()[0],
+        "logs": cluster.dir,
     }
 
 
@@ -249,7 +250,8 @@ def _capacity(cluster: PressureCluster, report: Report, args: Namespace, senders
     for t in threads:
         t.start()
     try:
-        _until(report, began + args.capacity_seconds, f"pressure: measuring capacity, calls of {batch} from {senders} threads")
+        _until(report, began + args.capacity_seconds,
+               f"pressure: measuring capacity, calls of {batch} from {senders} threads")
     finally:
         stop.set()
         for t in threads:

@@ -24,8 +24,8 @@ import pymysql
 
 from .env import TIDEMQ, Cluster, Proc, wait_until
 
-__all__ = ["PressureCluster", "HistorySampler", "connect", "add_users", "logs_to_file", "APP_USER", "APP_PASSWORD", "HOG_USER",
-           "DATABASE"]
+__all__ = ["PressureCluster", "HistorySampler", "connect", "add_users", "logs_to_file", "APP_USER", "APP_PASSWORD",
+           "HOG_USER", "DATABASE"]
 
 APP_USER, APP_PASSWORD = "tidemq", "tidemq-bench"
 HOG_USER = "hog"

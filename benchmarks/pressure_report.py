@@ -51,7 +51,8 @@ def record(report: Report, result: dict, args: Namespace) -> None:
                                       "dup excused", "redelivered",
                                       "unfinished", "never started", "over deadline", "unsent", "stack stop s")}
     outcome["exited"] = len(result["exited"])
-    report.record(S, f"{kind}: outcome", outcome, "", f"stress {result['stress s']} s; the fault ended {-result['fault end']} s before it did")
+    report.record(S, f"{kind}: outcome", outcome, "",
+                  f"stress {result['stress s']} s; the fault ended {-result['fault end']} s before it did")
     report.record(S, f"{kind}: stack stop", result["stack stop"], "s", "SIGTERM to every broker and worker at once")
     report.record(S, f"{kind}: pressure did", {**result["pressure"], "log lines stress": result["log lines"]["stress"]},
                   "", f"the benchmark process used {result['bench cpu']} cores")
@@ -146,12 +147,13 @@ def markdown(results: list[dict]) -> str:
                 f"{_cell(f.get('answer p50'))}, {_cell(f.get('pickup p50'))} / {_cell(f.get('pickup p99'))}",
                 _cell(f["depth max"]), _cell(f["history max"]), _cell(f["produce errors"]),
                 f"{_cell(f['late p99'])} / {_cell(f['late max'])}"]) + " |")
-    lines += ["", "| pressure | what it did | recovery s | pace back s | drain s | lost | run twice (excused) | over deadline | "
-              "processes exited | log lines in stress | stack stop s |", "|" + "---|" * 11]
+    lines += ["", "| pressure | what it did | recovery s | pace back s | drain s | lost | run twice (excused) | "
+              "over deadline | processes exited | log lines in stress | stack stop s |", "|" + "---|" * 11]
     for r in results:
         did = ", ".join(f"{k} {_cell(v)}" for k, v in r["pressure"].items())
         lines.append("| " + " | ".join([
-            r["kind"], did or "–", _cell(r["recovery s"]) if r["recovery s"] is not None else f"> {r['recovery window']}",
+            r["kind"], did or "–",
+            _cell(r["recovery s"]) if r["recovery s"] is not None else f"> {r['recovery window']}",
             _late(r, "pace s"), _late(r, "drain s"), _cell(r["lost"]),
             f"{r['dup']} ({r['dup excused']})", _cell(r["over deadline"]), _cell(len(r["exited"])),
             _cell(r["log lines"]["stress"]), _cell(r.get("stack stop s"))]) + " |")

@@ -84,7 +84,8 @@ def read_records(prefix: str) -> list[Start]:
                 if len(parts) != 6:
                     continue  # a line cut short by kill -9 between its bytes is impossible (one write), but be safe
                 sent = None if parts[4] == "-" else float(parts[4])
-                starts.append(Start(int(parts[0]), int(parts[1]), float(parts[2]), float(parts[3]), sent, parts[5], pid))
+                starts.append(Start(int(parts[0]), int(parts[1]), float(parts[2]), float(parts[3]), sent,
+                                    parts[5], pid))
     return starts
 
 
@@ -144,12 +145,12 @@ def phase_figures(phase: Phase, calls: Sequence[Call], rows: Sequence[Row], fini
         "offered": round(sum(c.size for c in mine) / phase.seconds, 1),
         "stored": round(sum(1 for r in rows if phase.holds(r.added)) / phase.seconds, 1),
         "done": round(window_rate(finishes, phase.start, phase.end), 1),
-        "claim p50": percentile_ms(claims, 50), "claim p99": percentile_ms(claims, 99), "claim max": percentile_ms(claims, 100),
-        "claimed": len(claims),
+        "claim p50": percentile_ms(claims, 50), "claim p99": percentile_ms(claims, 99),
+        "claim max": percentile_ms(claims, 100), "claimed": len(claims),
         "answer p50": percentile_ms([a for a, _ in split], 50),
         "pickup p50": percentile_ms([b for _, b in split], 50), "pickup p99": percentile_ms([b for _, b in split], 99),
-        "late p99": percentile_ms(late, 99), "late max": percentile_ms(late, 100), "early": sum(1 for v in late if v < 0),
-        "delayed": len(late),
+        "late p99": percentile_ms(late, 99), "late max": percentile_ms(late, 100),
+        "early": sum(1 for v in late if v < 0), "delayed": len(late),
         "depth mean": round(sum(depths) / len(depths), 1) if depths else None,
         "depth max": max(depths) if depths else None,
         "history max": max(hist) if hist else None, "history min": min(hist) if hist else None,

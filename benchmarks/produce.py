@@ -65,7 +65,8 @@ def _broker_rate(cluster: Cluster, report: Report, topic: str, total: int, threa
         client.close()
 
 
-def _latency(cluster: Cluster, report: Report, topic: str, samples: int, path: str = "", gap: float = 0.0) -> list[float]:
+def _latency(cluster: Cluster, report: Report, topic: str, samples: int, path: str = "",
+             gap: float = 0.0) -> list[float]:
     client = cluster.client(path=path)
     try:
         for i in range(20):  # warm the channel and the broker's caches
@@ -109,7 +110,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     raw_rate, rate = per * rounds / raw_s, per * rounds / ours_s
     report.record("produce", "raw INSERT (PyMySQL)", raw_rate, "msg/s", f"{threads} conns x {batch} rows/commit")
     report.record("produce", "produce_many through 1 broker", rate, "msg/s", f"{threads} threads x {batch}/call")
-    report.record("produce", "cpu s/s during produce", {k: round(v / ours_s, 2) for k, v in cpu_seconds.items()}, "cores")
+    report.record("produce", "cpu s/s during produce", {k: round(v / ours_s, 2) for k, v in cpu_seconds.items()},
+                  "cores")
     ratio = round(rate / raw_rate, 3)
     report.record("produce", "ratio broker / raw", ratio, "x", f"{rounds} interleaved rounds")
     report.target("produce", "ratio", ratio, ">=", args.produce_target)
@@ -127,7 +129,8 @@ def run(cluster: Cluster, report: Report, args: Namespace) -> None:
     report.record("produce", "raw 1-row INSERT+COMMIT latency", floor_s, "ms", "the durable floor (log flush)")
     report.record("produce", "single produce() latency", lat, "ms", "idle broker, one thread, on a produce stream")
     report.record("produce", "single produce() latency, unary calls", unary_s, "ms", "TIDEMQ_PRODUCE=unary")
-    report.record("produce", "p50 / p99 over the raw commit", f"{lat['p50'] / floor_s['p50']:.2f} / {lat['p99'] / floor_s['p99']:.2f}", "x")
+    report.record("produce", "p50 / p99 over the raw commit",
+                  f"{lat['p50'] / floor_s['p50']:.2f} / {lat['p99'] / floor_s['p99']:.2f}", "x")
     report.record("produce", "p50 stream / unary", round(lat["p50"] / unary_s["p50"], 3), "x")
     call_times, stream_times = rpc_floor.latency(args.latency_samples)
     rpc, streamed = summarize(call_times), summarize(stream_times)

@@ -30,7 +30,8 @@ def profiled(directory: Optional[str], label: str, pids: dict[str, list[int]]) -
         for pid in group:
             out = os.path.join(directory, f"{label}-{name}-{pid}.txt")
             procs.append(subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
-                                           "--nonblocking"] + (["--gil"] if os.environ.get("SPY_GIL") else []) + ["--output", out],
+                                           "--nonblocking"] + (["--gil"] if os.environ.get("SPY_GIL") else [])
+                                          + ["--output", out],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         yield

@@ -137,7 +137,8 @@ def consume_rate(url: str, topic: str, total: int, lock: int = 500) -> float:
                 # Stored to the millisecond: the read below finds the rows by this exact value.
                 expire = clock.truncate_ms(now + timedelta(seconds=60))
                 cur.execute(
-                    "UPDATE tidemq_message FORCE INDEX (idx_message_lock) SET status = 'RUNNING', lease_token = %s, lease_expire = %s, ttr = 60, "
+                    "UPDATE tidemq_message FORCE INDEX (idx_message_lock) SET status = 'RUNNING', "
+                    "lease_token = %s, lease_expire = %s, ttr = 60, "
                     "consumer = 'raw', start_time = %s, update_time = %s, attempt = attempt + 1, "
                     "version = version + 1 WHERE topic = %s AND status = 'NEW' "
                     "AND priority IN (9, 8, 7, 6, 5, 4, 3, 2, 1, 0) AND effect_time <= %s "

@@ -65,7 +65,8 @@ class Report:
     def target(self, scenario: str, name: str, value: float, op: str, limit: float) -> bool:
         """Record whether ``value op limit`` holds (op is '>=' or '<='); the table shows it."""
         met = value >= limit if op == ">=" else value <= limit
-        self.checks.append({"scenario": scenario, "figure": name, "value": value, "target": f"{op} {limit}", "met": met})
+        self.checks.append({"scenario": scenario, "figure": name, "value": value, "target": f"{op} {limit}",
+                            "met": met})
         self.record(scenario, f"target {name} {op} {limit}", "met" if met else "MISSED", "", f"{value:.3f}")
         return met
 

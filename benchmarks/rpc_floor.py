@@ -37,7 +37,8 @@ def latency(samples: int) -> tuple[list[float], list[float]]:
         port_file = os.path.join(tmp, "port")
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.rpc_floor", port_file])
         try:
-            wait_until(lambda: os.path.exists(port_file) and os.path.getsize(port_file) > 0, 30, 0.05, "rpc floor server")
+            wait_until(lambda: os.path.exists(port_file) and os.path.getsize(port_file) > 0, 30, 0.05,
+                       "rpc floor server")
             with open(port_file) as fh:
                 channel = grpc.insecure_channel(f"127.0.0.1:{fh.read().strip()}")
             stub = pb_grpc.BrokerStub(channel)

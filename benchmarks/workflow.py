@@ -112,7 +112,8 @@ def _fan_in(cluster: Cluster, report: Report, args: Namespace, client, procs: li
     # Where the difference goes: submitting, the members' acks (each releases its dependents),
     # the hops to the callback.
     report.record("workflow", "chord: submit call / last member SUCCESS", f"{chord_s['submit'] / rounds:.3f} / "
-                  f"{chord_s['members'] / rounds:.3f}", "s", f"plain: produce_many calls {plain_s['submit'] / rounds:.3f}")
+                  f"{chord_s['members'] / rounds:.3f}", "s",
+                  f"plain: produce_many calls {plain_s['submit'] / rounds:.3f}")
     ratio = round(chord_s["total"] / plain_s["total"], 3)
     report.record("workflow", "ratio chord / plain", ratio, "x", f"{rounds} interleaved rounds")
     report.target("workflow", f"group of {n} chord / plain", ratio, "<=", args.workflow_target)

@@ -42,7 +42,8 @@ class Authority:
         self._name = subject
         self._cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
                       .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
-                      .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+                      .not_valid_before(now - datetime.timedelta(minutes=5))
+                      .not_valid_after(now + datetime.timedelta(days=2))
                       .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                       .sign(self._key, hashes.SHA256()))
         self.ca = str(self.dir / "ca.pem")
@@ -54,7 +55,8 @@ class Authority:
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
                    .issuer_name(self._name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                    .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
         if sans:

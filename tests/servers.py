@@ -257,7 +257,8 @@ class ZooKeeperEnsemble:
         return ",".join(m.hosts for m in self.members)
 
     def leader(self) -> ZooKeeper:
-        return wait_until(lambda: next((m for m in self.members if m.mode() == "leader"), None), 30, what="a ZooKeeper leader")
+        return wait_until(lambda: next((m for m in self.members if m.mode() == "leader"), None), 30,
+                          what="a ZooKeeper leader")
 
     def cleanup(self) -> None:
         for member in self.members:

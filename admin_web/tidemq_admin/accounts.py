@@ -13,7 +13,8 @@ from tidemq.config import Settings
 from tidemq.errors import ValidationError, quote
 from tidemq_broker.storage import AdminUser, ConsoleStore
 
-__all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "MIN_GUESSES", "add_user", "authenticate", "check_password", "ensure_first_admin"]
+__all__ = ["ROLES", "MIN_PASSWORD_LENGTH", "MIN_GUESSES", "add_user", "authenticate", "check_password",
+           "ensure_first_admin"]
 
 ROLES = ("admin", "viewer")
 MIN_PASSWORD_LENGTH = 12

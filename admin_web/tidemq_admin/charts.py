@@ -50,7 +50,8 @@ def line_chart(title: str, labels: Sequence[str], series: Sequence[Series], unit
     for k in range(5):
         v = top * k / 4
         parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>')
-        parts.append(f'<text class="axis" x="{_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}{escape(unit)}</text>')
+        parts.append(f'<text class="axis" x="{_LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+                     f'{_fmt(v)}{escape(unit)}</text>')
     for i in range(0, n, max(1, n // 6)):
         parts.append(f'<text class="axis" x="{x(i):.1f}" y="{_H - 8}" text-anchor="middle">{escape(labels[i])}</text>')
     for name, css, vs in series:

@@ -181,7 +181,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         if not (tls or args.proxy or args.insecure or _loopback(args.host)):
             raise ValidationError(
                 f"refusing to serve the console over plain HTTP on {args.host}: passwords and sessions would "
-                "travel in clear. Give `tidemq --tls-cert C --tls-key K admin` (or TIDEMQ_TLS_CERT and TIDEMQ_TLS_KEY), or --proxy behind a reverse proxy that "
+                "travel in clear. Give `tidemq --tls-cert C --tls-key K admin` (or TIDEMQ_TLS_CERT and "
+                "TIDEMQ_TLS_KEY), or --proxy behind a reverse proxy that "
                 "terminates HTTPS, or --insecure to serve it anyway")
         if args.session_idle <= 0 or args.session_lifetime <= 0:
             raise ValidationError("--session-idle and --session-lifetime must be positive numbers of seconds")

@@ -20,8 +20,8 @@ from tidemq_broker.flow import MAX_RATE, MAX_RUNNING_LIMIT
 from tidemq_broker.schedules import check_cron, check_schedule, check_timezone
 from tidemq_broker.storage import MessageEdit, MessageFilter, TopicSettings
 
-__all__ = ["Parsed", "MAX_DELIVERIES", "MAX_ID", "whole_number", "parse_filter", "parse_edit", "parse_produce", "parse_topic", "parse_schedule", "parse_time",
-           "filter_args", "parse_ids"]
+__all__ = ["Parsed", "MAX_DELIVERIES", "MAX_ID", "whole_number", "parse_filter", "parse_edit", "parse_produce",
+           "parse_topic", "parse_schedule", "parse_time", "filter_args", "parse_ids"]
 
 #: The most deliveries a topic may allow before an expiring lease fails a message: beyond it a
 #: poison message would keep killing consumers for days.
@@ -203,14 +203,18 @@ def parse_topic(name: str, form: Mapping[str, str]) -> Parsed:
             fields[key] = parse(raw)
         except ValueError as exc:
             e[key] = str(exc)
-    fields["max_data_bytes"] = _optional(form, "max_data_bytes", lambda s: _int(s, 1, 16 * 1024 * 1024 - 1, "max size (bytes)"), e)
+    fields["max_data_bytes"] = _optional(
+        form, "max_data_bytes", lambda s: _int(s, 1, 16 * 1024 * 1024 - 1, "max size (bytes)"), e)
     fields["alarm_backlog"] = _optional(form, "alarm_backlog", lambda s: _int(s, 1, 2**31 - 1, "backlog threshold"), e)
-    fields["alarm_failure_rate"] = _optional(form, "alarm_failure_rate", lambda s: _float(s, 0, 1, "failure rate threshold"), e)
-    fields["alarm_due_age"] = _optional(form, "alarm_due_age", lambda s: _int(s, 1, 2**31 - 1, "due age threshold (seconds)"), e)
+    fields["alarm_failure_rate"] = _optional(
+        form, "alarm_failure_rate", lambda s: _float(s, 0, 1, "failure rate threshold"), e)
+    fields["alarm_due_age"] = _optional(
+        form, "alarm_due_age", lambda s: _int(s, 1, 2**31 - 1, "due age threshold (seconds)"), e)
     fields["result_retention_seconds"] = _optional(
         form, "result_retention_seconds", lambda s: _int(s, 0, 3650 * 86400, "result retention (seconds)"), e)
     fields["max_running"] = _optional(form, "max_running", lambda s: _limit(s, "max running"), e)
-    fields["max_running_per_key"] = _optional(form, "max_running_per_key", lambda s: _limit(s, "max running per key"), e)
+    fields["max_running_per_key"] = _optional(
+        form, "max_running_per_key", lambda s: _limit(s, "max running per key"), e)
     fields["rate_per_second"] = _optional(form, "rate_per_second", _rate, e)
     fields["paused"] = form.get("paused") == "on"
     fields["archive"] = form.get("archive") == "on"
@@ -260,7 +264,8 @@ def parse_ids(values: list[str]) -> list[int]:
 
 def parse_schedule(form: Mapping[str, str], name: Optional[str] = None) -> Parsed:
     """A schedule from the console's form; ``name`` when editing one (its name does not change)."""
-    fields = {key: form.get(key, "").strip() for key in ("name", "topic", "cron", "timezone", "data", "retry", "missed")}
+    fields = {key: form.get(key, "").strip()
+              for key in ("name", "topic", "cron", "timezone", "data", "retry", "missed")}
     errors: dict[str, str] = {}
     for key, check in (("cron", check_cron), ("timezone", check_timezone)):
         try:

@@ -147,11 +147,13 @@ def install(app: Flask) -> None:
             sent = request.form.get("csrf_token", "") or request.headers.get("X-CSRF-Token", "")
             expected = session.get("csrf", "")
             if not expected or not hmac.compare_digest(sent, expected):
-                abort(400, description="The form's security token is missing or out of date; reload the page and try again.")
+                abort(400, description="The form's security token is missing or out of date; reload the page "
+                                       "and try again.")
         if request.endpoint in PUBLIC:
             return None
         if g.user is None:
-            return redirect(url_for("auth.login", next=request.full_path.rstrip("?") if request.method == "GET" else None))
+            return redirect(url_for("auth.login",
+                                    next=request.full_path.rstrip("?") if request.method == "GET" else None))
         if request.method not in ("GET", "HEAD", "OPTIONS") and request.endpoint not in VIEWER_POSTS \
                 and g.user.role != "admin":
             abort(403, description="Your role is viewer: you can look but not change anything.")

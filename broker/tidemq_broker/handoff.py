@@ -171,7 +171,8 @@ class HandOff:
                 continue
             due_by = clock.after(self._now, request.ahead)
             reach = [id for id, _, when in order if when <= due_by]
-            mine = [id for id in reach if id not in taken and (waiter.shard is None or holds(waiter.shard, (id,), step))]
+            mine = [id for id in reach
+                    if id not in taken and (waiter.shard is None or holds(waiter.shard, (id,), step))]
             chosen = mine[:request.limit]
             taken.update(chosen)
             plans.append((request, waiter, chosen, len(chosen) == len(mine), reach))

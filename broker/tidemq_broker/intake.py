@@ -34,9 +34,9 @@ from .new_row import due_at, new_row
 from .storage import NewRow, WorkflowStep
 from .topics import TopicCache
 
-__all__ = ["rows_from_request", "steps_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr", "MAX_PULL",
-           "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id", "check_ack_result", "ack_items", "check_progress",
-           "check_result_ids", "check_wait"]
+__all__ = ["rows_from_request", "steps_from_request", "check_pull", "check_ids", "check_lease_token", "check_lease_ttr",
+           "MAX_PULL", "MAX_WAIT", "MAX_TTR", "MAX_AHEAD", "check_request_id", "check_ack_result", "ack_items",
+           "check_progress", "check_result_ids", "check_wait"]
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -104,7 +104,8 @@ def _row(msg: pb.NewMessage, topics: TopicCache, max_data_bytes: int, now: datet
             raise InvalidRetryError(f"retry schedule has {len(msg.retry_schedule)} entries; the limit is {MAX_RETRIES}")
         schedule = [parse_duration(v) for v in msg.retry_schedule]
     elif msg.retry != -1 and not 0 <= msg.retry <= MAX_RETRIES:
-        raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES} (or -1 for the topic's default), got {msg.retry}")
+        raise InvalidRetryError(f"retry count must be between 0 and {MAX_RETRIES} (or -1 for the topic's default), "
+                                f"got {msg.retry}")
     try:
         trace_context = check_traceparent(msg.trace_context) or None
     except ValueError as exc:

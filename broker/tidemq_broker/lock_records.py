@@ -1,7 +1,7 @@
 """The values of one lock: what it reads (``Shard`` with its ``LockHint``), what it asks for
 (``LockRequest``, with the topic's ``FlowLimits``) and what it returns (``LeasedBatch`` of
-``LeasedMessage``); and the ``HandOff`` through which a commit leases to waiting pulls. Part of ``records``, which names them
-all; apart only to keep each module to one concept."""
+``LeasedMessage``); and the ``HandOff`` through which a commit leases to waiting pulls. Part of
+``records``, which names them all; apart only to keep each module to one concept."""
 
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ from tidemq.metrics import AVAILABLE, child, counter, histogram
 
 from .storage import AckItem, AckOutcome, Backlog, NewRow
 
-__all__ = ["BACKLOG", "BacklogCollector", "DELIVERED", "HANDED_OFF", "GROUP_COMMIT_ROWS", "LEASE_EXPIRED", "LOCK_SECONDS",
-           "PRODUCED", "PRODUCE_SECONDS", "PROGRESS_REPORTS", "RESULTS_STORED", "WORKFLOWS_FINISHED", "committed",
-           "count_results", "expired", "workflows_finished"]
+__all__ = ["BACKLOG", "BacklogCollector", "DELIVERED", "HANDED_OFF", "GROUP_COMMIT_ROWS", "LEASE_EXPIRED",
+           "LOCK_SECONDS", "PRODUCED", "PRODUCE_SECONDS", "PROGRESS_REPORTS", "RESULTS_STORED", "WORKFLOWS_FINISHED",
+           "committed", "count_results", "expired", "workflows_finished"]
 
 #: Seconds: a produce waits for its commit (about a millisecond idle, more under load).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

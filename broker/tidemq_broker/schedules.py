@@ -7,10 +7,10 @@ missed in an outage. croniter computes the ticks; this module decides which to p
 A tick is *on time* while it is younger than ``missed_after`` seconds: every on-time tick is
 produced. Older ticks were missed (no leader, a database outage). Policy ``once`` produces one
 message for them: the on-time ticks of the same round when there are any, else the latest missed
-tick. Policy ``skip`` produces none of them and moves on to the next tick. In the repeated hour when clocks go back, a schedule whose hour
-field is not ``*`` fires once (the first pass), as cron does; hourly and finer schedules keep
-ticking through both passes. A local time skipped when clocks go forward fires at the first
-moment after the gap (croniter's reading).
+tick. Policy ``skip`` produces none of them and moves on to the next tick. In the repeated hour
+when clocks go back, a schedule whose hour field is not ``*`` fires once (the first pass), as
+cron does; hourly and finer schedules keep ticking through both passes. A local time skipped
+when clocks go forward fires at the first moment after the gap (croniter's reading).
 """
 
 from __future__ import annotations
@@ -63,9 +63,11 @@ def check_schedule(name: Any, topic: Any, cron: Any, data: Any = None, timezone_
     cron = check_cron(cron)
     zone = check_timezone(timezone_name)
     if missed not in MISSED_POLICIES:
-        raise InvalidScheduleError(f"missed must be 'once' (produce the latest missed tick) or 'skip', got {quote(missed)}")
+        raise InvalidScheduleError("missed must be 'once' (produce the latest missed tick) or 'skip', "
+                                   f"got {quote(missed)}")
     if retry is not None and not (isinstance(retry, int) and 0 <= retry <= MAX_RETRIES):
-        raise InvalidScheduleError(f"retry must be between 0 and {MAX_RETRIES} (or None: the topic's), got {quote(retry)}")
+        raise InvalidScheduleError(f"retry must be between 0 and {MAX_RETRIES} (or None: the topic's), "
+                                   f"got {quote(retry)}")
     text = check_data_text(data) if data_is_json else encode_data(data)
     return Schedule(name=name, topic=topic, cron=cron, timezone=zone, data=text, retry=retry, missed=missed)
 

@@ -17,10 +17,10 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from tidemq.lifecycle import Event
 from tidemq.link import AckItem, AckOutcome
 
-from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, HandOff, LeasedMessage, LockHint, LockRequest,
-                      MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace, Principal, RecentInserts,
-                      RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog, TopicCounts, TopicSettings,
-                      WorkflowStep, hours_ago)
+from .records import (COUNTED_FROM, SCAN_WINDOW, AdminUser, Backlog, FlowLimits, HandOff, LeasedMessage, LockHint,
+                      LockRequest, MessageEdit, MessageFilter, MessagePage, MessageResult, NewRow, OutageGrace,
+                      Principal, RecentInserts, RequestRef, Schedule, SessionUser, Shard, StoredMessage, TopicBacklog,
+                      TopicCounts, TopicSettings, WorkflowStep, hours_ago)
 from .workflow_store import WorkflowStore
 from .workflow_view import WorkflowGraph, WorkflowPage
 
@@ -67,8 +67,7 @@ class MessageWrites(Protocol):
         """Forget up to ``limit`` request ids stored before ``before``; returns how many."""
 
     def cancel(self, ids: Sequence[int], released: Optional[dict[str, dict[int, int]]] = None,
-               running_at: Optional[datetime] = None, topics: Optional[set[str]] = None,
-               **who: object) -> list[bool]:
+               running_at: Optional[datetime] = None, topics: Optional[set[str]] = None, **who: object) -> list[bool]:
         """Delete the messages not run yet (NEW, WAITING); with ``running_at``, mark the RUNNING ones
         in the same transaction (``lifecycle.request_cancel``, once each; ``who`` goes to the trace)
         and put their topics in ``topics``, for the caller to signal. True for each one deleted or
@@ -101,7 +100,8 @@ class MessageWrites(Protocol):
 class DependencyWrites(WorkflowStore, Protocol):
     """Messages that wait for others (their release is in ``ack``), and their workflows."""
 
-    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "",
+                     **who: object) -> list[int]:
         """Insert ``steps``, their edges and their workflow's row, all or nothing (a ``DependencyError``
         names the bad id, the cycle or the limit); return their ids in order. A step waits as its
         ``wait_mode`` says (``storages/steps.py``'s plan). Steps and the messages they wait on get

@@ -48,7 +48,8 @@ def run_dev(db_path: str, port: int, admin_port: int) -> int:
         importlib.import_module(module)
     worker = Worker(registered_consumers(), client=client).start()
     console = _start_console(broker, storage, admin_port)
-    print(f"tidemq dev: broker on {broker.address}, store sqlite:///{os.path.abspath(db_path)}, in-process coordination")
+    print(f"tidemq dev: broker on {broker.address}, store sqlite:///{os.path.abspath(db_path)}, "
+          "in-process coordination")
     print(f"tidemq dev: running consumers of {', '.join(s.topic for s in worker.specs)}")
     print("tidemq dev: produce from another shell with "
           f"TIDEMQ_BROKERS={broker.address} tidemq produce example.order.close '{{\"order_id\": 1}}'")

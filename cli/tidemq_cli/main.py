@@ -29,7 +29,8 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tidemq", description="tidemq: durable, delay-precise messages on MySQL and ZooKeeper")
+    p = argparse.ArgumentParser(prog="tidemq",
+                                description="tidemq: durable, delay-precise messages on MySQL and ZooKeeper")
     p.add_argument("--db-url", help="SQLAlchemy URL of the store (TIDEMQ_DB_URL)")
     p.add_argument("--zk-hosts", help="ZooKeeper hosts (TIDEMQ_ZK_HOSTS); empty: in-process")
     p.add_argument("--zk-root", help="ZooKeeper root path (TIDEMQ_ZK_ROOT, default /tidemq)")

@@ -17,8 +17,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
     add = actions.add_parser("add", help="add a principal and print its token (shown once, stored hashed)")
     add.add_argument("name", help="1-64 of A-Z a-z 0-9 . _ -")
     add.add_argument("--role", required=True, choices=["producer", "consumer", "admin"],
-                     help="producer: Produce, Cancel, Requeue, PutSchedule; consumer: Pull, Ack, Touch, Extend, Release; "
-                          "admin: all of them")
+                     help="producer: Produce, Cancel, Requeue, PutSchedule; consumer: Pull, Ack, Touch, Extend, "
+                          "Release; admin: all of them")
     add.add_argument("--topics", required=True, help="comma-separated topic patterns, e.g. 'orders.*' or '*'")
     actions.add_parser("list", help="list principals (never their tokens)")
     revoke = actions.add_parser("revoke", help="revoke a principal: its token stops working within seconds")

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"schedule {schedule.name} {'added' if created else 'updated'}; next tick "
                   f"{_time(following)} UTC")
         elif args.schedule_action == "list":
-            print(f"{'name':<24} {'topic':<24} {'cron':<18} {'timezone':<18} {'missed':<6} {'state':<7} next tick (UTC)")
+            print(f"{'name':<24} {'topic':<24} {'cron':<18} {'timezone':<18} {'missed':<6} {'state':<7} "
+                  "next tick (UTC)")
             for s in storage.schedules.list_schedules():
                 following = None if s.paused else next_tick(s, now)
                 print(f"{s.name:<24} {s.topic:<24} {s.cron:<18} {s.timezone:<18} {s.missed:<6} "

@@ -330,7 +330,8 @@ class Client:
         reply = self._call("Release", pb.ReleaseRequest(lease_token=lease_token, consumer=consumer), timeout)
         return int(reply.released)
 
-    def ack(self, topic: str, consumer: str, items: Sequence[AckItem], timeout: Optional[float] = None) -> list[AckOutcome]:
+    def ack(self, topic: str, consumer: str, items: Sequence[AckItem],
+            timeout: Optional[float] = None) -> list[AckOutcome]:
         """Report outcomes in one call and one transaction; returns the AckOutcome per item.
 
         The ack goes first to the broker where this consumer's pull of ``topic`` waits, if one

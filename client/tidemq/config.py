@@ -158,8 +158,8 @@ class Settings:
             metrics_host=env.get("TIDEMQ_METRICS_HOST", "") or "127.0.0.1",
             log_format=(env.get("TIDEMQ_LOG_FORMAT", "") or "text").strip().lower(),
             otel_exporters=_otel_exporters(env),
-            otel_protocol=(env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
-                           or "grpc").strip().lower(),
+            otel_protocol=(env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
+                           or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "") or "grpc").strip().lower(),
             gc=(env.get("TIDEMQ_GC", "") or "settled").strip().lower(),
         )
         clean = {k: v for k, v in overrides.items() if v is not None}
@@ -205,7 +205,8 @@ class Settings:
                 f"what clients send at most), got {self.max_request_bytes}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError(
-                f"TIDEMQ_METRICS_PORT must be a TCP port (1-65535), or 0 or empty for no metrics, got {self.metrics_port}")
+                "TIDEMQ_METRICS_PORT must be a TCP port (1-65535), or 0 or empty for no metrics, "
+                f"got {self.metrics_port}")
         if self.zk_auth:
             user, colon, password = self.zk_auth.partition(":")
             if not (colon and user and password):

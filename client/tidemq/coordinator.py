@@ -1,7 +1,8 @@
 """The coordination interface: liveness, ranks, leadership and broadcasts.
 
 Two implementations live in ``tidemq.coordinators``: ZooKeeper (production) and in-process
-(``tidemq dev`` and unit tests); ``tidemq.coordinators.open_coordinator`` picks one. Both pass tests/conformance/test_coordination.py.
+(``tidemq dev`` and unit tests); ``tidemq.coordinators.open_coordinator`` picks one. Both pass
+tests/conformance/test_coordination.py.
 
 Node layout under the root (default ``/tidemq``), a contract other tools rely on::
 

@@ -16,8 +16,9 @@ every handler start, due timer, heartbeat and reply of the process waited that l
 collections no longer walk. What start-up built stays for the process's life anyway. Objects
 made afterwards are collected as before, so a full collection costs what the messages in
 flight and the caches filled since cost, not what the imports did (a few milliseconds at most
-in the same workers: 2.6-5.2 ms the longest of a pressure run's clean phase to its end). The thresholds stay Python's: a larger youngest generation made each young
-collection of a busy broker longer (5-20 ms) for no fewer full ones.
+in the same workers: 2.6-5.2 ms the longest of a pressure run's clean phase to its end). The
+thresholds stay Python's: a larger youngest generation made each young collection of a busy
+broker longer (5-20 ms) for no fewer full ones.
 
 ``TIDEMQ_GC=python`` (``Settings.gc``) leaves Python's collector as it was.
 """

@@ -300,7 +300,8 @@ class LeaseKeeper:
             progress, self._progress = self._progress, {}
         failed = False
         for ttr, leases in by_ttr.items():
-            if not self._beat(leases, ttr, [progress[lease] for lease in leases if lease in progress]) and ttr in shorts:
+            if (not self._beat(leases, ttr, [progress[lease] for lease in leases if lease in progress])
+                    and ttr in shorts):
                 failed = True
         return failed
 

@@ -59,7 +59,8 @@ class BrokerPool:
                  streams: Optional[ProduceStreams] = None) -> None:
         self._credentials = credentials  # TLS, or None for plaintext
         # Sent with every call to brokers that authenticate (TIDEMQ_AUTH=token).
-        self._metadata: Optional[tuple[tuple[str, str], ...]] = (("authorization", f"Bearer {token}"),) if token else None
+        self._metadata: Optional[tuple[tuple[str, str], ...]] = (
+            (("authorization", f"Bearer {token}"),) if token else None)
         self._lock = threading.Condition()
         self._addresses: list[str] = list(static)
         self._stubs: dict[str, tuple[grpc.Channel, pb_grpc.BrokerStub]] = {}

@@ -36,7 +36,8 @@ class Prefetch:
     def __init__(self, slots: int, batch: Optional[int], serial: bool = False) -> None:
         self.slots = 1 if serial else slots
         self.adaptive = batch is None and not serial
-        self.window = 1 if serial else batch if batch is not None else max(1, min(MOST_WINDOW, max(FIRST_WINDOW, slots)))
+        self.window = (1 if serial else batch if batch is not None
+                       else max(1, min(MOST_WINDOW, max(FIRST_WINDOW, slots))))
         self._average: Optional[float] = None  # seconds per handler run, a moving average
         self._serial = serial
 

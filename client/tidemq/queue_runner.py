@@ -337,7 +337,8 @@ class QueueRunner:
             assert task is not None and run.control is not None
             run.control.on_cancel(lambda: loop.call_soon_threadsafe(lambda: armed[0] and task.cancel()))
             try:
-                await self._handling.run_async(run, lambda: self.spec.handler(self._message(delivery, run)))  # type: ignore[arg-type]
+                await self._handling.run_async(
+                    run, lambda: self.spec.handler(self._message(delivery, run)))  # type: ignore[arg-type]
             finally:
                 armed[0] = False  # from here on the task reports the outcome: not to be cancelled
         self._finish(delivery, run, time.perf_counter() - started)
@@ -393,8 +394,7 @@ class QueueRunner:
             self._inflight -= n
             self._changed_at = time.monotonic()
             free = self._prefetch.capacity - self._inflight
-            # Wake the fetch thread when a pull just became worthwhile, and stop() when the last
-            # message is done; waking it on every message made it re-check its rank thousands
-            # of times a second.
+            # Wake the fetch thread when a pull just became worthwhile, and stop() when the last message is
+            # done; waking it on every message made it re-check its rank thousands of times a second.
             if free - n < self._prefetch.min_pull <= free or self._inflight == 0:
                 self._cond.notify_all()

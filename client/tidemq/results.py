@@ -23,8 +23,8 @@ from .lifecycle import FINAL_STATUSES, MessageStatus
 from .limits import DEFAULT_MAX_RESULT_BYTES, MAX_ERROR_TRACEBACK, MAX_PROGRESS_NOTE
 from .validation import parse_strict
 
-__all__ = ["Progress", "MessageState", "max_result_bytes", "encode_result", "check_result_text", "error_result", "remote_error",
-           "progress_text", "parse_progress", "PROGRESS_MAX_CHARS"]
+__all__ = ["Progress", "MessageState", "max_result_bytes", "encode_result", "check_result_text", "error_result",
+           "remote_error", "progress_text", "parse_progress", "PROGRESS_MAX_CHARS"]
 
 #: The progress column's width.
 PROGRESS_MAX_CHARS = 1024

@@ -33,9 +33,10 @@ from .validation import (
     parse_retry,
 )
 
-__all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages", "cancel_request", "requeue_request", "pull_request",
-           "ack_request", "ack_outcomes", "extend_request", "delivery", "spread_ids", "produce_call",
-           "settle_produce", "dependency_ids", "alone_request", "workflow_id", "cancel_workflow_request"]
+__all__ = ["Retry", "RPC_DATA_BYTES", "not_sent", "check_produce_batch", "produce_template", "produce_messages",
+           "cancel_request", "requeue_request", "pull_request", "ack_request", "ack_outcomes", "extend_request",
+           "delivery", "spread_ids", "produce_call", "settle_produce", "dependency_ids", "alone_request", "workflow_id",
+           "cancel_workflow_request"]
 
 Retry = Union[None, int, Sequence[Union[int, float, str]]]
 #: Data bytes one shared Produce RPC carries; a single larger request is still sent, alone.

@@ -23,10 +23,10 @@ against this stub and a real broker.
 Where it differs: leases expire only when a test calls :meth:`StubBroker.expire_leases`; a
 ttr is kept as given (the broker rounds it to whole seconds, at least 1), so unit tests may
 beat fast; there are no flow limits and no stranded-shard takeover; every workflow runs under the policy
-stop (no wait modes). Input is checked as the broker checks it (``tidemq.validation``, ``tidemq.limits``). Times come from ``clock`` (seconds),
-so a test may inject its own; long-poll waits are real seconds. A call named in ``failing``
-fails as it would while the brokers' database is away (``StorageUnavailableError``), after
-being counted in ``calls``.
+stop (no wait modes). Input is checked as the broker checks it (``tidemq.validation``,
+``tidemq.limits``). Times come from ``clock`` (seconds), so a test may inject its own; long-poll
+waits are real seconds. A call named in ``failing`` fails as it would while the brokers' database
+is away (``StorageUnavailableError``), after being counted in ``calls``.
 """
 
 from __future__ import annotations

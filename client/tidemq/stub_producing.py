@@ -107,7 +107,8 @@ class StubProducing:
             change = lifecycle.produce(now, broker=self.name)
             ids = []
             for text, unique, flow_key in zip(texts, uniques, flow_keys):
-                same = [i for i, row in self._rows.items() if unique and (row[M.topic], row[M.unique_key]) == (topic, unique)]
+                same = [i for i, row in self._rows.items()
+                        if unique and (row[M.topic], row[M.unique_key]) == (topic, unique)]
                 if same:  # one message per (topic, unique_key): the stored one's id
                     ids.append(same[0])
                     continue

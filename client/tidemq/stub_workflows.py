@@ -127,7 +127,8 @@ class StubWorkflows:
 
     def _live_info(self, id: int, found: _Workflow, finished_at: Optional[datetime],
                    state: Optional[WorkflowState] = None) -> WorkflowInfo:
-        statuses = [self._rows[m][M.status] if m in self._rows else MessageStatus.CANCELLED.value for m in found.members]
+        statuses = [self._rows[m][M.status] if m in self._rows else MessageStatus.CANCELLED.value
+                    for m in found.members]
         left = sum(status in _OPEN for status in statuses)
         failed = sum(status in _FAILED for status in statuses)
         if state is None:

@@ -137,7 +137,8 @@ class BroadcastRunner:
         else:
             # In a task of the loop, where the layers' context variables are the task's own.
             try:
-                outcome = self._events.submit(self._handling.run_async(run, lambda: handler(message))).result()  # type: ignore[arg-type]
+                outcome = self._events.submit(
+                    self._handling.run_async(run, lambda: handler(message))).result()  # type: ignore[arg-type]
             except Exception:  # the loop itself failed (it stopped under us): the broadcast is not retried
                 log.exception("handler of broadcast %d of %s could not run", seq, self.spec.topic)
                 outcome = HandlerOutcome.FAIL

@@ -24,7 +24,8 @@ from typing import Any, ContextManager, Iterable, Iterator, Optional, Sequence
 from .errors import quote
 
 __all__ = ["available", "current_traceparent", "produce_span", "rpc_span", "commit_span", "record_lock",
-           "handler_span", "start_process_span", "end_process_span", "use_span", "set_message_ids", "now_ns", "trace_id_of", "current_trace_id", "check_traceparent", "TRACEPARENT_MAX"]
+           "handler_span", "start_process_span", "end_process_span", "use_span", "set_message_ids", "now_ns",
+           "trace_id_of", "current_trace_id", "check_traceparent", "TRACEPARENT_MAX"]
 
 SYSTEM = "tidemq"
 MAX_LINKS = 128  # the SDK's default limit of links per span

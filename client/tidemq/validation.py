@@ -109,7 +109,8 @@ def encode_data(data: Any, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
     except (TypeError, ValueError) as exc:
         raise InvalidDataError(f"data must be JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise InvalidDataError(f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)") from None
+        raise InvalidDataError(
+            f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)") from None
     check_data_size(text, max_bytes)
     if text.count("[") + text.count("{") > MAX_DATA_DEPTH:
         check_depth(data)
@@ -150,7 +151,8 @@ def check_data_text(text: str, max_bytes: int = DEFAULT_MAX_DATA_BYTES) -> str:
     except ValueError as exc:
         raise InvalidDataError(f"data must be valid JSON text: {exc}") from None
     except RecursionError:
-        raise InvalidDataError(f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)") from None
+        raise InvalidDataError(
+            f"data nests lists and objects deeper than {MAX_DATA_DEPTH} levels (the limit)") from None
     # Only text with that many brackets can be that deep: the walk is skipped for everything else.
     if text.count("[") + text.count("{") > MAX_DATA_DEPTH:
         check_depth(value)
@@ -173,7 +175,8 @@ def check_delay(delay: Any) -> float:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
         raise InvalidDelayError(f"delay must be a number of seconds, got {quote(delay)}")
     if not math.isfinite(delay) or delay < 0:
-        raise InvalidDelayError(f"delay must be between 0 and {MAX_DELAY_SECONDS} seconds (10 years), got {quote(delay)}")
+        raise InvalidDelayError(
+            f"delay must be between 0 and {MAX_DELAY_SECONDS} seconds (10 years), got {quote(delay)}")
     if delay > MAX_DELAY_SECONDS:
         raise InvalidDelayError(
             f"delay of {delay:.0f} s is more than the limit of {MAX_DELAY_SECONDS} s (10 years)"
@@ -292,7 +295,8 @@ def check_priority(priority: Any) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int) \
             or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise MalformedRequestError(
-            f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (higher first), got {quote(priority)}")
+            f"priority must be a whole number from {PRIORITY_MIN} to {PRIORITY_MAX} (higher first), "
+            f"got {quote(priority)}")
     return priority
 
 

@@ -86,7 +86,8 @@ class Worker:
     @property
     def coordinator(self) -> Coordinator:
         """The coordinator consumers register with (the client's, connected on first use)."""
-        return self._coordinator if self._coordinator is not None else self.client.coordinator  # type: ignore[union-attr]
+        return (self._coordinator if self._coordinator is not None
+                else self.client.coordinator)  # type: ignore[union-attr]
 
     def start(self) -> "Worker":
         self._declare_schedules()
@@ -111,7 +112,8 @@ class Worker:
             if spec.schedule is None:
                 continue
             if self.client is None:
-                raise ConfigurationError(f"{spec.topic}: declaring a schedule needs a Client (this Worker has a link only)")
+                raise ConfigurationError(f"{spec.topic}: declaring a schedule needs a Client "
+                                         "(this Worker has a link only)")
             self.client.schedule(spec.topic, spec.topic, spec.schedule, timezone=spec.schedule_timezone)
             log.info("schedule %s (%s, %s) declared", spec.topic, spec.schedule, spec.schedule_timezone)
 

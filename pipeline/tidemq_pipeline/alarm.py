@@ -28,7 +28,8 @@ def _describe(topic: str, kind: str, value: float, threshold: float) -> str:
     if kind == "failure_rate":
         return f"failure rate of {topic} is {value:.1%}, above the threshold {threshold:.1%}"
     if kind == "lease_overrun":
-        return f"{int(value)} message(s) of {topic} are RUNNING past their lease (is a broker leader running lease expiry?)"
+        return (f"{int(value)} message(s) of {topic} are RUNNING past their lease "
+                "(is a broker leader running lease expiry?)")
     shown = f"{value:.0f}"
     return f"{kind.replace('_', ' ')} of {topic} is {shown} {_UNITS[kind]}, above the threshold {threshold:.0f}"
 

@@ -57,7 +57,8 @@ class ArchiveFiles:
 
     def counts(self, batch_id: int) -> dict[tuple[str, date], int]:
         """Rows per (topic, day) the batch's Parquet files hold, read back from the files."""
-        found = [str(s.getPath().toString()) for s in (self._fs.globStatus(self._path(self.batch_glob(batch_id))) or [])]
+        found = [str(s.getPath().toString())
+                 for s in (self._fs.globStatus(self._path(self.batch_glob(batch_id))) or [])]
         if not found:
             return {}
         rows = self.spark.read.option("basePath", self.root).parquet(*found)
@@ -70,7 +71,8 @@ def read_batch(spark, db: Database, id_from: int, id_to: int, predicate: str, pa
     query = f"(SELECT * FROM {M.name} WHERE {M.id} >= {int(id_from)} AND {M.id} < {int(id_to)} AND {predicate}) AS src"
     options = db.jdbc_options(dbtable=query)
     if partitions > 1 and id_to - id_from > partitions:
-        options.update(partitionColumn=M.id, lowerBound=str(id_from), upperBound=str(id_to), numPartitions=str(partitions))
+        options.update(partitionColumn=M.id, lowerBound=str(id_from), upperBound=str(id_to),
+                       numPartitions=str(partitions))
     return spark.read.format("jdbc").options(**options).load()
 
 
@@ -151,7 +153,8 @@ class _Job:
             expected = store.partition_counts(self.conn, batch.id_from, batch.id_to, batch.cutoffs)
         total = sum(expected.values())
         if total:
-            rows = read_batch(self.spark, self.db, batch.id_from, batch.id_to, batch.cutoffs.predicate(), self.partitions)
+            rows = read_batch(self.spark, self.db, batch.id_from, batch.id_to, batch.cutoffs.predicate(),
+                              self.partitions)
             (frames.for_archive(rows, batch.id).write.mode("append")
              .partitionBy(*frames.PARTITION_COLUMNS).parquet(self.files.root))
         written = self.files.counts(batch.id)

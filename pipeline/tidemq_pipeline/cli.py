@@ -26,7 +26,8 @@ __all__ = ["register", "main"]
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", help=f"Spark master URL (default {DEFAULT_MASTER}; e.g. spark://host:7077, yarn)")
-    parser.add_argument("--jdbc-jar", default=DEFAULT_JDBC_JAR, help="MariaDB Connector/J jar (Debian: libmariadb-java)")
+    parser.add_argument("--jdbc-jar", default=DEFAULT_JDBC_JAR,
+                        help="MariaDB Connector/J jar (Debian: libmariadb-java)")
 
 
 def _archive_path(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -44,7 +45,8 @@ def register(subparsers) -> None:
     _archive_path(archive, True)
     archive.add_argument("--batch-rows", type=int, default=500_000, help="ids per batch (one manifest row each)")
     archive.add_argument("--partitions", type=int, help="parallel JDBC reads per batch (default: Spark's parallelism)")
-    archive.add_argument("--min-age", type=float, default=60.0, help="seconds a message stays after finishing, at least")
+    archive.add_argument("--min-age", type=float, default=60.0,
+                         help="seconds a message stays after finishing, at least")
 
     report = jobs.add_parser("report", help="hourly per-topic statistics into tidemq_topic_stats")
     _common(report)
@@ -54,7 +56,8 @@ def register(subparsers) -> None:
     alarm = jobs.add_parser("alarm", help="raise alarms for topics over their thresholds")
     _common(alarm)
     alarm.add_argument("--window", type=float, default=3600.0, help="seconds of history for the failure rate")
-    alarm.add_argument("--lease-grace", type=float, default=60.0, help="seconds past a lease before it counts as overrun")
+    alarm.add_argument("--lease-grace", type=float, default=60.0,
+                       help="seconds past a lease before it counts as overrun")
     alarm.add_argument("--webhook", help="POST raised alarms as JSON to this URL")
     alarm.add_argument("--smtp", metavar="HOST[:PORT]", help="mail raised alarms through this SMTP server")
     alarm.add_argument("--mail-from", help="sender address for --smtp")
@@ -65,7 +68,8 @@ def register(subparsers) -> None:
     _archive_path(restore, True)
     restore.add_argument("--topic", required=True)
     restore.add_argument("--status", default=MessageStatus.FAIL.value,
-                         help=f"{' or '.join(s.value for s in ARCHIVABLE_STATUSES)} (default {MessageStatus.FAIL.value})")
+                         help=f"{' or '.join(s.value for s in ARCHIVABLE_STATUSES)} "
+                              f"(default {MessageStatus.FAIL.value})")
     restore.add_argument("--since", help="finished at or after this UTC time, e.g. 2024-03-01T12:00:00")
     restore.add_argument("--until", help="finished before this UTC time")
     restore.add_argument("--retry", type=int, default=0, help="retries the restored messages get")

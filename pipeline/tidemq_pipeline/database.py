@@ -44,7 +44,8 @@ class Database:
             )
         name = parts.path.lstrip("/")
         if not name or not parts.hostname:
-            raise ConfigurationError("TIDEMQ_DB_URL must name a host and a database, e.g. mysql+pymysql://root@127.0.0.1:3306/tidemq")
+            raise ConfigurationError("TIDEMQ_DB_URL must name a host and a database, "
+                                     "e.g. mysql+pymysql://root@127.0.0.1:3306/tidemq")
         return cls(parts.hostname, parts.port or 3306, unquote(name), unquote(parts.username or "root"),
                    unquote(parts.password or ""))
 

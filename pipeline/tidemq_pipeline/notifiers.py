@@ -65,7 +65,8 @@ class WebhookNotifier(Notifier):
 
     def send(self, alarms: Sequence[Alarm]) -> None:
         body = json.dumps({"alarms": [a.to_json() for a in alarms]}).encode()
-        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"},
+                                         method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             response.read()
 
@@ -86,7 +87,8 @@ class SmtpNotifier(Notifier):
         mail = EmailMessage()
         mail["Subject"] = f"tidemq: {len(alarms)} alarm(s) raised"
         mail["From"], mail["To"] = self.sender, ", ".join(self.recipients)
-        mail.set_content("\n".join(f"{a.raised_at:%Y-%m-%d %H:%M:%S} UTC  {a.topic}  {a.kind}: {a.message}" for a in alarms))
+        mail.set_content("\n".join(f"{a.raised_at:%Y-%m-%d %H:%M:%S} UTC  {a.topic}  {a.kind}: {a.message}"
+                                   for a in alarms))
         with smtplib.SMTP(self.host, self.port, timeout=self.timeout) as smtp:
             smtp.send_message(mail)
 

@@ -32,7 +32,8 @@ def check_prerequisites(jdbc_jar: str = DEFAULT_JDBC_JAR) -> str:
     try:
         subprocess.run([java, "-version"], check=True, capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise ConfigurationError(f"{java} -version failed ({exc}): reinstall Java 17 (openjdk-17-jre-headless)") from None
+        raise ConfigurationError(f"{java} -version failed ({exc}): reinstall Java 17 "
+                                 "(openjdk-17-jre-headless)") from None
     if not os.path.isfile(jdbc_jar):
         raise ConfigurationError(
             f"the MariaDB JDBC driver {jdbc_jar} is missing: install it with `apt-get install libmariadb-java`"

@@ -28,7 +28,8 @@ def live_messages(spark, db: Database, where: str = "", partitions: Optional[int
     query = f"(SELECT * FROM {M.name}{' WHERE ' + where if where else ''}) AS live"
     options = db.jdbc_options(dbtable=query)
     if low is not None and partitions > 1 and high - low > partitions:
-        options.update(partitionColumn=M.id, lowerBound=str(low), upperBound=str(high + 1), numPartitions=str(partitions))
+        options.update(partitionColumn=M.id, lowerBound=str(low), upperBound=str(high + 1),
+                       numPartitions=str(partitions))
     return spark.read.format("jdbc").options(**options).load().select(*M.columns())
 
 

@@ -84,20 +84,23 @@ class Cutoffs:
         def cut(days: int) -> datetime:
             # retention_days 0 means "the broker keeps it, the archive moves it": archive once
             # finished; min_age keeps messages finished seconds ago (and clock skew) out.
-            return (now - timedelta(days=max(days, 0), seconds=min_age)).replace(microsecond=now.microsecond // 1000 * 1000)
+            return (now - timedelta(days=max(days, 0), seconds=min_age)).replace(
+                microsecond=now.microsecond // 1000 * 1000)
 
         settings = list(settings)
         return cls(cut(DEFAULT_RETENTION_DAYS), {row.name: cut(row.retention_days) for row in settings},
                    tuple(sorted(row.name for row in settings if row.broker_deletes_success)))
 
     def to_json(self) -> str:
-        return json.dumps({"default": self.default.isoformat(), "topics": {k: v.isoformat() for k, v in self.topics.items()},
+        return json.dumps({"default": self.default.isoformat(),
+                           "topics": {k: v.isoformat() for k, v in self.topics.items()},
                            "success_by_broker": list(self.success_by_broker)})
 
     @classmethod
     def from_json(cls, text: str) -> "Cutoffs":
         raw = json.loads(text)
-        return cls(datetime.fromisoformat(raw["default"]), {k: datetime.fromisoformat(v) for k, v in raw["topics"].items()},
+        return cls(datetime.fromisoformat(raw["default"]),
+                   {k: datetime.fromisoformat(v) for k, v in raw["topics"].items()},
                    tuple(raw.get("success_by_broker", ())))
 
     def predicate(self) -> str:
@@ -174,7 +177,8 @@ def open_batches(conn) -> list[BatchRow]:
     with conn.cursor() as cur:
         cur.execute(f"SELECT {B.id}, {B.id_from}, {B.id_to}, {B.cutoffs}, {B.state}, {B.expected_rows} "
                     f"FROM {B.name} WHERE {B.state} <> %s ORDER BY {B.id}", (BatchState.DONE.value,))
-        return [BatchRow(i, lo, hi, Cutoffs.from_json(c), BatchState(s), int(e)) for i, lo, hi, c, s, e in cur.fetchall()]
+        return [BatchRow(i, lo, hi, Cutoffs.from_json(c), BatchState(s), int(e))
+                for i, lo, hi, c, s, e in cur.fetchall()]
 
 
 def start_batch(conn, id_from: int, id_to: int, cutoffs: Cutoffs, expected: int, path: str, now: datetime) -> BatchRow:

@@ -41,7 +41,8 @@ def storage(app):
 
 
 @contextmanager
-def _signals(settings: Settings, watch: str, topic: str, other: str) -> Iterator[tuple[threading.Event, threading.Event]]:
+def _signals(settings: Settings, watch: str, topic: str,
+             other: str) -> Iterator[tuple[threading.Event, threading.Event]]:
     """Watch the signals of ``topic`` and of ``other`` through the coordinator's ``watch`` method
     on the console's ZooKeeper; yields (heard for topic, heard for other), both clear."""
     from tidemq.coordinators import open_coordinator
@@ -60,7 +61,8 @@ def _signals(settings: Settings, watch: str, topic: str, other: str) -> Iterator
         watcher.stop()
 
 
-def cancel_signals(settings: Settings, topic: str, other: str) -> ContextManager[tuple[threading.Event, threading.Event]]:
+def cancel_signals(settings: Settings, topic: str,
+                   other: str) -> ContextManager[tuple[threading.Event, threading.Event]]:
     """The cancel signals of two topics, watched as a runner's lease keeper does (``_signals``)."""
     return _signals(settings, "watch_cancels", topic, other)
 

@@ -20,7 +20,8 @@ def _edit(admin, msg, **changes):
 def test_edit_saves_fields_and_traces_the_admin(admin, storage):
     [msg_id] = produce(storage, "orders", ['{"a": 1}'], delay=3600)
     msg = storage.reads.get_message(msg_id)
-    resp = _edit(admin, msg, data='{"a": 2, "note": "fixed"}', retry_remaining="4", effect_time="2031-02-03T04:05:06.789")
+    resp = _edit(admin, msg, data='{"a": 2, "note": "fixed"}', retry_remaining="4",
+                 effect_time="2031-02-03T04:05:06.789")
     assert resp.status_code == 302
     after = storage.reads.get_message(msg_id)
     assert after.data == '{"a": 2, "note": "fixed"}'
@@ -256,7 +257,8 @@ def test_produce_rejects_bad_input_naming_the_rule(admin, storage):
     assert resp.status_code == 400
     html = resp.get_data(as_text=True)
     assert "characters outside [A-Za-z0-9._:-]" in html
-    assert "valid JSON" in html and "delay (seconds) must be between 0" in html and "retries must be a whole number" in html
+    assert ("valid JSON" in html and "delay (seconds) must be between 0" in html
+            and "retries must be a whole number" in html)
     assert list_messages(storage, MessageFilter(), 10) == []
 
 

@@ -158,8 +158,8 @@ def test_mysql_finds_leases_by_index_ranges(mysql_url, mariadb):
         with db.engine.connect() as conn:
             topics = topics_present(conn)
         assert sorted(topics) == ["a", "b"]
-        for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,),
-                      (m.c.lease_expire == clock.now(), m.c.lease_token == "0" * 32)):  # expiry, release, a pull's read-back
+        for where in ((m.c.lease_expire < clock.now(),), (m.c.lease_token == "0" * 32,),  # expiry, release,
+                      (m.c.lease_expire == clock.now(), m.c.lease_token == "0" * 32)):  # a pull's read-back
             stmt = select(m.c.id).where(m.c.topic.in_(topics), m.c.status == "RUNNING", *where)
             sql = str(stmt.compile(db.engine, compile_kwargs={"literal_binds": True}))
             explained = mariadb.execute("EXPLAIN " + sql, mysql_url.rsplit("/", 1)[-1])

@@ -139,7 +139,8 @@ def test_cli_user_add_creates_a_viewer_that_cannot_change(app, settings, monkeyp
     assert carol.role == "viewer" and "s3cret" not in carol.password_hash
     client = app.test_client()
     token = csrf_of(client.get("/login").get_data(as_text=True))
-    assert client.post("/login", data={"csrf_token": token, "name": "carol", "password": "s3cret-violet-kettle"}).status_code == 302
+    assert client.post("/login", data={"csrf_token": token, "name": "carol",
+                                       "password": "s3cret-violet-kettle"}).status_code == 302
 
 
 def test_cli_user_add_rejects_short_password_naming_the_limit(settings, monkeypatch, capsys):

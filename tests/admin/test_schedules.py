@@ -21,8 +21,8 @@ def test_admin_creates_edits_pauses_and_deletes_a_schedule(admin, storage):
     assert 'id="schedule-nightly"' in listing and "17:30:00" in listing and "Asia/Tokyo" in listing
     again = admin.post("/schedules/new", {"name": "nightly", "topic": "x", "cron": "* * * * *"})
     assert again.status_code == 400 and "exists; edit it instead" in again.get_data(as_text=True)
-    assert admin.post("/schedules/nightly/edit", {"topic": "reports.build", "cron": "0 4 * * *",
-                                                  "timezone": "UTC", "missed": "once", "data": "null"}).status_code == 302
+    assert admin.post("/schedules/nightly/edit", {"topic": "reports.build", "cron": "0 4 * * *", "timezone": "UTC",
+                                                  "missed": "once", "data": "null"}).status_code == 302
     assert storage.schedules.get_schedule("nightly").cron == "0 4 * * *"
     schedules = storage.schedules
     assert admin.post("/schedules/nightly/pause").status_code == 302 and schedules.get_schedule("nightly").paused

@@ -94,7 +94,8 @@ def test_tidemq_admin_serves_https_with_secure_host_only_cookies(spawn, mysql_ur
     assert first[0] == 200, proc.log_path.read_text()
     fresh = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
     with fresh.open(base + "/login", timeout=5) as resp:
-        assert resp.headers.get("Server", "").startswith("tidemq-admin"), dict(resp.headers)  # not Werkzeug's development server
+        # not Werkzeug's development server
+        assert resp.headers.get("Server", "").startswith("tidemq-admin"), dict(resp.headers)
         cookie = resp.headers["Set-Cookie"]
     assert cookie.startswith("__Host-tidemq_session=") and "Secure" in cookie and "HttpOnly" in cookie
     url, html = _sign_in(opener, base, "boss", "quiet-river-stone-7")

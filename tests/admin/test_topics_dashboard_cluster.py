@@ -13,8 +13,8 @@ from tests.admin.conftest import fail_all, produce
 from tests.servers import wait_until
 
 SETTINGS = {"retry_count": "5", "retry_base": "2", "retry_max": "120", "ttr": "30", "retention_days": "3",
-            "max_data_bytes": "2048", "max_deliveries": "4", "alarm_backlog": "1000", "alarm_failure_rate": "0.2", "alarm_due_age": "300",
-            "description": "order closing"}
+            "max_data_bytes": "2048", "max_deliveries": "4", "alarm_backlog": "1000", "alarm_failure_rate": "0.2",
+            "alarm_due_age": "300", "description": "order closing"}
 
 
 def _topic(storage, name):
@@ -75,7 +75,8 @@ def test_topic_edit_errors_are_named_and_nothing_saved(admin, storage):
     resp = admin.post("/topics/orders/edit", bad)
     assert resp.status_code == 400
     html = resp.get_data(as_text=True)
-    assert "time to run (seconds) must be between 1" in html and "failure rate threshold must be between 0 and 1" in html
+    assert ("time to run (seconds) must be between 1" in html
+            and "failure rate threshold must be between 0 and 1" in html)
     assert "backoff cap must be at least the backoff base" in html and 'id="err-retry_count"' in html
     assert _topic(storage, "orders").ttr == 60
 

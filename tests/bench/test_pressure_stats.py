@@ -84,13 +84,17 @@ def test_records_are_read_from_each_workers_file(tmp_path) -> None:
 
 def test_markdown_has_a_row_per_phase_and_an_outcome_per_pressure() -> None:
     phase = {"offered": 590.0, "stored": 590.0, "done": 585.0, "claim p50": 3.1, "claim p99": 20.0,
-             "answer p50": 1.2, "pickup p50": 1.9, "pickup p99": 15.0, "depth max": 4, "history max": 120, "produce errors": 0, "late p99": 2.0, "late max": 9.0}
+             "answer p50": 1.2, "pickup p50": 1.9, "pickup p99": 15.0, "depth max": 4, "history max": 120,
+             "produce errors": 0, "late p99": 2.0, "late max": 9.0}
     result = {"kind": "idle-view", "phases": {p: dict(phase) for p in ("warmup", "clean", "stress", "recovery")},
-              "pressure": {"rows seen": 1000}, "recovery s": None, "recovery window": 60.0, "drain s": 1.0, "pace s": None,
-              "lost": 0, "dup": 0, "dup excused": 2, "over deadline": 0, "exited": [], "log lines": {"stress": 3}, "stack stop s": 1.5}
+              "pressure": {"rows seen": 1000}, "recovery s": None, "recovery window": 60.0, "drain s": 1.0,
+              "pace s": None, "lost": 0, "dup": 0, "dup excused": 2, "over deadline": 0, "exited": [],
+              "log lines": {"stress": 3}, "stack stop s": 1.5}
     result["phases"]["stress"]["done"] = 117.0
     overview, phases, outcomes = markdown([result]).split("\n\n")
-    assert overview.splitlines()[2] == "| idle-view | 585.0 | 0.2 | 3.1 / 20.0 | 20.0 | 120 → 120 | > 60.0 | 0 | 0 (2) | 0 |"
+    assert overview.splitlines()[2] == (
+        "| idle-view | 585.0 | 0.2 | 3.1 / 20.0 | 20.0 | 120 → 120 | > 60.0 | 0 | 0 (2) | 0 |")
     table = (phases + "\n" + outcomes).splitlines()
-    assert table[4] == "|  | stress | 590.0 | 590.0 | 117.0 | 0.2 | 3.1 / 20.0 | 1.2, 1.9 / 15.0 | 4 | 120 | 0 | 2 / 9 |"
+    assert table[4] == (
+        "|  | stress | 590.0 | 590.0 | 117.0 | 0.2 | 3.1 / 20.0 | 1.2, 1.9 / 15.0 | 4 | 120 | 0 | 2 / 9 |")
     assert table[-1] == "| idle-view | rows seen 1000 | > 60.0 | > 60.0 | 1 | 0 | 0 (2) | 0 | 0 | 3 | 1.5 |"

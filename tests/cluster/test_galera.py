@@ -237,6 +237,7 @@ def test_three_consumers_of_a_topic_produced_through_two_brokers_each_get_a_thir
     # taken by another (the stranded rule), so the consumers' shares are only all non-zero.
     shards = collections.Counter((i // step) % 3 for i in {e.id for e in read_log(log)})
     shares = sorted(n / total for n in shards.values())
-    print(f"\nshards of three consumers: {[f'{s:.1%}' for s in shares]}; runs per consumer {sorted(per_consumer.values())}")
+    print(f"\nshards of three consumers: {[f'{s:.1%}' for s in shares]}; "
+          f"runs per consumer {sorted(per_consumer.values())}")
     assert len(per_consumer) == 3 and len(shards) == 3
     assert all(abs(share - 1 / 3) <= 0.05 for share in shares), shares

@@ -11,8 +11,9 @@ __all__ = ["rows", "insert", "lock", "settings", "ack", "id_step"]
 
 def rows(topic, n, delay=0.0, **kw):
     now = clock.now()
-    return [NewRow(topic=topic, data=f'{{"n": {i}}}', effect_time=clock.after(now, delay), retry_remaining=kw.get("retry", 0),
-                   retry_schedule=kw.get("schedule"), unique_key=(f"{kw['key']}-{i}" if kw.get("key") else None))
+    return [NewRow(topic=topic, data=f'{{"n": {i}}}', effect_time=clock.after(now, delay),
+                   retry_remaining=kw.get("retry", 0), retry_schedule=kw.get("schedule"),
+                   unique_key=(f"{kw['key']}-{i}" if kw.get("key") else None))
             for i in range(n)]
 
 

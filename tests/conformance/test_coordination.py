@@ -2,8 +2,9 @@
 ZooKeeper (each test in its own chroot).
 
 The first half checks the coordinator itself (nodes, watches, broadcasts, pruning, elections,
-lost sessions; signals in test_coordination_signals.py); the second runs real consumers (Worker, QueueRunner, BroadcastRunner) against an
-embedded broker, so ``tidemq dev`` and a ZooKeeper cluster are held to the same behaviour.
+lost sessions; signals in test_coordination_signals.py); the second runs real consumers (Worker,
+QueueRunner, BroadcastRunner) against an embedded broker, so ``tidemq dev`` and a ZooKeeper
+cluster are held to the same behaviour.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def test_pruning_removes_only_old_broadcasts_and_sequences_never_repeat(coordina
     assert coord.prune_broadcasts(3600) == 0
     assert coord.broadcast_sequences("t.prune") == old
     pruned = []
-    wait_until(lambda: pruned.append(coord.prune_broadcasts(0.05)) or sum(pruned) == 3, 10, what="old broadcasts pruned")
+    wait_until(lambda: pruned.append(coord.prune_broadcasts(0.05)) or sum(pruned) == 3, 10,
+               what="old broadcasts pruned")
     assert coord.broadcast_sequences("t.prune") == []
     assert coord.read_broadcast("t.prune", old[0]) is None
     newer = coord.broadcast("t.prune", b"new")
@@ -287,10 +289,11 @@ def test_serial_runs_one_at_a_time_in_order_and_fails_over(cluster):
     producer = cluster.client()
     datas = ["x"] * 10 + ["fail-once"] + ["x"] * 29
     ids = producer.produce_many("t.serial", datas, retry=[0.3])
-    top = cluster.worker([ConsumerSpec("t.serial", MessageType.SERIAL_QUEUE, handler_for("top"), ttr=5.0, batch=1)], "top")
+    top = cluster.worker([ConsumerSpec("t.serial", MessageType.SERIAL_QUEUE, handler_for("top"),
+                                       ttr=5.0, batch=1)], "top")
     wait_until(lambda: top.runners[0].rank == (0, 1), 10, what="top registered")
-    backup = cluster.worker([ConsumerSpec("t.serial", MessageType.SERIAL_QUEUE, handler_for("backup"), ttr=5.0, batch=1)],
-                            "backup")
+    backup = cluster.worker([ConsumerSpec("t.serial", MessageType.SERIAL_QUEUE, handler_for("backup"),
+                                          ttr=5.0, batch=1)], "backup")
     wait_until(lambda: backup.runners[0].rank == (1, 2), 10, what="backup ranked second")
     wait_until(lambda: len(log) >= 15, 30, what="top ran some")
     top.stop()  # failover: the backup becomes rank 0 and continues in order

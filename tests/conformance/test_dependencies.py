@@ -83,7 +83,8 @@ def test_a_fan_in_of_five_is_released_once_after_the_last(storage):
     # The last one beside a failure of a stale lease: the ack's exact path releases too, and
     # says which messages of which topics are due.
     last, released = parents[4], {}
-    items = [AckItem(last, batch[last].lease_token, True, result='"done"'), AckItem(parents[0], "0" * 32, False, "late")]
+    items = [AckItem(last, batch[last].lease_token, True, result='"done"'),
+             AckItem(parents[0], "0" * 32, False, "late")]
     assert storage.acks.ack(items, clock.now(), "c1", "b1", TopicSettings, released) == \
         [AckOutcome.APPLIED, AckOutcome.STALE]
     assert released == {"t.fan": {child: 0}}
@@ -295,7 +296,8 @@ def _fail(storage, topic, expected):
 def test_cancelling_a_dependency_names_the_steps_it_released(storage):
     # The broker wakes the pulls of what a cancel released, as it does for an ack's.
     [parent] = insert(storage, "t.cancel.free", 1)
-    after_complete, after_success = _submit(storage, _steps("t.cancel.free", (), (), depends_on={0: [parent], 1: [parent]},
+    after_complete, after_success = _submit(storage, _steps("t.cancel.free", (), (),
+                                                            depends_on={0: [parent], 1: [parent]},
                                                             modes={0: WaitMode.AFTER_COMPLETE}))
     released = {}
     assert storage.messages.cancel([parent], released) == [True]
@@ -354,15 +356,17 @@ def test_a_step_after_complete_on_a_dependency_already_failed_is_due_at_submit(s
     [parent] = insert(storage, "t.late.cont", 1)
     [leased] = lock(storage, "t.late.cont")
     ack(storage, [AckItem(leased.id, leased.lease_token, False, "boom")])
-    done, on_failure, stopped = _submit(storage, _steps("t.late.cont2", (), (), (), depends_on={0: [parent], 1: [parent], 2: [parent]},
-                                                   modes={0: WaitMode.AFTER_COMPLETE, 1: WaitMode.AFTER_FAILURE}))
+    done, on_failure, stopped = _submit(storage, _steps("t.late.cont2", (), (), (),
+                                                        depends_on={0: [parent], 1: [parent], 2: [parent]},
+                                                        modes={0: WaitMode.AFTER_COMPLETE, 1: WaitMode.AFTER_FAILURE}))
     assert [(_status(storage, i), storage.reads.get_message(i).deps_failed) for i in (done, on_failure)] == \
         [(S.NEW.value, 1), (S.NEW.value, 1)]
     assert _status(storage, stopped) == S.CANCELLED.value
     [succeeded] = insert(storage, "t.late.ok", 1)
     [leased] = lock(storage, "t.late.ok")
     ack(storage, [AckItem(leased.id, leased.lease_token, True)])
-    [unneeded] = _submit(storage, _steps("t.late.ok", (), depends_on={0: [succeeded]}, modes={0: WaitMode.AFTER_FAILURE}))
+    [unneeded] = _submit(storage, _steps("t.late.ok", (), depends_on={0: [succeeded]},
+                                         modes={0: WaitMode.AFTER_FAILURE}))
     assert _status(storage, unneeded) == S.CANCELLED.value
 
 

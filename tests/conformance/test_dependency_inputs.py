@@ -102,7 +102,8 @@ def test_an_ack_mixing_steps_and_plain_messages_releases_the_steps_dependents_ho
             return batch[msg_id].workflow_id
         return first + 1000 if marked == "wrong-id" else None
 
-    items = [AckItem(i, batch[i].lease_token, True, workflow=mark(i), workflow_id=workflow_id(i)) for i in sorted(batch)]
+    items = [AckItem(i, batch[i].lease_token, True, workflow=mark(i), workflow_id=workflow_id(i))
+             for i in sorted(batch)]
     stale = AckItem(plain[0], "not-its-token", True, workflow=mark(plain[0]), workflow_id=workflow_id(plain[0]))
     assert ack(storage, [stale]) == [AckOutcome.STALE]
     assert ack(storage, items) == [AckOutcome.APPLIED] * 3
@@ -136,9 +137,11 @@ def test_a_step_names_every_parent_even_when_the_server_cuts_their_list_short(st
     members, callback = ids[:12], ids[12]
     batch = lock(storage, "t.cut")
     assert sorted(m.id for m in batch) == members
-    assert ack(storage, [AckItem(m.id, m.lease_token, True, workflow=True) for m in batch[:5]]) == [AckOutcome.APPLIED] * 5
+    assert ack(storage, [AckItem(m.id, m.lease_token, True, workflow=True)
+                         for m in batch[:5]]) == [AckOutcome.APPLIED] * 5
     assert lock(storage, "t.cut") == []  # 7 members left
-    assert ack(storage, [AckItem(m.id, m.lease_token, True, workflow=True) for m in batch[5:]]) == [AckOutcome.APPLIED] * 7
+    assert ack(storage, [AckItem(m.id, m.lease_token, True, workflow=True)
+                         for m in batch[5:]]) == [AckOutcome.APPLIED] * 7
     event.listen(Engine, "before_cursor_execute", shorten)
     event.listen(Engine, "after_cursor_execute", restore)
     try:

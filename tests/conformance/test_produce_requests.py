@@ -23,8 +23,8 @@ def test_a_retried_produce_request_gets_its_first_answer_and_stores_nothing(stor
                                     [RequestRef("call-a", 0, 3), RequestRef("call-b", 3, 2)])
     # A batch mixing a retry of call-b, a new call, a repeat of that new call and plain rows.
     again = storage.messages.insert_messages(rows("t.req", 2) + rows("t.req", 1) + rows("t.req", 1) + rows("t.req", 1),
-                                             now,
-                                    [RequestRef("call-b", 0, 2), RequestRef("call-c", 2, 1), RequestRef("call-c", 3, 1)])
+                                             now, [RequestRef("call-b", 0, 2), RequestRef("call-c", 2, 1),
+                                                   RequestRef("call-c", 3, 1)])
     assert again[:2] == first[3:]  # the retry: the ids it was first answered
     assert again[2] == again[3] and again[2] not in first  # one row for call-c, both occurrences
     assert again[4] not in first + again[:4]  # rows without a request id are always stored

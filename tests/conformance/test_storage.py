@@ -204,7 +204,8 @@ def test_a_lock_takes_other_shards_messages_once_stranded_and_its_own_first(stor
     got = storage.leases.lock_batch(LockRequest(Shard("t.str", 0, 2, LockHint(stranded=2.0)), "c0", 30, clock.now(),
                                                 limit=100))
     assert sorted(m.id for m in got) == sorted(shard(old, 0) + shard(fresh, 0) + shard(old, 1))
-    assert [m.id for m in got] == sorted(old)[: len(shard(old, 0)) + len(shard(old, 1))] + shard(fresh, 0)  # oldest first
+    # oldest first
+    assert [m.id for m in got] == sorted(old)[: len(shard(old, 0)) + len(shard(old, 1))] + shard(fresh, 0)
     assert shard(old, 0) and shard(old, 1)
     # With no room left after its own, a lock takes no stranded message.
     storage.messages.insert_messages([NewRow("t.str", f'"late{i}"', clock.after(now, -5), 0) for i in range(6)], now)

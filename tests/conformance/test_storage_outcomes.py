@@ -11,7 +11,8 @@ from tests.conformance.storage_ops import ack, insert, lock, settings
 from tests.observe import list_messages
 from tidemq.errors import StorageUnavailableError
 from tidemq import clock, trace
-from tidemq_broker.storage import AckItem, AckOutcome, LockRequest, MessageFilter, NewRow, OutageGrace, Shard, TopicSettings
+from tidemq_broker.storage import (AckItem, AckOutcome, LockRequest, MessageFilter, NewRow, OutageGrace, Shard,
+                                   TopicSettings)
 from tidemq_broker.storages import open_storage
 
 
@@ -118,7 +119,8 @@ def test_a_poison_message_fails_after_max_deliveries_with_a_trace_that_says_why(
     dead = storage.reads.get_message(poison)
     assert (dead.attempt, dead.lease_expire, dead.retry_remaining) == (3, None, 5) and dead.finish_time is not None
     last = trace.parse(dead.trace)[-1]
-    assert last["event"] == "FAIL" and last["error"].startswith("lease_expired_3_times") and "max_deliveries_3" in last["error"]
+    assert (last["event"] == "FAIL" and last["error"].startswith("lease_expired_3_times")
+            and "max_deliveries_3" in last["error"])
     assert storage.reads.get_message(other).status == "NEW"
     assert storage.messages.requeue([poison], None, 0, clock.now()) == 1  # a dead letter like any other
     assert storage.reads.get_message(poison).status == "NEW"
@@ -129,7 +131,8 @@ def test_leases_are_extended_in_one_call_and_lost_ones_say_so(storage):
     first = lock(storage, "t.beat", limit=2, ttr=5)
     [third] = lock(storage, "t.beat", limit=1, ttr=5)
     before = {m.id: storage.reads.get_message(m.id) for m in first + [third]}
-    leases = [(m.id, m.lease_token) for m in first] + [(third.id, third.lease_token), (third.id, "0" * 32), (999999, "x")]
+    leases = [(m.id, m.lease_token) for m in first] + [(third.id, third.lease_token), (third.id, "0" * 32),
+                                                       (999999, "x")]
     assert storage.leases.extend_leases(leases, 600, clock.now()) == [True, True, True, False, False]
     for msg_id, old in before.items():
         new = storage.reads.get_message(msg_id)

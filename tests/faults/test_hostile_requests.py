@@ -69,7 +69,8 @@ def test_hostile_requests_leave_the_broker_serving(settings, spawn, tmp_path):
         reply = pb.ProduceReply.FromString(_raw(channel, "Produce")(known + b"\xf8\x06\x2a", timeout=10))
         assert len(reply.ids) == 1
         # The largest batch allowed is stored whole, and the broker is still serving.
-        ids = stub.Produce(pb.ProduceRequest(messages=[pb.NewMessage(topic="t.many", data="1")] * 10000), timeout=60).ids
+        ids = stub.Produce(pb.ProduceRequest(messages=[pb.NewMessage(topic="t.many", data="1")] * 10000),
+                           timeout=60).ids
         assert len(ids) == 10000 and len(set(ids)) == 10000
         assert proc.poll() is None, "the broker process died"
         assert storage.counts.count_by_status() == {"t.unknown": {"NEW": 1}, "t.many": {"NEW": 10000}}

@@ -60,7 +60,8 @@ def test_killed_workers_lose_nothing_and_only_their_messages_rerun(settings, spa
         # A message runs again only after its lease expired, which happens only to messages
         # that a killed worker held (leased and maybe finished, but not yet acked).
         assert rerun <= expired, f"re-run without a lost lease: {sorted(rerun - expired)[:5]}"
-        lost_by = {e.get("lost_by", "") for i in expired for e in trace.parse(messages[i].trace) if e["event"] == "LEASE_EXPIRED"}
+        lost_by = {e.get("lost_by", "") for i in expired for e in trace.parse(messages[i].trace)
+                   if e["event"] == "LEASE_EXPIRED"}
         assert all(any(f"-{pid}-" in node for pid in killed_pids) for node in lost_by), lost_by
         print(f"\nworker kills: 2, messages {len(ids)}, leases lost {len(expired)}, handler re-runs {len(rerun)}")
     finally:

@@ -88,7 +88,8 @@ def test_zookeeper_stopped_longer_than_the_session_timeout(mysql_url, spawn, tmp
             stopped_at = time.monotonic()
             server.stop()
             done = successes(storage, TOPIC_Q)
-            wait_until(lambda: successes(storage, TOPIC_Q) >= done + 500, 60, 0.1, "consumption while ZooKeeper is down")
+            wait_until(lambda: successes(storage, TOPIC_Q) >= done + 500, 60, 0.1,
+                       "consumption while ZooKeeper is down")
             assert load.succeeded_since(stopped_at), "no produce call succeeded while ZooKeeper was down"
             time.sleep(max(0.0, stopped_at + 3 * session - time.monotonic()))  # past the session timeout
             during = successes(storage, TOPIC_Q) - done

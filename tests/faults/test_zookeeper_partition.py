@@ -122,8 +122,8 @@ def test_a_broker_cut_off_from_zookeeper_leads_beside_the_new_leader_and_nothing
     storage = open_storage(mysql_url)
     load = ProduceLoad(client, topic, timeout=3.0, every=0.2)
     try:
-        cut_off, cut_address = start_broker_process(spawn, tmp_path, {**env, "TIDEMQ_ZK_HOSTS": _through(relay, zk_hosts)},
-                                                    "cut")
+        cut_off, cut_address = start_broker_process(spawn, tmp_path,
+                                                    {**env, "TIDEMQ_ZK_HOSTS": _through(relay, zk_hosts)}, "cut")
         wait_until(lambda: client.coordinator.leader() == cut_address, 30, 0.05, "the first broker to lead")
         stack = Stack(spawn, tmp_path, env, brokers=1, workers=2)
         stack.brokers["cut"] = cut_off
@@ -139,7 +139,8 @@ def test_a_broker_cut_off_from_zookeeper_leads_beside_the_new_leader_and_nothing
         elected_at = time.time()
         victim = stack.workers.pop("worker0")
         killed_at = kill9(victim)
-        stack.workers["worker0-again"] = spawn("worker0-again", TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
+        stack.workers["worker0-again"] = spawn("worker0-again",
+                                               TIDEMQ + ["worker", "tests.faults.handlers_faults"], env)
         # The killed worker's leases (ttr 2 s) run out while both brokers lead.
         time.sleep(max(0.0, max(cut_at + 3 * SESSION, killed_at + 2 + 2) - time.time()))
         relay.heal()
@@ -157,7 +158,8 @@ def test_a_broker_cut_off_from_zookeeper_leads_beside_the_new_leader_and_nothing
             events = [e for e in trace.parse(message.trace) if e["event"] == "LEASE_EXPIRED"]
             if events:
                 expired[message.id] = len(events)
-                expired_by.update("the cut-off broker" if e.get("broker") == cut_address else "the other" for e in events)
+                expired_by.update("the cut-off broker" if e.get("broker") == cut_address else "the other"
+                                  for e in events)
         assert expired, "the premise failed: the killed worker held no lease"
         assert max(expired.values()) == 1, f"a lease expired twice (two leaders): {expired}"
         killed_ran = {int(line.split()[0]) for line in log.read_text().splitlines()
@@ -168,8 +170,8 @@ def test_a_broker_cut_off_from_zookeeper_leads_beside_the_new_leader_and_nothing
         assert client.coordinator.leader() != cut_address, "the broker that was cut off took the lead back"
         named = stack.assert_fault_named_once(r"zookeeper|kazoo|session", at_most=3)
         figures += (f", the other broker elected {elected_at - cut_at:.1f} s after the cut, {len(expired)} leases "
-                    f"expired (each once; by {dict(expired_by)}), re-runs {len(twice)}, cut {healed_at - cut_at:.1f} s, "
-                    f"records naming it: {named}")
+                    f"expired (each once; by {dict(expired_by)}), re-runs {len(twice)}, "
+                    f"cut {healed_at - cut_at:.1f} s, records naming it: {named}")
         record_property("figures", figures)
         print(f"\nzookeeper partition, leader: {figures}")
     finally:

@@ -41,7 +41,8 @@ def test_a_row_edited_between_the_read_and_the_update_is_left_alone_then_leased_
     assert mysql_store.reads.get_message(edited).status == "NEW"
     for m in first:  # the rows leased are delivered as stored
         stored = mysql_store.reads.get_message(m.id)
-        assert (m.status, m.attempt, m.lease_token, m.data) == ("RUNNING", stored.attempt, stored.lease_token, stored.data)
+        assert (m.status, m.attempt, m.lease_token, m.data) == (
+            "RUNNING", stored.attempt, stored.lease_token, stored.data)
     [second] = lock(mysql_store, "t.nowait")
     assert (second.id, second.data, second.attempt) == (edited, '{"edited": true}', 1)
 

@@ -153,7 +153,8 @@ def test_a_steps_inputs_are_read_from_the_broker_that_leased_it(settings, two_br
         assert (leased.id, leased.depends_on) == (step, tuple(parents)) and leased.broker in addresses
         asked = []
         call = both.pool.call
-        both.pool.call = lambda method, *args, **kw: asked.append((method, kw.get("prefer"))) or call(method, *args, **kw)
+        both.pool.call = lambda method, *args, **kw: (asked.append((method, kw.get("prefer")))
+                                                      or call(method, *args, **kw))
         assert delivery_to_message(leased, both).inputs == [parents[0] * 2, parents[1] * 2]
         assert asked == [("Results", leased.broker)]
     finally:

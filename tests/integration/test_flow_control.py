@@ -49,7 +49,8 @@ def most_at_once(intervals):
 
 def finish(client, mysql_store, topic, ids, log, timeout=90):
     try:
-        wait_until(lambda: count(mysql_store, topic, "SUCCESS") == len(ids), timeout, 0.2, f"every message of {topic} SUCCESS")
+        wait_until(lambda: count(mysql_store, topic, "SUCCESS") == len(ids), timeout, 0.2,
+                   f"every message of {topic} SUCCESS")
     finally:
         client.close()
     entries = [e for e in read_log(log) if e.end is not None]

@@ -12,7 +12,8 @@ from tidemq_broker.schema import SCHEMA_VERSION, message as m, schema_version as
 from tidemq_broker.storage import AckItem, LockRequest, MessageFilter, NewRow, Shard, TopicSettings
 from tidemq_broker.storages import open_database, open_storage, sql_storage
 
-DROPPED = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease", "idx_message_topic_status_id"}
+DROPPED = {"idx_message_lease_token", "idx_message_status_id", "idx_message_status_lease",
+           "idx_message_topic_status_id"}
 
 
 @pytest.fixture(params=["sqlite", "mysql"])

@@ -29,7 +29,8 @@ def test_killing_the_zookeeper_leader_and_a_broker_loses_and_duplicates_nothing(
     log = tmp_path / "handler.log"
     env = {"TIDEMQ_DB_URL": mysql_url, "TIDEMQ_ZK_HOSTS": hosts, "HANDLER_LOG": str(log), "HANDLER_TOPIC": topic,
            "HANDLER_TTR": "2", "HANDLER_SLEEP": "0.005"}
-    brokers = dict(start_broker_process(spawn, tmp_path, env, f"broker{i}")[::-1] for i in range(2))  # address -> process
+    brokers = dict(start_broker_process(spawn, tmp_path, env, f"broker{i}")[::-1]
+                   for i in range(2))  # address -> process
     client = Client(Settings.from_env({"TIDEMQ_ZK_HOSTS": hosts}))
     ids: list[int] = []
     errors: list[Exception] = []

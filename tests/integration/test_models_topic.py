@@ -24,7 +24,8 @@ TOPIC = "it.topic"
 
 def test_a_burst_of_500_reaches_each_of_three_workers_once_in_order(zk_hosts, spawn, tmp_path):
     log = tmp_path / "handler.log"
-    env = {"TIDEMQ_ZK_HOSTS": zk_hosts, "TIDEMQ_BROKERS": "127.0.0.1:1", "HANDLER_LOG": str(log), "HANDLER_TOPIC": TOPIC}
+    env = {"TIDEMQ_ZK_HOSTS": zk_hosts, "TIDEMQ_BROKERS": "127.0.0.1:1", "HANDLER_LOG": str(log),
+           "HANDLER_TOPIC": TOPIC}
     workers = [start_worker(spawn, f"w{i}", "tests.integration.handlers_topic", env) for i in range(3)]
     client = Client(Settings.from_env({"TIDEMQ_ZK_HOSTS": zk_hosts}))
     try:

@@ -149,7 +149,8 @@ def test_every_dashboard_and_rule_expression_is_valid_promql_over_metrics_we_exp
                                                "backlog_refresh_timestamp_seconds")}
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
     expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
-    expressions += re.findall(r"expr: >-\n((?:          .*\n)+)|expr: (.*)\n", (ROOT / "docs" / "prometheus-rules.yml").read_text())
+    expressions += re.findall(r"expr: >-\n((?:          .*\n)+)|expr: (.*)\n",
+                              (ROOT / "docs" / "prometheus-rules.yml").read_text())
     expressions = [e if isinstance(e, str) else (e[0] or e[1]) for e in expressions]
     assert len(expressions) > 20
     for expr in expressions:

@@ -101,7 +101,8 @@ def test_a_call_with_a_token_and_no_request_message_is_refused_naming_it(auth_br
     token = principal(store, "empty", "admin", ["*"])
     channel = grpc.insecure_channel(auth_broker.address)
     try:
-        empty = channel.stream_unary("/tidemq.v1.Broker/Produce", request_serializer=pb.ProduceRequest.SerializeToString,
+        empty = channel.stream_unary("/tidemq.v1.Broker/Produce",
+                                     request_serializer=pb.ProduceRequest.SerializeToString,
                                      response_deserializer=pb.ProduceReply.FromString)
         with pytest.raises(grpc.RpcError) as info:
             empty(iter(()), timeout=10, metadata=(("authorization", f"Bearer {token}"),))

@@ -184,7 +184,8 @@ def test_concurrent_duplicates_through_two_brokers_store_one_message(settings, b
     from tidemq_broker.server import BrokerServer
 
     other = BrokerServer(settings).start()
-    clients = [Client(settings.__class__(**{**vars(settings), "brokers": (addr,)})) for addr in (broker.address, other.address)]
+    clients = [Client(settings.__class__(**{**vars(settings), "brokers": (addr,)}))
+               for addr in (broker.address, other.address)]
     try:
         results: list[int] = []
         barrier = threading.Barrier(8)

@@ -60,7 +60,8 @@ def test_a_batch_runs_its_callbacks_by_its_members_outcomes(two_brokers, clients
     assert (ran["wfp.complete"], ran["wfp.failure"], ran.get("wfp.success")) == ([complete], [failure], None)
     assert storage.reads.get_message(success).status == "CANCELLED"
     row = storage.dependencies.workflow(ids[0])
-    assert (row.policy, row.state, row.steps_total, row.steps_left, row.steps_failed) == ("continue", "FAILED", 13, 0, 3)
+    assert (row.policy, row.state, row.steps_total, row.steps_left, row.steps_failed) == (
+        "continue", "FAILED", 13, 0, 3)
     # Counted after the commit that ended it: wait for the count, then check it is one.
     wait_until(lambda: _finished("FAILED") >= failed_before + 1, 10, what="the ended workflow counted")
     assert _finished("FAILED") == failed_before + 1  # one of the two brokers counted it, once

@@ -101,8 +101,9 @@ def set_topic(db, name: str, retention_days: int = 7, alarm_backlog=None, alarm_
     try:
         with conn.cursor() as cur:
             cur.execute(
-                "REPLACE INTO tidemq_topic (name, retry_count, retry_base, retry_max, ttr, retention_days, max_data_bytes,"
-                " paused, alarm_backlog, alarm_failure_rate, alarm_due_age, description, add_time, update_time)"
+                "REPLACE INTO tidemq_topic (name, retry_count, retry_base, retry_max, ttr, retention_days,"
+                " max_data_bytes, paused, alarm_backlog, alarm_failure_rate, alarm_due_age, description,"
+                " add_time, update_time)"
                 " VALUES (%s, 3, 10, 3600, 60, %s, NULL, 0, %s, %s, %s, '', %s, %s)",
                 (name, retention_days, alarm_backlog, alarm_failure_rate, alarm_due_age, now, now))
     finally:

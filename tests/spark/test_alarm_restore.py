@@ -68,7 +68,8 @@ def test_topic_over_its_thresholds_raises_alarms_once_and_resolves_them(spark, d
     first = run_alarm(spark, db, [LogNotifier(), WebhookNotifier(url)])
 
     alarms = {(t, k): (v, th) for t, k, v, th in query(db, "SELECT topic, kind, value, threshold FROM tidemq_alarm")}
-    assert set(alarms) == {("t.hot", "backlog"), ("t.hot", "failure_rate"), ("t.hot", "lease_overrun"), ("t.hot", "due_age")}
+    assert set(alarms) == {("t.hot", "backlog"), ("t.hot", "failure_rate"), ("t.hot", "lease_overrun"),
+                           ("t.hot", "due_age")}
     assert alarms["t.hot", "backlog"] == (9.0, 5.0)  # 8 due NEW + the RUNNING one
     assert alarms["t.hot", "failure_rate"] == (0.5, 0.25)
     assert alarms["t.hot", "lease_overrun"] == (1.0, 0.0)
@@ -91,7 +92,8 @@ def test_restore_puts_archived_dead_letters_back_once(spark, db, tmp_path):
     archive = str(tmp_path / "archive")
     assert run_archive(spark, db, archive).deleted == len(rows)
     since = datetime(2024, 3, 1, 2, 0, 0)
-    wanted = {r["id"]: r for r in rows if r["topic"] == "t.dead" and r["status"] == "FAIL" and r["finish_time"] >= since}
+    wanted = {r["id"]: r for r in rows
+              if r["topic"] == "t.dead" and r["status"] == "FAIL" and r["finish_time"] >= since}
 
     summary = run_restore(spark, db, archive, "t.dead", "FAIL", since=since, retry=2)
 

@@ -36,7 +36,8 @@ def test_archive_moves_finished_rows_with_every_column_and_is_idempotent(spark, 
         assert str(stored[msg_id]["day"]) == row["finish_time"].date().isoformat()
     live = {r[0] for r in query(db, "SELECT id FROM tidemq_message")}
     assert live == {r["id"] for r in rows} - set(moved)
-    states = query(db, "SELECT state, SUM(expected_rows), SUM(written_rows), SUM(deleted_rows) FROM tidemq_archive_batch GROUP BY state")
+    states = query(db, "SELECT state, SUM(expected_rows), SUM(written_rows), SUM(deleted_rows) "
+                       "FROM tidemq_archive_batch GROUP BY state")
     assert [(s, int(e), int(w), int(d)) for s, e, w, d in states] == [("DONE", len(moved), len(moved), len(moved))]
 
     again = run_archive(spark, db, str(archive), batch_rows=400)

@@ -44,7 +44,8 @@ def test_archive_killed_mid_batch_and_rerun_loses_and_duplicates_nothing(spark, 
     assert "spark master local[2]" in log
     summary = [line for line in log.splitlines() if line.startswith("archive: rows read=")]
     assert summary and f"deleted={left}" in summary[-1], log[-2000:]
-    stored = spark.read.parquet(archive).agg(F.count("*").alias("rows"), F.countDistinct("id").alias("ids")).collect()[0]
+    stored = spark.read.parquet(archive).agg(F.count("*").alias("rows"),
+                                             F.countDistinct("id").alias("ids")).collect()[0]
     assert (stored["rows"], stored["ids"]) == (FINISHED, FINISHED)
     assert query(db, "SELECT COUNT(*) FROM tidemq_message WHERE status IN ('SUCCESS', 'FAIL')")[0][0] == 0
     assert {r[0] for r in query(db, "SELECT id FROM tidemq_message")} == {r["id"] for r in live}

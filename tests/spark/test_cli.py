@@ -45,6 +45,7 @@ def test_since_must_be_an_iso_time():
 
 def test_cli_reports_a_missing_jar_before_starting_spark(mysql_url, tmp_path):
     result = subprocess.run(TIDEMQ + ["--db-url", mysql_url, "pipeline", "report", "--master", "local[1]",
-                                      "--jdbc-jar", str(tmp_path / "none.jar")], capture_output=True, text=True, timeout=60)
+                                      "--jdbc-jar", str(tmp_path / "none.jar")],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "libmariadb-java" in result.stderr and "Traceback" not in result.stderr

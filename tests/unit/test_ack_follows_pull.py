@@ -37,7 +37,8 @@ class PullBroker:
 
         handler = grpc.method_handlers_generic_handler("tidemq.v1.Broker", {
             "Pull": grpc.unary_unary_rpc_method_handler(
-                pull, request_deserializer=pb.PullRequest.FromString, response_serializer=pb.PullReply.SerializeToString),
+                pull, request_deserializer=pb.PullRequest.FromString,
+                response_serializer=pb.PullReply.SerializeToString),
             "Ack": grpc.unary_unary_rpc_method_handler(
                 ack, request_deserializer=pb.AckRequest.FromString, response_serializer=pb.AckReply.SerializeToString)})
         self.server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[handler])

@@ -103,7 +103,8 @@ def test_a_password_on_the_command_line_is_warned_about_and_masked(tmp_path):
     assert "hunter2" not in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("url", ["mysql+foo://app:hunter2-pw@db/tidemq", "mysql+pymysql://app:hunter2-pw@db:port/tidemq",
+@pytest.mark.parametrize("url", ["mysql+foo://app:hunter2-pw@db/tidemq",
+                                 "mysql+pymysql://app:hunter2-pw@db:port/tidemq",
                                  "mysql+pymysql://app:hunter2-pw@[::1/tidemq", "sqlite://app:hunter2-pw@/x",
                                  "postgresql://app:hunter2-pw@db/tidemq"])
 def test_an_unusable_database_url_is_refused_in_one_line_without_its_password(url, tmp_path):
@@ -126,7 +127,8 @@ def test_an_unreachable_database_is_one_line_naming_the_reason(tmp_path):
     import sys
 
     result = subprocess.run([sys.executable, "-m", "tidemq_cli.main", "db", "init"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "TIDEMQ_DB_URL": "mysql+pymysql://app:hunter2-pw@127.0.0.1:1/x"})
+                            timeout=60,
+                            env={**os.environ, "TIDEMQ_DB_URL": "mysql+pymysql://app:hunter2-pw@127.0.0.1:1/x"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "the database is unavailable" in result.stderr and "hunter2" not in result.stderr
 

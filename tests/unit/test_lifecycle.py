@@ -54,7 +54,8 @@ def test_status_names_are_spelled_in_the_lifecycle_module_only():
 def test_lease_moves_new_to_running_counts_the_delivery_and_names_the_consumer():
     change = lifecycle.lease(NOW, 30, "worker-1", "a" * 32, broker="b:1", rank="0/2")
     assert (change.source, change.target, change.attempt_delta) == ((S.NEW,), S.RUNNING, 1)
-    assert change.values[M.lease_token] == "a" * 32 and change.values[M.lease_expire] == datetime(2026, 1, 2, 3, 4, 35, 6000)
+    assert (change.values[M.lease_token] == "a" * 32
+            and change.values[M.lease_expire] == datetime(2026, 1, 2, 3, 4, 35, 6000))
     [entry] = trace.parse(change.trace)
     assert (entry["event"], entry["consumer"], entry["rank"], entry["ttr"]) == ("LOCKED", "worker-1", "0/2", "30")
 
@@ -73,7 +74,8 @@ def test_a_failure_retries_while_retries_remain_by_schedule_then_fails():
 def test_the_worker_decides_a_runs_outcome_by_the_rule_the_broker_applies_to_its_ack(retry_remaining):
     change = lifecycle.fail_attempt(_Msg(retry_remaining), _Backoff(), "boom", NOW, "c", "b")
     outcome = lifecycle.handler_outcome(True, retry_remaining)
-    assert outcome is {Event.RETRY: lifecycle.HandlerOutcome.RETRY, Event.FAIL: lifecycle.HandlerOutcome.FAIL}[change.event]
+    assert outcome is {Event.RETRY: lifecycle.HandlerOutcome.RETRY,
+                       Event.FAIL: lifecycle.HandlerOutcome.FAIL}[change.event]
     assert lifecycle.handler_outcome(False, retry_remaining) is lifecycle.HandlerOutcome.SUCCESS
 
 

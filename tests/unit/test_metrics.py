@@ -47,7 +47,8 @@ def test_names_follow_prometheus_conventions_and_labels_are_bounded():
             "tidemq_handler_duration_seconds", "tidemq_lateness_seconds"} <= {
         name for name, kind in kinds.items() if kind == "histogram"}
     assert {"tidemq_backlog_due_messages", "tidemq_backlog_scheduled_messages", "tidemq_running_messages",
-            "tidemq_oldest_due_age_seconds", "tidemq_backlog_refresh_timestamp_seconds"} <= {name for name, kind in kinds.items() if kind == "gauge"}
+            "tidemq_oldest_due_age_seconds", "tidemq_backlog_refresh_timestamp_seconds"} <= {
+        name for name, kind in kinds.items() if kind == "gauge"}
     for family in families:
         assert family.documentation, family.name
         exposed = family.name + ("_total" if family.type == "counter" else "")

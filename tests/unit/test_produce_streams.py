@@ -250,7 +250,8 @@ def test_aio_concurrent_callers_share_streams_and_each_gets_its_own_reply(broker
         pool = _aio_pool(broker)
         try:
             async def caller(k):
-                return [(n, list((await pool.acall("Produce", _request(n), 5)).ids)) for n in range(k * 100, k * 100 + 30)]
+                return [(n, list((await pool.acall("Produce", _request(n), 5)).ids))
+                        for n in range(k * 100, k * 100 + 30)]
 
             results = await asyncio.gather(*(caller(k) for k in range(6)))
             return pool.streams, [pair for result in results for pair in result]
@@ -326,7 +327,8 @@ def test_aio_idle_streams_are_closed(brokers):
         try:
             await pool.acall("Produce", _request(1), 5)
             assert broker.open_streams() == 1
-            await asyncio.to_thread(wait_until, lambda: broker.open_streams() == 0, 10, 0.02, "the idle stream to close")
+            await asyncio.to_thread(wait_until, lambda: broker.open_streams() == 0, 10, 0.02,
+                                    "the idle stream to close")
         finally:
             await pool.aclose()
 

@@ -262,7 +262,8 @@ def test_a_finished_message_wakes_only_the_pulls_something_running_held_back(sto
         idle = next(w for w in hub._waiters["t.freed"] if not w.held)
         hub.notify_freed("t.freed")
         assert not idle.event.is_set()
-        wait_until(lambda: attempts["serial"] == 2 and attempts["blocked"] == 2, 10, what="the held pulls to look again")
+        wait_until(lambda: attempts["serial"] == 2 and attempts["blocked"] == 2, 10,
+                   what="the held pulls to look again")
         wait_until(all_asleep, 10, what="the held pulls asleep again")
         assert attempts["idle"] == 1
         hub.notify("t.freed", clock.now())  # something became due: every pull looks

@@ -12,7 +12,8 @@ from tidemq_broker.storage import StoredMessage, TopicSettings
 
 def _msg(attempt, remaining, schedule=None):
     t = datetime(2026, 1, 1)
-    return StoredMessage(1, "t", "1", "RUNNING", t, t, remaining, schedule, attempt, 30, "x", t, "c", None, 0, "", t, t, t, None)
+    return StoredMessage(1, "t", "1", "RUNNING", t, t, remaining, schedule, attempt, 30, "x", t, "c", None, 0, "",
+                         t, t, t, None)
 
 
 def test_schedule_gives_one_delay_per_further_attempt():

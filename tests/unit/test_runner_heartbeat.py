@@ -184,9 +184,11 @@ class _Held:
 
         stub.heartbeat = flaky_heartbeat
         self.worker = start(ConsumerSpec(topic, MessageType.QUEUE, handler, threads=1, ttr=30, batch=2))
-        wait_until(lambda: len(self.runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5, what="one running, one held")
+        wait_until(lambda: len(self.runs) == 1 and len(stub.ids(topic, "RUNNING")) == 2, 5,
+                   what="one running, one held")
         # The running one has its ttr once a beat after its start went through.
-        wait_until(lambda: stub.message(self.runs[0]).lease_expire - time.time() > 20, 5, what="the running one on its ttr")
+        wait_until(lambda: stub.message(self.runs[0]).lease_expire - time.time() > 20, 5,
+                   what="the running one on its ttr")
         [self.held] = [i for i in self.ids if i not in self.runs]
 
 

@@ -32,7 +32,8 @@ def start(stub):
     started = []
 
     def run(*handlers) -> None:
-        specs = [ConsumerSpec(topic, MessageType.QUEUE, handler, ttr=3, batch=1, threads=2) for topic, handler in handlers]
+        specs = [ConsumerSpec(topic, MessageType.QUEUE, handler, ttr=3, batch=1, threads=2)
+                 for topic, handler in handlers]
         started.append(Worker(specs, link=stub, coordinator=coordinator, drain_timeout=5).start())
 
     yield run

@@ -112,7 +112,8 @@ def test_a_workflow_handle_reads_waits_and_cancels_and_a_wait_that_runs_out_says
     handle = WorkflowHandle(9, source)
     assert handle.state().state is WorkflowState.RUNNING
     assert handle.wait(timeout=5).state is WorkflowState.FAILED
-    with pytest.raises(ResultTimeoutError, match=r"workflow 9 has not ended after 0.5 s \(RUNNING, 2 of 3 steps left\)"):
+    with pytest.raises(ResultTimeoutError,
+                       match=r"workflow 9 has not ended after 0.5 s \(RUNNING, 2 of 3 steps left\)"):
         handle.wait(timeout=0.5)
     assert source.asked == [(9, 0.0), (9, 5), (9, 0.5)]
     assert handle.cancel() == 2 and handle.cancel(running=True) == 2

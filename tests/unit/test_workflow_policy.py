@@ -92,8 +92,9 @@ def test_the_broker_takes_wait_modes_and_cancels_a_workflow_on_the_topics_a_call
     writer = GroupCommitWriter(storage.messages, topics, "b:1", hub.notify_commit)
     broker = BrokerService(storage, topics, writer, hub, "b:1", max_data_bytes=1024)
     try:
-        request = pb.ProduceRequest(messages=[pb.NewMessage(topic="w.a", data="1", retry=-1),
-                                              pb.NewMessage(topic="other.b", data="2", retry=-1, after=[0], wait_mode=1)])
+        request = pb.ProduceRequest(messages=[
+            pb.NewMessage(topic="w.a", data="1", retry=-1),
+            pb.NewMessage(topic="other.b", data="2", retry=-1, after=[0], wait_mode=1)])
         first, second = broker.Produce(request, Context()).ids
         assert storage.reads.get_message(second).wait_mode == WaitMode.AFTER_COMPLETE
         assert storage.dependencies.workflow(first).policy == "continue"

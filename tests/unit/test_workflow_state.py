@@ -98,7 +98,8 @@ def test_a_chord_whose_member_failed_under_policy_continue_ends_failed_after_its
 
 
 def test_a_wait_moves_to_the_next_open_step_when_the_highest_ends_first(broker):
-    messages = [pb.NewMessage(topic="n.x", data="1", retry=-1), pb.NewMessage(topic="n.y", data="2", retry=-1, after=[0]),
+    messages = [pb.NewMessage(topic="n.x", data="1", retry=-1),
+                pb.NewMessage(topic="n.y", data="2", retry=-1, after=[0]),
                 pb.NewMessage(topic="n.z", data="3", retry=-1)]
     x, y, z = broker.Produce(pb.ProduceRequest(messages=messages), Context()).ids
     thread, answer = _waiter(broker, x, 30)

@@ -182,7 +182,8 @@ def requeue_matching():  # type: ignore[no-untyped-def]
         abort(400, description="; ".join(f"{k}: {v}" for k, v in parsed.errors.items()))
     flt: MessageFilter = parsed.value
     if flt.status not in (None, FAIL):
-        abort(400, description=f"only {FAIL} messages can be requeued: set the status filter to {FAIL} or leave it empty")
+        abort(400, description=f"only {FAIL} messages can be requeued: set the status filter to {FAIL} "
+                               "or leave it empty")
     flt.status = FAIL
     retries = _retries(request.form.get("retries", "0"))
     total, after = 0, 0

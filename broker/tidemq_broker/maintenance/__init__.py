@@ -1,7 +1,8 @@
 """Leader-only maintenance: one broker at a time (elected through the coordinator) runs these.
 
 Each job lives in its own module and has ``interval`` (seconds) and ``run() -> int`` (how much it
-did), and may have ``stop_leading()``, called when leadership ends. Jobs work in small batches so that no transaction holds locks for long.
+did), and may have ``stop_leading()``, called when leadership ends. Jobs work in small batches so
+that no transaction holds locks for long.
 """
 
 from __future__ import annotations

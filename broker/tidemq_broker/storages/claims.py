@@ -62,8 +62,8 @@ from .no_wait import NO_WAIT
 from .lost_writes import session_of, statement_ended
 from .rows import lease_change
 
-__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "lease_no_wait", "settle_lost_lease",
-           "LeaseOutcomeUnknown", "hand_off"]
+__all__ = ["due_candidates", "read_candidates", "reached", "range_start", "lease_rows", "lease_no_wait",
+           "settle_lost_lease", "LeaseOutcomeUnknown", "hand_off"]
 
 _NEW = MessageStatus.NEW.value
 # What a pull hands out of each leased row: the rest of a delivery is what the lease set.
@@ -288,7 +288,8 @@ def settle_lost_lease(conn: Connection, lost: LeaseOutcomeUnknown, request: Lock
 
 def _held(conn: Connection, take: Sequence[Any], change: Change) -> list[Any]:
     """The rows of ``take`` that the lease ``change`` holds (under its token)."""
-    ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take], "token": change.values["lease_token"]}).scalars())
+    ours = set(conn.execute(_HELD_BY, {"ids": [row.id for row in take],
+                                       "token": change.values["lease_token"]}).scalars())
     return [row for row in take if row.id in ours]
 
 
@@ -312,9 +313,9 @@ def _deliveries(conn: Connection, topic: str, rows: Sequence[tuple[Any, datetime
     known = known or {}
     parents = {**parents_of(conn, [row.id for row, _ in rows if row.workflow_id is not None and row.id not in known]),
                **known}
-    return [LeasedMessage(row.id, topic, row.data, status, when, row.retry_remaining, row.attempt + change.attempt_delta,
-                          sets["ttr"], sets["lease_token"], sets["consumer"], row.trace_context, row.priority,
-                          parents.get(row.id, ()), row.workflow_id)
+    return [LeasedMessage(row.id, topic, row.data, status, when, row.retry_remaining,
+                          row.attempt + change.attempt_delta, sets["ttr"], sets["lease_token"], sets["consumer"],
+                          row.trace_context, row.priority, parents.get(row.id, ()), row.workflow_id)
             for row, when in rows]
 
 
@@ -337,7 +338,8 @@ def hand_off(conn: Connection, handoff: HandOff, due: dict[str, list[tuple[int, 
                 handoff.leased(request, _lease_inserted(conn, topic, [(id, inserted[id]) for id in ids], change))
             else:
                 handoff.leased(request, lease_rows(conn, topic, ids, change))
-    for change, ids in _by_release([step for step_id, step in sorted((released or {}).items()) if step_id not in taken]):
+    for change, ids in _by_release([step for step_id, step in sorted((released or {}).items())
+                                    if step_id not in taken]):
         apply_to_ids(conn, change, ids)  # the rows were read FOR UPDATE: no deps_left guard needed
 
 
@@ -364,7 +366,8 @@ class _Inserted(NamedTuple):
     workflow_id: None = None
 
 
-def _lease_inserted(conn: Connection, topic: str, rows: Sequence[tuple[int, NewRow]], lease: Change) -> list[LeasedMessage]:
+def _lease_inserted(conn: Connection, topic: str, rows: Sequence[tuple[int, NewRow]],
+                    lease: Change) -> list[LeasedMessage]:
     """Lease rows this transaction inserted by one UPDATE, and return them as deliveries. No read
     first: the insert holds their row locks until the COMMIT, so nobody else can have taken or
     changed them, and what they hold is the insert's values."""

@@ -117,7 +117,8 @@ class Released(NamedTuple):
 class SqlDependencies(SqlWorkflows, SqlEdges):
     """Steps with dependencies: one transaction per submission; and the workflows' rows."""
 
-    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "",
+                     **who: object) -> list[int]:
         order = check_steps(steps)
         if not steps:
             return []
@@ -168,7 +169,8 @@ class SqlDependencies(SqlWorkflows, SqlEdges):
             adopted = -1  # the first step is no message waited on
             for start in range(0, len(marked), _CHUNK):
                 adopted += conn.execute(update(m).where(ids_in(marked[start : start + _CHUNK]),
-                                                        m.c.workflow_id.is_(None)).values(workflow_id=workflow)).rowcount
+                                                        m.c.workflow_id.is_(None))
+                                        .values(workflow_id=workflow)).rowcount
             rows = edges(steps, ids, statuses)
             _insert_edges(conn, rows)
             stopped = failed = 0

@@ -54,7 +54,8 @@ def _lease_indexes(db: SqlDatabase) -> None:
                 "idx_message_topic_status_id"}
     with db.engine.begin() as conn:
         if "idx_message_topic_status_lease" not in present:
-            conn.exec_driver_sql(f"CREATE INDEX idx_message_topic_status_lease ON {m.name} (topic, status, lease_expire)")
+            conn.exec_driver_sql(f"CREATE INDEX idx_message_topic_status_lease ON {m.name} "
+                                 "(topic, status, lease_expire)")
         for name in sorted(replaced & present):
             db.dialect.alter_table(conn, m.name, drop_index=name)
 
@@ -212,7 +213,8 @@ STEPS = (
     Step(11, "results: a message's result, progress and cancel request; a topic's result retention", _results),
     Step(12, "dependencies: a message's deps_left and workflow_id, tidemq_dependency's edges", _dependencies),
     Step(13, "workflows: a message's wait_mode and deps_failed, an index on workflow_id, tidemq_workflow", _workflows),
-    Step(14, "unique keys in (unique_key, keyed_topic): a keyless message gives Galera no key to certify", _keyed_topic),
+    Step(14, "unique keys in (unique_key, keyed_topic): a keyless message gives Galera no key to certify",
+         _keyed_topic),
 )
 assert [step.version for step in STEPS] == list(range(2, SCHEMA_VERSION + 1)), "a schema step is missing"
 

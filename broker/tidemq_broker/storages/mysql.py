@@ -334,7 +334,8 @@ class _LostConnectionResets(logging.Filter):
         if not record.exc_info or record.msg != "Exception during reset or similar":
             return True
         error = record.exc_info[1]
-        lost = isinstance(error, pymysql.err.OperationalError) and bool(error.args) and error.args[0] in _LOST_CONNECTION
+        lost = (isinstance(error, pymysql.err.OperationalError) and bool(error.args)
+                and error.args[0] in _LOST_CONNECTION)
         closed = isinstance(error, pymysql.err.InterfaceError) and error.args == (0, "")  # lost before: closed
         return not (lost or closed)
 

@@ -18,7 +18,8 @@ _IDS = bindparam("ids", expanding=True, literal_execute=True)
 # Each child's parents as one comma-separated list, not a row per edge: decoding a row per edge
 # was most of a wide fan-in's delivery (a chord's callback waits on 10,000 members: read in 30
 # ms, as one list in 6).
-_PARENT_LISTS = select(d.c.child_id, func.count().label("n"), func.group_concat(d.c.parent_id).cast(String).label("ids")) \
+_PARENT_LISTS = select(d.c.child_id, func.count().label("n"),
+                       func.group_concat(d.c.parent_id).cast(String).label("ids")) \
     .where(d.c.child_id.in_(_IDS)).group_by(d.c.child_id)
 _PARENTS = select(d.c.child_id, d.c.parent_id).where(d.c.child_id.in_(_IDS)).order_by(d.c.child_id, d.c.parent_id)
 

@@ -61,7 +61,8 @@ class Reads:
             if not topics:
                 return set()
             return set(conn.execute(select(m.c.topic).where(
-                m.c.topic.in_(topics), m.c.status == MessageStatus.RUNNING.value, m.c.lease_token == lease_token).distinct()).scalars())
+                m.c.topic.in_(topics), m.c.status == MessageStatus.RUNNING.value,
+                m.c.lease_token == lease_token).distinct()).scalars())
 
         return self._db.tx(work)
 

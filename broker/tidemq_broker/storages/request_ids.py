@@ -36,8 +36,8 @@ class Claims:
             size = len(earlier) if earlier is not None else first[ref.request_id].count if ref.request_id in first \
                 else ref.count
             if size != ref.count:
-                raise MalformedRequestError(f"request_id {quote(ref.request_id)} was already used for a Produce call of "
-                                            f"{size} messages, not {ref.count}")
+                raise MalformedRequestError(f"request_id {quote(ref.request_id)} was already used for a Produce "
+                                            f"call of {size} messages, not {ref.count}")
             if earlier is not None:
                 claims.answered[ref] = earlier
             elif ref.request_id in first:

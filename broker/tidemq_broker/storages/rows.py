@@ -20,8 +20,8 @@ from tidemq.tables import MESSAGE as M
 
 from ..records import LeasedMessage, LockRequest, MessageEdit, NewRow, StoredMessage
 
-__all__ = ["AckSort", "sort_acks", "INSERT_COLUMNS", "insert_columns", "row_values", "lease_change", "leased", "to_message", "expiries",
-           "lock_order", "recorded_as", "edit_change"]
+__all__ = ["AckSort", "sort_acks", "INSERT_COLUMNS", "insert_columns", "row_values", "lease_change", "leased",
+           "to_message", "expiries", "lock_order", "recorded_as", "edit_change"]
 
 #: Every column an INSERT writes (all but the id), in the table's order.
 INSERT_COLUMNS = [name for name in M.columns() if name != M.id]
@@ -34,7 +34,8 @@ def insert_columns(change: Change) -> dict[str, Any]:
     row's own they must be exactly the INSERT's columns: a value left out would be lost."""
     columns = {M.trace: change.trace, **change.values}
     if _ROW_OWN | set(columns) != set(INSERT_COLUMNS):
-        raise ValueError(f"an INSERT of {M.name} writes {sorted(INSERT_COLUMNS)}, not {sorted(_ROW_OWN | set(columns))}")
+        raise ValueError(f"an INSERT of {M.name} writes {sorted(INSERT_COLUMNS)}, "
+                         f"not {sorted(_ROW_OWN | set(columns))}")
     return columns
 
 

@@ -137,8 +137,8 @@ class Writes:
         # A connection lost during the string leaves its outcome to the transaction: its INSERT of
         # the same request ids fails if the string committed (or waits for it to end), and the
         # stored answer is read; if it did not, the rows are inserted there.
-        return self._db.commit_alone(lambda conn: dialect.insert_plain_answering(conn, values, answers, now, commit=True),
-                                     lost=lambda: None)
+        return self._db.commit_alone(
+            lambda conn: dialect.insert_plain_answering(conn, values, answers, now, commit=True), lost=lambda: None)
 
     def delete_produce_requests(self, before: datetime, limit: int) -> int:
         def work(conn: Connection) -> int:
@@ -221,7 +221,8 @@ class Writes:
                                   .with_for_update()).one_or_none()
             if before is None:
                 return None
-            ends = deps.edited(id, before.status, edit.status, before.workflow_id is not None and has_dependents(conn, id))
+            ends = deps.edited(id, before.status, edit.status,
+                               before.workflow_id is not None and has_dependents(conn, id))
             if apply(conn, change, m.c.id == id, m.c.version == version) != 1:
                 return None
             tally = Tally()

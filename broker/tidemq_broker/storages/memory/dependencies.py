@@ -34,7 +34,8 @@ _CANCELLED = MessageStatus.CANCELLED.value
 class MemoryDependencies(MemoryWorkflows, MemoryEdges):
     """Steps with dependencies, each submission atomic; and the workflows' rows."""
 
-    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "", **who: object) -> list[int]:
+    def insert_steps(self, steps: Sequence[WorkflowStep], now: datetime, request_id: str = "",
+                     **who: object) -> list[int]:
         order = check_steps(steps)
         if not steps:
             return []

@@ -96,7 +96,8 @@ class MemoryWrites:
             pending = {i for i in set(ids) if i in state.messages and change.allows(state.messages[i])}
             held = {i for i in set(ids) if marking is not None and i in state.messages
                     and marking.allows(state.messages[i])}
-            waited = {i: state.messages[i][M.workflow_id] for i in pending if state.messages[i][M.workflow_id] is not None}
+            waited = {i: state.messages[i][M.workflow_id] for i in pending
+                      if state.messages[i][M.workflow_id] is not None}
             apply(state, change, [state.messages[i] for i in pending])
             if marking is not None:  # once each: a repeated request adds no trace line
                 apply(state, marking, [state.messages[i] for i in sorted(held)

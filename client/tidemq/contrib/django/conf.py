@@ -55,7 +55,8 @@ def problems() -> list[tuple[str, str]]:
 
     given = raw()
     if "__not_a_dict__" in given:
-        return [("", f"settings.TIDEMQ must be a dict of tidemq settings, got {type(given['__not_a_dict__']).__name__}")]
+        return [("", "settings.TIDEMQ must be a dict of tidemq settings, "
+                     f"got {type(given['__not_a_dict__']).__name__}")]
     found: list[tuple[str, str]] = []
     for key, value in given.items():
         if key == DATABASE:
