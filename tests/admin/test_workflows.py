@@ -147,6 +147,9 @@ def test_an_admin_cancels_a_running_workflow_whole_and_its_running_steps_workers
     page = admin.get(f"/workflows/{first}").get_data(as_text=True)
     assert '<span class="badge w-cancelling" id="state">cancelling</span>' in page
     assert "waiting for 1 running step to stop" in page and 'id="cancel-workflow"' not in page
+    # A second cancel (an old tab's form) removes nothing, marks nothing new, and tells the workers again.
+    page = admin.post(f"/workflows/{first}/cancel", follow_redirects=True).get_data(as_text=True)
+    assert f"Workflow {first} is cancelled: 0 steps removed, its running steps marked before to stop." in page
 
 
 def test_a_workflow_whose_running_step_was_not_marked_is_still_running_and_offers_its_cancel(admin, storage):

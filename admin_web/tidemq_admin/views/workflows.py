@@ -84,8 +84,9 @@ def cancel(id: int):  # type: ignore[no-untyped-def]
     if topics:  # running steps: marked now, or by an earlier cancel (told again)
         when = ("now" if c.cluster.signal_cancels(topics)
                 else "at their next heartbeat at the latest (ZooKeeper has not answered yet)")
-        said += (f", {_steps(done.marked, 'running ')} marked to stop. The workers of its running steps learn of "
-                 f"it {when}, stop their handlers and end them CANCELLED.")
+        marked = f"{_steps(done.marked, 'running ')} marked" if done.marked else "its running steps marked before"
+        said += (f", {marked} to stop. The workers of its running steps learn of it {when}, stop their handlers and "
+                 "end them CANCELLED.")
     flash(said if topics else said + ".", "ok")
     return redirect(url_for("workflows.detail", id=id))
 
